@@ -1,0 +1,18 @@
+from django.apps import AppConfig
+from django.core import checks
+from django.utils.module_loading import autodiscover_modules
+
+
+class JobqConfig(AppConfig):
+    """Registers the system checks and imports every installed app's ``jobs`` module,
+    so ``@job`` handlers are registered in web processes and workers alike."""
+
+    name = "django_jobq"
+    verbose_name = "Job queue"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from .checks import check_settings
+
+        checks.register(check_settings)
+        autodiscover_modules("jobs")

@@ -1,0 +1,49 @@
+"""System checks: configuration errors surface in ``manage.py check``, not at run time.
+
+========================  ==============================================================
+id                        meaning
+========================  ==============================================================
+``django_jobq.E001``      the queue database (``JOBQ['DATABASE']``) is not PostgreSQL
+``django_jobq.E002``      ``JOBQ`` is not a dict or has an unknown key
+``django_jobq.E003``      a ``JOBQ`` value has the wrong type or range
+``django_jobq.E004``      ``JOBQ['DATABASE']`` names an alias missing from ``DATABASES``
+========================  ==============================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error
+from django.db import connections
+
+from . import conf
+
+
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Report every problem in ``JOBQ`` and in the queue database it names."""
+    raw = getattr(settings, "JOBQ", {})
+    errors: list[CheckMessage] = [Error(msg, id=check_id) for check_id, msg in conf.validate(raw)]
+    if errors:
+        return errors
+    alias = conf.get_settings().DATABASE
+    if alias not in settings.DATABASES:
+        return [
+            Error(
+                f"JOBQ['DATABASE'] = {alias!r} is not a key of DATABASES.",
+                hint=f"Use one of: {', '.join(sorted(settings.DATABASES))}.",
+                id="django_jobq.E004",
+            )
+        ]
+    vendor = connections[alias].vendor
+    if vendor != "postgresql":
+        errors.append(
+            Error(
+                f"django-jobq needs PostgreSQL, but the queue database {alias!r} is {vendor}.",
+                hint="Point JOBQ['DATABASE'] at a database using "
+                "django.db.backends.postgresql (PostgreSQL 13 or newer).",
+                id="django_jobq.E001",
+            )
+        )
+    return errors

@@ -1,0 +1,123 @@
+"""The ``JOBQ`` setting: defaults, types and validation.
+
+Users configure django-jobq with one dictionary in their settings module::
+
+    JOBQ = {
+        "DATABASE": "default",        # alias in DATABASES holding the queue tables
+        "DEFAULT_QUEUE": "default",   # queue for jobs that name none
+        "MAX_ATTEMPTS": 5,            # attempts before a job becomes a dead letter
+        "VISIBILITY_TIMEOUT": 30,     # lease length in seconds
+        "RETRY_DELAY": 2,             # seconds between a failed attempt and the next
+        "POLL_INTERVAL": 1.0,         # seconds a worker sleeps when it found nothing
+    }
+
+Every key is optional. :func:`get_settings` is read on each call (cheap), so
+``override_settings(JOBQ=...)`` in tests takes effect at once. :func:`validate`
+powers the ``django_jobq.E00x`` system checks; :func:`get_settings` raises
+:class:`~django.core.exceptions.ImproperlyConfigured` for the same problems at run time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+
+#: Queue names: a letter or digit, then letters, digits, ``_ . -``; at most 63 characters
+#: (PostgreSQL's identifier length, so a queue name can always become a channel name).
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$")
+#: Kind names: a dotted Python path such as ``shop.jobs.send_receipt`` or any name given
+#: with ``@job(name=...)`` made of letters, digits and ``_ . : -``; at most 200 characters.
+KIND_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:\-]{0,199}$")
+
+
+@dataclass(frozen=True)
+class JobqSettings:
+    """The resolved ``JOBQ`` setting. Durations are seconds (``float``)."""
+
+    DATABASE: str = "default"
+    DEFAULT_QUEUE: str = "default"
+    MAX_ATTEMPTS: int = 5
+    VISIBILITY_TIMEOUT: float = 30.0
+    RETRY_DELAY: float = 2.0
+    POLL_INTERVAL: float = 1.0
+
+
+_KNOWN_KEYS = frozenset(f.name for f in fields(JobqSettings))
+
+
+def _raw_setting() -> Any:
+    return getattr(django_settings, "JOBQ", {})
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def validate(raw: Any) -> list[tuple[str, str]]:
+    """Return the problems in a raw ``JOBQ`` value as ``(check id, message)`` pairs.
+
+    An empty list means the value is usable. Used by the system checks in
+    :mod:`django_jobq.checks` and by :func:`get_settings`.
+    """
+    if not isinstance(raw, dict):
+        return [("django_jobq.E002", f"JOBQ must be a dict, not {type(raw).__name__}.")]
+    problems: list[tuple[str, str]] = []
+    for key in sorted(set(raw) - _KNOWN_KEYS):
+        problems.append(
+            (
+                "django_jobq.E002",
+                f"JOBQ has an unknown key {key!r}; known keys: {', '.join(sorted(_KNOWN_KEYS))}.",
+            )
+        )
+    if "DATABASE" in raw and not isinstance(raw["DATABASE"], str):
+        problems.append(("django_jobq.E003", "JOBQ['DATABASE'] must be a database alias (str)."))
+    queue = raw.get("DEFAULT_QUEUE", JobqSettings.DEFAULT_QUEUE)
+    if not isinstance(queue, str) or not QUEUE_NAME_RE.match(queue):
+        problems.append(
+            (
+                "django_jobq.E003",
+                f"JOBQ['DEFAULT_QUEUE'] = {queue!r} is not a valid queue name "
+                f"(pattern {QUEUE_NAME_RE.pattern}).",
+            )
+        )
+    attempts = raw.get("MAX_ATTEMPTS", JobqSettings.MAX_ATTEMPTS)
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
+        problems.append(
+            ("django_jobq.E003", f"JOBQ['MAX_ATTEMPTS'] = {attempts!r} must be an int >= 1.")
+        )
+    for key in ("VISIBILITY_TIMEOUT", "POLL_INTERVAL"):
+        value = raw.get(key, getattr(JobqSettings, key))
+        if not _is_number(value) or value <= 0:
+            problems.append(
+                ("django_jobq.E003", f"JOBQ[{key!r}] = {value!r} must be a number of seconds > 0.")
+            )
+    delay = raw.get("RETRY_DELAY", JobqSettings.RETRY_DELAY)
+    if not _is_number(delay) or delay < 0:
+        problems.append(
+            (
+                "django_jobq.E003",
+                f"JOBQ['RETRY_DELAY'] = {delay!r} must be a number of seconds >= 0.",
+            )
+        )
+    return problems
+
+
+def get_settings() -> JobqSettings:
+    """Return the current ``JOBQ`` setting merged over the defaults.
+
+    Raises:
+        ImproperlyConfigured: the setting is invalid (the message is the system check's).
+    """
+    raw = _raw_setting()
+    problems = validate(raw)
+    if problems:
+        raise ImproperlyConfigured("; ".join(f"{msg} ({check_id})" for check_id, msg in problems))
+    values = dict(raw)
+    for key in ("VISIBILITY_TIMEOUT", "RETRY_DELAY", "POLL_INTERVAL"):
+        if key in values:
+            values[key] = float(values[key])
+    return JobqSettings(**values)

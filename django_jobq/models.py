@@ -1,0 +1,144 @@
+"""The queue's tables. Declarative only: the statements that move rows live in ``sql.py``.
+
+``Job`` holds live jobs (ready or running); a finished job is deleted by its ack. A job that
+cannot succeed moves to ``DeadLetter`` in the same transaction that deletes it. ``DedupKey``
+records business effects that must happen once (see the idempotency docs).
+"""
+
+from __future__ import annotations
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models
+from django.db.models.functions import Now
+
+
+class Job(models.Model):
+    """A unit of work waiting for, or leased by, a worker.
+
+    Defaults are database defaults (``db_default``) because rows are inserted by raw SQL.
+    """
+
+    class Status(models.TextChoices):
+        READY = "ready", "ready"
+        RUNNING = "running", "running"
+
+    id = models.BigAutoField(primary_key=True)
+    queue = models.CharField(max_length=63, default="default")
+    kind = models.CharField(max_length=200, help_text="The registered handler's name.")
+    payload = models.JSONField(encoder=DjangoJSONEncoder, default=dict)
+    priority = models.IntegerField(db_default=0, help_text="Higher runs first.")
+    status = models.CharField(max_length=16, choices=Status.choices, db_default=Status.READY)
+    run_at = models.DateTimeField(db_default=Now(), help_text="Not claimed before this time.")
+    attempts = models.PositiveIntegerField(
+        db_default=0,
+        help_text="Claims so far; the current attempt number is the lease's fencing token.",
+    )
+    max_attempts = models.PositiveIntegerField(default=5)
+    visibility_timeout = models.DurationField(help_text="Lease length granted by each claim.")
+    lease_deadline = models.DateTimeField(
+        null=True, blank=True, help_text="While running: when the lease lapses."
+    )
+    worker_id = models.CharField(max_length=200, blank=True, db_default="")
+    # NULL (not "") means "no key": the partial unique constraint ignores NULLs.
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    created_at = models.DateTimeField(db_default=Now())
+    started_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, db_default="")
+
+    class Meta:
+        db_table = "jobq_job"
+        indexes = [
+            # Serves the claim for one queue: equality on queue, then the claim order.
+            models.Index(
+                "queue",
+                models.F("priority").desc(),
+                "run_at",
+                "id",
+                name="jobq_job_claim_idx",
+                condition=models.Q(status="ready"),
+            ),
+            # Serves the claim of a worker that takes every queue (no queue filter).
+            models.Index(
+                models.F("priority").desc(),
+                "run_at",
+                "id",
+                name="jobq_job_claim_all_idx",
+                condition=models.Q(status="ready"),
+            ),
+        ]
+        constraints = [
+            # Idempotent enqueue: one live job per (kind, idempotency key).
+            models.UniqueConstraint(
+                fields=["kind", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="jobq_job_idempotency_uniq",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(max_attempts__gte=1), name="jobq_job_max_attempts_gte_1"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.kind} #{self.pk} ({self.status}, attempt {self.attempts}/{self.max_attempts})"
+        )
+
+
+class DeadLetter(models.Model):
+    """A job that will not be retried: a copy of the job plus why and how it died."""
+
+    class Reason(models.TextChoices):
+        """Why a job died. ``reason`` may extend one of these (``"failed: card declined"``)."""
+
+        MAX_ATTEMPTS_EXCEEDED = "max attempts exceeded"
+        UNKNOWN_KIND = "unknown kind"
+        FAILED = "failed"
+        EXPIRED = "expired"
+        LEASE_EXPIRED_ON_FINAL_ATTEMPT = "lease expired on final attempt"
+
+    id = models.BigAutoField(primary_key=True)
+    job_id = models.BigIntegerField(help_text="The id the job had in the jobs table.")
+    queue = models.CharField(max_length=63)
+    kind = models.CharField(max_length=200)
+    payload = models.JSONField(encoder=DjangoJSONEncoder, default=dict)
+    priority = models.IntegerField(default=0)
+    attempts = models.PositiveIntegerField()
+    max_attempts = models.PositiveIntegerField()
+    visibility_timeout = models.DurationField()
+    # NULL (not "") means "no key": the partial unique constraint ignores NULLs.
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    created_at = models.DateTimeField(help_text="When the job was first enqueued.")
+    reason = models.CharField(max_length=500)
+    last_error = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    died_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "jobq_dead_letter"
+        indexes = [
+            models.Index(fields=["queue", "kind"], name="jobq_dead_queue_kind_idx"),
+            models.Index(fields=["died_at"], name="jobq_dead_died_at_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.job_id}: {self.reason}"
+
+
+class DedupKey(models.Model):
+    """A business effect that has happened: its key commits with the effect itself."""
+
+    id = models.BigAutoField(primary_key=True)
+    kind = models.CharField(max_length=200)
+    key = models.CharField(max_length=200)
+    job_id = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "jobq_dedup_key"
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "key"], name="jobq_dedup_key_uniq"),
+        ]
+        indexes = [models.Index(fields=["created_at"], name="jobq_dedup_created_at_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.key}"

@@ -1,0 +1,202 @@
+"""The ``@job`` decorator and the registry of job kinds.
+
+A kind is the name a handler is registered under: by default the function's dotted path
+(``shop.jobs.send_welcome_email``), or ``@job(name=...)``. Workers look handlers up here by
+kind; nothing is ever imported from a name found in the database.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, overload
+
+from . import enqueueing as _enqueue
+
+if TYPE_CHECKING:
+    from .models import Job
+
+_registry: dict[str, JobDefinition] = {}
+
+
+@dataclass(frozen=True)
+class JobDefinition:
+    """A registered handler and its defaults. Made by :func:`job`; call it to run the handler
+    directly (in tests, say), or use :meth:`enqueue` to run it on a worker.
+
+    ``queue``, ``max_attempts`` and ``visibility_timeout`` of ``None`` fall back to the
+    ``JOBQ`` setting at enqueue time. ``visibility_timeout`` is in seconds.
+    """
+
+    func: Callable[..., Any]
+    kind: str
+    queue: str | None = None
+    priority: int = 0
+    max_attempts: int | None = None
+    visibility_timeout: float | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
+
+    @property
+    def signature(self) -> inspect.Signature:
+        return inspect.signature(self.func)
+
+    def payload_for(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """Map a call's arguments to the payload dict the handler will be called with.
+
+        Raises:
+            TypeError: the arguments do not fit the handler's signature.
+        """
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self.kind}: {exc}") from None
+        payload: dict[str, Any] = {}
+        for name, value in bound.arguments.items():
+            if self.signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+                payload.update(value)
+            else:
+                payload[name] = value
+        return payload
+
+    def using(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: Any = None,
+        delay: timedelta | float | None = None,
+        idempotency_key: str | None = None,
+        max_attempts: int | None = None,
+        visibility_timeout: timedelta | float | None = None,
+    ) -> JobDefinition:
+        """Return a copy whose :meth:`enqueue` uses these options (as :func:`enqueue` takes).
+
+        The copy is not registered; the registered definition is unchanged.
+        """
+        given = {
+            "queue": queue,
+            "priority": priority,
+            "run_at": run_at,
+            "delay": delay,
+            "idempotency_key": idempotency_key,
+            "max_attempts": max_attempts,
+            "visibility_timeout": visibility_timeout,
+        }
+        new = {key: value for key, value in given.items() if value is not None}
+        return dataclasses.replace(self, options={**self.options, **new})
+
+    def prepare(self, *args: Any, **kwargs: Any) -> _enqueue.PreparedJob:
+        """Validate a call and turn it into a job ready for :func:`~django_jobq.enqueue_many`.
+
+        Raises:
+            TypeError: the arguments do not fit the handler, or a value is not JSON.
+            ValueError: an option set with :meth:`using` is invalid.
+        """
+        return _enqueue.prepare_job(self.kind, self.payload_for(args, kwargs), **self.options)
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> Job:
+        """Enqueue a run of this handler with these arguments; return the :class:`Job`.
+
+        The row is written in the current transaction on the queue's database (see
+        :func:`django_jobq.enqueue` for the rules and the errors raised).
+        """
+        return _enqueue.enqueue_many([self.prepare(*args, **kwargs)])[0]
+
+
+def _validate_handler(func: Callable[..., Any]) -> None:
+    for parameter in inspect.signature(func).parameters.values():
+        if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY):
+            raise TypeError(
+                f"{func.__qualname__}: job handlers are called with keyword arguments from a "
+                f"JSON payload; parameter {parameter.name!r} cannot be passed by keyword."
+            )
+
+
+@overload
+def job(func: Callable[..., Any], /) -> JobDefinition: ...
+@overload
+def job(
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+    visibility_timeout: float | None = None,
+) -> Callable[[Callable[..., Any]], JobDefinition]: ...
+def job(
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+    visibility_timeout: float | None = None,
+) -> JobDefinition | Callable[[Callable[..., Any]], JobDefinition]:
+    """Register a function as a job handler: ``@job`` or ``@job(queue="emails", ...)``.
+
+    Args:
+        name: the kind; defaults to ``module.qualname`` of the function.
+        queue: default queue (``JOBQ['DEFAULT_QUEUE']`` if ``None``).
+        priority: default priority; higher runs first.
+        max_attempts: attempts before the job becomes a dead letter (>= 1).
+        visibility_timeout: lease length in seconds (> 0).
+
+    Returns:
+        A :class:`JobDefinition` wrapping the function.
+
+    Raises:
+        ValueError: an invalid name or option, or a name already registered by another
+            function.
+        TypeError: the function has positional-only or ``*args`` parameters.
+    """
+
+    def register(func: Callable[..., Any]) -> JobDefinition:
+        _validate_handler(func)
+        kind = name or f"{func.__module__}.{func.__qualname__}"
+        # Validate the defaults exactly as enqueue will (one set of rules).
+        _enqueue.validate_options(
+            kind=kind,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            visibility_timeout=visibility_timeout,
+        )
+        definition = JobDefinition(
+            func=func,
+            kind=kind,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            visibility_timeout=visibility_timeout,
+        )
+        existing = _registry.get(kind)
+        if existing is not None and _origin(existing.func) != _origin(func):
+            raise ValueError(
+                f"job kind {kind!r} is already registered by {_origin(existing.func)}; "
+                f"give one of them another name with @job(name=...)."
+            )
+        _registry[kind] = definition
+        return definition
+
+    return register(func) if func is not None else register
+
+
+def _origin(func: Callable[..., Any]) -> str:
+    return f"{func.__module__}.{func.__qualname__}"
+
+
+def get(kind: str) -> JobDefinition | None:
+    """Return the definition registered under ``kind``, or ``None``."""
+    return _registry.get(kind)
+
+
+def kinds() -> list[str]:
+    """Return every registered kind, sorted."""
+    return sorted(_registry)

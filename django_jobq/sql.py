@@ -1,0 +1,126 @@
+"""Every raw SQL statement django-jobq runs, named and explained once.
+
+Statements use psycopg's ``%(name)s`` placeholders and are always executed with parameters,
+never formatted with values. They work on a plain psycopg 3 cursor and on a Django cursor.
+Table names are those of ``models.py`` (``Meta.db_table``); a test checks they agree.
+
+Fencing: a job's ``attempts`` is the number of its current attempt and serves as the lease's
+fencing token. Every write a worker makes about a running job names ``(id, attempts)`` and
+``status = 'running'``, so a late write from a worker whose job was reclaimed matches no row.
+"""
+
+from __future__ import annotations
+
+# -- enqueue -------------------------------------------------------------------------------
+
+#: Insert one or many jobs in a single statement (one array per column, zipped by ``unnest``).
+#: ``run_at`` is either given or ``now() + delay`` on the database clock, so workers and web
+#: servers with skewed clocks agree. Idempotent enqueue: when a live job of the same kind
+#: already has the idempotency key, the no-op ``DO UPDATE`` returns that job instead of
+#: inserting; unlike ``DO NOTHING`` plus a read, this cannot miss a row that is deleted or
+#: committed in between. The caller removes duplicate keys within one batch first (one
+#: statement may not update a row twice). RETURNING yields one row per input row, in input
+#: order (as Django's ``bulk_create`` relies on); ``inserted`` is false for existing jobs.
+INSERT_JOBS = """
+INSERT INTO jobq_job (queue, kind, payload, priority, run_at, max_attempts,
+                      visibility_timeout, idempotency_key)
+SELECT queue, kind, payload, priority,
+       COALESCE(run_at, now() + make_interval(secs => delay_seconds)),
+       max_attempts, make_interval(secs => visibility_timeout_seconds), idempotency_key
+FROM unnest(%(queue)s::text[], %(kind)s::text[], %(payload)s::jsonb[], %(priority)s::integer[],
+            %(run_at)s::timestamptz[], %(delay_seconds)s::float8[], %(max_attempts)s::integer[],
+            %(visibility_timeout_seconds)s::float8[], %(idempotency_key)s::text[])
+     AS input(queue, kind, payload, priority, run_at, delay_seconds, max_attempts,
+              visibility_timeout_seconds, idempotency_key)
+ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL
+DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
+RETURNING *, (xmax = 0) AS inserted
+"""
+
+# -- claim ---------------------------------------------------------------------------------
+
+# One statement: lock up to ``limit`` ready, due rows in claim order, skipping rows other
+# claimers hold (SKIP LOCKED: never waits, never double-claims), then lease them. The
+# selection is a MATERIALIZED CTE so it runs exactly once: as a plain subquery the planner
+# may re-evaluate a LIMIT subquery inside a nested loop and lease more than ``limit`` rows.
+# Each claim consumes an attempt; the new attempt number is the lease's fencing token.
+_CLAIM_TEMPLATE = """
+WITH claimable AS MATERIALIZED (
+    SELECT id FROM jobq_job
+    WHERE status = 'ready' AND run_at <= now(){queue_filter}
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobq_job AS job
+SET status = 'running',
+    attempts = job.attempts + 1,
+    worker_id = %(worker_id)s,
+    started_at = now(),
+    lease_deadline = now() + job.visibility_timeout
+FROM claimable
+WHERE job.id = claimable.id
+RETURNING job.id, job.queue, job.kind, job.payload, job.priority, job.run_at, job.attempts,
+          job.max_attempts, job.visibility_timeout, job.lease_deadline
+"""
+
+#: Claim from the queues in ``%(queues)s`` (served by index ``jobq_job_claim_idx``).
+CLAIM_JOBS = _CLAIM_TEMPLATE.format(queue_filter=" AND queue = ANY(%(queues)s::text[])")
+#: Claim from every queue (served by index ``jobq_job_claim_all_idx``).
+CLAIM_JOBS_ANY_QUEUE = _CLAIM_TEMPLATE.format(queue_filter="")
+
+# -- outcomes (all fenced by attempt) ------------------------------------------------------
+
+#: Ack: delete finished jobs. Fenced: a pair whose attempt no longer holds the lease is
+#: ignored. Returns the ids actually acked.
+ACK_JOBS = """
+DELETE FROM jobq_job AS job
+USING unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS acked(id, attempt)
+WHERE job.id = acked.id AND job.attempts = acked.attempt AND job.status = 'running'
+RETURNING job.id
+"""
+
+#: Retry: make a failed attempt's job ready again after ``delay_seconds``, keeping its
+#: attempt count (the next claim consumes the next attempt). Fenced.
+RETRY_JOB = """
+UPDATE jobq_job
+SET status = 'ready',
+    run_at = now() + make_interval(secs => %(delay_seconds)s),
+    worker_id = '',
+    lease_deadline = NULL,
+    started_at = NULL,
+    last_error = %(error)s
+WHERE id = %(id)s AND attempts = %(attempt)s AND status = 'running'
+RETURNING id
+"""
+
+#: Dead-letter: move a job to the dead letters (copy + reason + error) and delete it, in one
+#: statement and so one transaction: the job is in exactly one of the two tables. Fenced.
+DEAD_LETTER_JOB = """
+WITH moved AS (
+    DELETE FROM jobq_job
+    WHERE id = %(id)s AND attempts = %(attempt)s AND status = 'running'
+    RETURNING *
+)
+INSERT INTO jobq_dead_letter (job_id, queue, kind, payload, priority, attempts, max_attempts,
+                              visibility_timeout, idempotency_key, created_at, reason,
+                              last_error, traceback, died_at)
+SELECT id, queue, kind, payload, priority, attempts, max_attempts, visibility_timeout,
+       idempotency_key, created_at, %(reason)s, %(error)s, %(traceback)s, now()
+FROM moved
+RETURNING job_id
+"""
+
+#: Release: hand back leased jobs that never started (a stopping worker's prefetch). The
+#: attempt the claim consumed is given back, so a release costs the job nothing. Fenced.
+RELEASE_JOBS = """
+UPDATE jobq_job AS job
+SET status = 'ready',
+    attempts = job.attempts - 1,
+    worker_id = '',
+    lease_deadline = NULL,
+    started_at = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS released(id, attempt)
+WHERE job.id = released.id AND job.attempts = released.attempt AND job.status = 'running'
+RETURNING job.id
+"""
