@@ -78,8 +78,10 @@ def claim(
     params: dict[str, Any] = {"limit": limit, "worker_id": worker_id}
     if queues is None:
         cursor.execute(sql.CLAIM_JOBS_ANY_QUEUE, params)
+    elif len(queues) == 1:
+        cursor.execute(sql.CLAIM_JOBS_ONE_QUEUE, {**params, "queue": next(iter(queues))})
     else:
-        cursor.execute(sql.CLAIM_JOBS, {**params, "queues": list(queues)})
+        cursor.execute(sql.CLAIM_JOBS_QUEUES, {**params, "queues": list(queues)})
     jobs = [ClaimedJob(*row) for row in cursor.fetchall()]
     # UPDATE ... RETURNING does not keep the CTE's order; restore the claim order.
     jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))

@@ -159,7 +159,12 @@ def job(
 
     def register(func: Callable[..., Any]) -> JobDefinition:
         _validate_handler(func)
-        kind = name or f"{func.__module__}.{func.__qualname__}"
+        if name is None and "<" in func.__qualname__:
+            raise ValueError(
+                f"{func.__qualname__} is not a module-level function, so it has no importable "
+                f"name to serve as its kind; give it one with @job(name=...)."
+            )
+        kind = name or _origin(func)
         # Validate the defaults exactly as enqueue will (one set of rules).
         _enqueue.validate_options(
             kind=kind,

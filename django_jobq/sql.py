@@ -64,9 +64,13 @@ RETURNING job.id, job.queue, job.kind, job.payload, job.priority, job.run_at, jo
           job.max_attempts, job.visibility_timeout, job.lease_deadline
 """
 
-#: Claim from the queues in ``%(queues)s`` (served by index ``jobq_job_claim_idx``).
-CLAIM_JOBS = _CLAIM_TEMPLATE.format(queue_filter=" AND queue = ANY(%(queues)s::text[])")
-#: Claim from every queue (served by index ``jobq_job_claim_all_idx``).
+#: Claim from one queue: an equality on ``queue`` lets ``jobq_job_claim_idx`` (queue,
+#: priority DESC, run_at, id) deliver rows already in claim order.
+CLAIM_JOBS_ONE_QUEUE = _CLAIM_TEMPLATE.format(queue_filter=" AND queue = %(queue)s")
+#: Claim from several queues. PostgreSQL 15 cannot read ``jobq_job_claim_idx`` in claim order
+#: for ``queue = ANY(...)``, so this walks ``jobq_job_claim_all_idx`` and filters by queue.
+CLAIM_JOBS_QUEUES = _CLAIM_TEMPLATE.format(queue_filter=" AND queue = ANY(%(queues)s::text[])")
+#: Claim from every queue (served by ``jobq_job_claim_all_idx``: priority DESC, run_at, id).
 CLAIM_JOBS_ANY_QUEUE = _CLAIM_TEMPLATE.format(queue_filter="")
 
 # -- outcomes (all fenced by attempt) ------------------------------------------------------

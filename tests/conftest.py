@@ -1,0 +1,99 @@
+"""Shared fixtures. Every test talks to a real PostgreSQL (DATABASE_URL, see README)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+import pytest
+from django.db import connection
+
+from django_jobq import db
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def connect(transactional_db: None) -> Iterator[Callable[..., psycopg.Connection[Any]]]:
+    """Open extra psycopg connections to the test database (closed after the test).
+
+    Data written by the test is committed (``transactional_db``), so these connections,
+    like a worker's, see it.
+    """
+    opened: list[psycopg.Connection[Any]] = []
+
+    def open_connection(*, autocommit: bool = True) -> psycopg.Connection[Any]:
+        conn = db.connect(application_name="jobq tests")
+        conn.autocommit = autocommit
+        opened.append(conn)
+        return conn
+
+    yield open_connection
+    for conn in opened:
+        conn.close()
+
+
+@pytest.fixture
+def queue_cursor(connect: Callable[..., psycopg.Connection[Any]]) -> psycopg.Cursor[Any]:
+    """An autocommit cursor on the queue database, as the worker has."""
+    return connect().cursor()
+
+
+def database_url() -> str:
+    """The URL of the test database (pytest-django's ``test_…`` name)."""
+    settings = connection.settings_dict
+    user = quote(settings["USER"] or "")
+    password = f":{quote(settings['PASSWORD'])}" if settings["PASSWORD"] else ""
+    host = settings["HOST"] or "127.0.0.1"
+    port = settings["PORT"] or 5432
+    return f"postgres://{user}{password}@{host}:{port}/{settings['NAME']}"
+
+
+@pytest.fixture
+def manage(transactional_db: None) -> Callable[..., subprocess.Popen[str]]:
+    """Start ``manage.py <args>`` as a real subprocess on the test database."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "testproject")]),
+    }
+    started: list[subprocess.Popen[str]] = []
+
+    def start(*args: str, **extra_env: str) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            [sys.executable, str(REPO_ROOT / "testproject" / "manage.py"), *args],
+            env={**env, **extra_env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def wait_until(predicate: Callable[[], Any], *, timeout: float = 20.0, what: str = "") -> Any:
+    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` seconds
+    pass (AssertionError). For waiting on another process; never a stand-in for a sleep."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+        time.sleep(0.02)

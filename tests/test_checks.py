@@ -1,0 +1,60 @@
+"""Configuration errors fail ``manage.py check`` with an id, not a worker at run time."""
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.test.utils import override_settings
+
+from django_jobq.checks import check_settings
+from django_jobq.conf import get_settings
+
+
+def check_ids():
+    return [error.id for error in check_settings()]
+
+
+def test_default_configuration_passes():
+    assert check_ids() == []
+
+
+@override_settings(JOBQ={"DATABASE": "other"})
+def test_a_queue_database_that_is_not_postgresql_is_e001():
+    (error,) = check_settings()
+    assert error.id == "django_jobq.E001"
+    assert "sqlite" in error.msg
+
+
+@pytest.mark.parametrize(
+    ("jobq", "expected"),
+    [
+        ([], ["django_jobq.E002"]),
+        ({"MAX_ATTEMPT": 3}, ["django_jobq.E002"]),
+        ({"MAX_ATTEMPTS": 0}, ["django_jobq.E003"]),
+        ({"MAX_ATTEMPTS": True}, ["django_jobq.E003"]),
+        ({"VISIBILITY_TIMEOUT": 0}, ["django_jobq.E003"]),
+        ({"VISIBILITY_TIMEOUT": "30"}, ["django_jobq.E003"]),
+        ({"POLL_INTERVAL": -1}, ["django_jobq.E003"]),
+        ({"RETRY_DELAY": -1}, ["django_jobq.E003"]),
+        ({"DEFAULT_QUEUE": "has space"}, ["django_jobq.E003"]),
+        ({"DATABASE": "missing"}, ["django_jobq.E004"]),
+    ],
+)
+def test_invalid_settings_have_an_error_id(jobq, expected):
+    with override_settings(JOBQ=jobq):
+        assert check_ids() == expected
+        if expected != ["django_jobq.E004"]:
+            with pytest.raises(ImproperlyConfigured, match=expected[0]):
+                get_settings()
+
+
+def test_manage_py_check_reports_the_error():
+    from django.core.management.base import SystemCheckError
+
+    with override_settings(JOBQ={"MAX_ATTEMPTS": 0}), pytest.raises(SystemCheckError) as info:
+        call_command("check")
+    assert "django_jobq.E003" in str(info.value)
+
+
+@pytest.mark.django_db
+def test_models_and_migrations_agree():
+    call_command("makemigrations", "--check", "--dry-run", verbosity=0)

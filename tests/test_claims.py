@@ -1,0 +1,190 @@
+"""Claims: one statement, SKIP LOCKED, claim order, and never more than the limit."""
+
+import threading
+from datetime import timedelta
+
+import psycopg
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from django_jobq import enqueue_many, leases, sql
+from django_jobq.models import Job
+from tests.factories import JobFactory
+from tests.testapp.jobs import record
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def enqueue_labels(count, **options):
+    return enqueue_many([record.using(**options).prepare(f"job-{n}") for n in range(count)])
+
+
+def run_claimers(connect, count, *, limit, rounds=None):
+    """Start ``count`` threads, each claiming with its own connection until the queue is empty.
+    Returns the list of claim results (lists of job ids) per thread."""
+    results = [[] for _ in range(count)]
+    start = threading.Barrier(count)
+    connections = [connect() for _ in range(count)]
+
+    def claimer(index):
+        cursor = connections[index].cursor()
+        start.wait()
+        while True:
+            claimed = leases.claim(cursor, worker_id=f"claimer-{index}", limit=limit)
+            if not claimed:
+                return
+            results[index].append([job.id for job in claimed])
+            leases.ack_many(cursor, [job.lease for job in claimed])
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def test_two_concurrent_workers_never_get_the_same_job_and_drain_all(connect):
+    ids = {job.pk for job in enqueue_labels(100)}
+    results = run_claimers(connect, 2, limit=1)
+    claimed = [job_id for per_worker in results for batch in per_worker for job_id in batch]
+    assert len(claimed) == len(set(claimed)) == 100
+    assert set(claimed) == ids
+    assert not Job.objects.exists()
+
+
+def test_a_locked_row_is_skipped_not_waited_on(connect):
+    first, second = enqueue_labels(2)
+    holder = connect(autocommit=False)
+    held = leases.claim(holder.cursor(), worker_id="holder", limit=1)  # transaction left open
+    assert [job.id for job in held] == [first.pk]
+
+    other = connect()
+    # If the claim waited for the holder's row lock, this would fail after 100 ms.
+    other.execute("SET lock_timeout = '100ms'")
+    claimed = leases.claim(other.cursor(), worker_id="other", limit=2)
+    assert [job.id for job in claimed] == [second.pk]
+
+    holder.rollback()  # the holder's claim never happened: the row is ready again
+    assert [job.id for job in leases.claim(other.cursor(), worker_id="other", limit=2)] == [
+        first.pk
+    ]
+
+
+def test_claim_never_returns_more_than_its_limit_under_concurrency(connect):
+    enqueue_labels(600)
+    results = run_claimers(connect, 6, limit=3)
+    batches = [batch for per_worker in results for batch in per_worker]
+    assert max(len(batch) for batch in batches) <= 3
+    claimed = [job_id for batch in batches for job_id in batch]
+    assert len(claimed) == len(set(claimed)) == 600
+
+
+def test_claim_leases_exactly_the_rows_it_returns(queue_cursor):
+    enqueue_labels(50)
+    claimed = leases.claim(queue_cursor, worker_id="w", limit=7)
+    running = Job.objects.filter(status=Job.Status.RUNNING)
+    assert len(claimed) == 7
+    assert {job.id for job in claimed} == set(running.values_list("id", flat=True))
+    for job in running:
+        assert (job.attempts, job.worker_id) == (1, "w")
+        assert job.lease_deadline - job.started_at == job.visibility_timeout
+
+
+def test_non_positive_limit_returns_nothing_without_a_query():
+    class NoQueryCursor:
+        def execute(self, *args):
+            raise AssertionError("claim with limit <= 0 queried the database")
+
+    assert leases.claim(NoQueryCursor(), worker_id="w", limit=0) == []
+    assert leases.claim(NoQueryCursor(), worker_id="w", limit=-1) == []
+
+
+def test_claim_order_is_priority_then_run_at_then_id(queue_cursor):
+    now = timezone.now()
+    low = JobFactory(priority=0, run_at=now - timedelta(minutes=5))
+    high_late = JobFactory(priority=5, run_at=now - timedelta(minutes=1))
+    high_early = JobFactory(priority=5, run_at=now - timedelta(minutes=2))
+    high_early_twin = JobFactory(priority=5, run_at=high_early.run_at)
+    negative = JobFactory(priority=-1, run_at=now - timedelta(hours=1))
+    claimed = leases.claim(queue_cursor, worker_id="w", limit=10)
+    assert [job.id for job in claimed] == [
+        high_early.pk,
+        high_early_twin.pk,
+        high_late.pk,
+        low.pk,
+        negative.pk,
+    ]
+    one_at_a_time = [JobFactory(priority=p).pk for p in (1, 3, 2)]
+    assert [leases.claim(queue_cursor, worker_id="w", limit=1)[0].id for _ in range(3)] == [
+        one_at_a_time[1],
+        one_at_a_time[2],
+        one_at_a_time[0],
+    ]
+
+
+def test_future_run_at_is_not_claimed_early(queue_cursor):
+    later = record.using(delay=timedelta(hours=1)).enqueue("later")
+    due = record.enqueue("now")
+    assert [job.id for job in leases.claim(queue_cursor, worker_id="w", limit=10)] == [due.pk]
+    Job.objects.filter(pk=later.pk).update(run_at=timezone.now() - timedelta(seconds=1))
+    assert [job.id for job in leases.claim(queue_cursor, worker_id="w", limit=10)] == [later.pk]
+
+
+def test_claim_takes_only_the_named_queues(queue_cursor):
+    emails = record.using(queue="emails").enqueue("e")
+    reports = record.using(queue="reports").enqueue("r")
+    other = record.using(queue="other").enqueue("o")
+    claimed = leases.claim(queue_cursor, worker_id="w", limit=10, queues=["emails", "reports"])
+    assert {job.id for job in claimed} == {emails.pk, reports.pk}
+    claimed = leases.claim(queue_cursor, worker_id="w", limit=10, queues=["other"])
+    assert [job.id for job in claimed] == [other.pk]
+
+
+@pytest.mark.parametrize(
+    ("statement", "params", "index"),
+    [
+        (sql.CLAIM_JOBS_ONE_QUEUE, {"queue": "rare"}, "jobq_job_claim_idx"),
+        (sql.CLAIM_JOBS_ANY_QUEUE, {}, "jobq_job_claim_all_idx"),
+    ],
+)
+def test_claim_uses_its_partial_index_on_a_large_table(connect, statement, params, index):
+    # 20,000 ready jobs in a busy queue, 20 in a rare one, and 20,000 running jobs that the
+    # partial indexes leave out. Claiming the rare queue must not walk the busy one.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO jobq_job (queue, kind, payload, run_at, max_attempts, "
+            "visibility_timeout, status) "
+            "SELECT CASE WHEN n <= 40 THEN 'rare' ELSE 'busy' END, 'k', '{}', "
+            "now() - interval '1 hour', 5, interval '30 s', "
+            "CASE WHEN n % 2 = 0 THEN 'ready' ELSE 'running' END "
+            "FROM generate_series(1, 40000) AS n"
+        )
+        cursor.execute("ANALYZE jobq_job")
+    conn = connect()
+    # Ask the planner as a worker's connection would (server-side parameters).
+    plan = "\n".join(
+        row[0]
+        for row in conn.execute(
+            "EXPLAIN " + statement, {"limit": 10, "worker_id": "w", **params}
+        ).fetchall()
+    )
+    assert f"Index Scan using {index}" in plan, plan
+    assert "Sort" not in plan, plan
+
+
+def test_sql_names_the_model_tables():
+    from django_jobq.models import DeadLetter, DedupKey
+
+    assert "INSERT INTO jobq_job " in sql.INSERT_JOBS
+    assert "INSERT INTO jobq_dead_letter " in sql.DEAD_LETTER_JOB
+    assert (Job._meta.db_table, DeadLetter._meta.db_table, DedupKey._meta.db_table) == (
+        "jobq_job",
+        "jobq_dead_letter",
+        "jobq_dedup_key",
+    )
+
+
+def test_psycopg_is_version_3():
+    assert psycopg.__version__.split(".")[0] == "3"

@@ -1,0 +1,195 @@
+"""Enqueue: what is written, the defaults it fills in, and the bad input it refuses."""
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext, override_settings
+from django.utils import timezone
+
+from django_jobq import enqueue, enqueue_many, job
+from django_jobq.models import Job
+from tests.testapp.jobs import always_fails, record, wait_for_lock
+
+pytestmark = pytest.mark.django_db
+
+
+def test_handler_enqueue_writes_a_ready_job_with_the_call_as_payload():
+    saved = record.enqueue("hello")
+
+    row = Job.objects.get()
+    assert saved.pk == row.pk
+    assert row.kind == "tests.testapp.jobs.record"
+    assert row.payload == {"label": "hello"}
+    assert row.status == Job.Status.READY
+    assert row.attempts == 0
+    assert row.queue == "default"
+    assert row.max_attempts == 5  # JOBQ default
+    assert row.visibility_timeout == timedelta(seconds=30)
+    assert row.run_at <= timezone.now()
+
+
+def test_defaults_come_from_the_job_decorator_then_the_setting():
+    assert wait_for_lock.enqueue(lock_id=1, label="x").queue == "slow"
+    assert always_fails.enqueue().max_attempts == 2
+    with override_settings(JOBQ={"DEFAULT_QUEUE": "bulk", "MAX_ATTEMPTS": 9}):
+        plain = record.enqueue("y")
+    assert (plain.queue, plain.max_attempts) == ("bulk", 9)
+
+
+def test_using_overrides_options_for_one_enqueue_only():
+    run_at = datetime(2030, 1, 1, tzinfo=UTC)
+    saved = record.using(
+        priority=5, run_at=run_at, queue="other", max_attempts=3, visibility_timeout=7
+    ).enqueue(label="x")
+    row = Job.objects.get(pk=saved.pk)
+    assert (row.priority, row.run_at, row.queue, row.max_attempts) == (5, run_at, "other", 3)
+    assert row.visibility_timeout == timedelta(seconds=7)
+    assert record.enqueue("y").priority == 0
+
+
+def test_delay_is_counted_on_the_database_clock():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        before = cursor.fetchone()[0]
+    saved = record.using(delay=timedelta(minutes=5)).enqueue("later")
+    assert before + timedelta(minutes=5) <= saved.run_at <= before + timedelta(minutes=6)
+    assert record.using(delay=90).enqueue("seconds").run_at >= before + timedelta(seconds=90)
+
+
+def test_enqueue_by_kind_name_validates_against_the_registered_handler():
+    saved = enqueue("tests.testapp.jobs.record", {"label": "by name"}, priority=3)
+    assert (saved.kind, saved.payload, saved.priority) == (
+        "tests.testapp.jobs.record",
+        {"label": "by name"},
+        3,
+    )
+    with pytest.raises(TypeError, match="missing a required argument: 'label'"):
+        enqueue("tests.testapp.jobs.record", {"lable": "typo"})
+    assert Job.objects.count() == 1
+
+
+def test_a_kind_not_registered_here_is_accepted_for_another_worker():
+    saved = enqueue("billing.jobs.charge", {"invoice": 7})
+    assert Job.objects.get(pk=saved.pk).kind == "billing.jobs.charge"
+
+
+def test_payload_values_go_through_django_json_encoder():
+    saved = enqueue(
+        "some.kind", {"when": datetime(2026, 1, 2, 3, 4, tzinfo=UTC), "amount": Decimal("1.50")}
+    )
+    assert Job.objects.get(pk=saved.pk).payload == {
+        "when": "2026-01-02T03:04:00Z",
+        "amount": "1.50",
+    }
+
+
+def test_enqueue_many_inserts_every_job_in_one_statement_in_input_order():
+    with CaptureQueriesContext(connection) as queries:
+        saved = enqueue_many(
+            [record.prepare(label=f"n{i}") for i in range(500)]
+            + [{"kind": "tests.testapp.jobs.record", "payload": {"label": "dict"}, "priority": 2}]
+        )
+    assert len(queries.captured_queries) == 1
+    assert [job.payload["label"] for job in saved] == [f"n{i}" for i in range(500)] + ["dict"]
+    assert Job.objects.count() == 501
+    assert saved[-1].priority == 2
+
+
+def test_enqueue_many_of_nothing_does_nothing():
+    with CaptureQueriesContext(connection) as queries:
+        assert enqueue_many([]) == []
+    assert queries.captured_queries == []
+
+
+def test_an_idempotency_key_returns_the_live_job_instead_of_a_second_row():
+    first = record.using(idempotency_key="welcome-42").enqueue("a")
+    again = record.using(idempotency_key="welcome-42").enqueue("b")
+    twins = enqueue_many([record.using(idempotency_key="k").prepare("c")] * 2)
+    assert again.pk == first.pk
+    assert again.payload == {"label": "a"}
+    assert twins[0].pk == twins[1].pk
+    assert Job.objects.count() == 2
+    # Another kind may use the same key.
+    assert always_fails.using(idempotency_key="welcome-42").enqueue().pk != first.pk
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda: record.enqueue(label=object()), TypeError, r"payload\['label'\]"),
+        (
+            lambda: enqueue("some.kind", {"items": [1, {"at": {1, 2}}]}),
+            TypeError,
+            r"payload\['items'\]\[1\]\['at'\]",
+        ),
+        (lambda: enqueue("some.kind", {"n": float("nan")}), TypeError, r"payload\['n'\]"),
+        (lambda: enqueue("some.kind", {"s": "a\x00b"}), TypeError, r"payload\['s'\].*NUL"),
+        (lambda: enqueue("some.kind", {1: "x"}), TypeError, r"payload\[1\]"),
+        (lambda: enqueue("some.kind", ["not", "a", "dict"]), TypeError, "must be a dict"),
+        (lambda: record.enqueue(), TypeError, "missing a required argument: 'label'"),
+        (lambda: record.using(queue="no spaces").enqueue("x"), ValueError, "invalid queue"),
+        (lambda: record.using(queue="").enqueue("x"), ValueError, "invalid queue"),
+        (lambda: enqueue("bad kind!", {}), ValueError, "invalid job kind"),
+        (lambda: record.using(delay=-1).enqueue("x"), ValueError, "delay must not be negative"),
+        (
+            lambda: record.using(delay=timedelta(seconds=-5)).enqueue("x"),
+            ValueError,
+            "delay must not be negative",
+        ),
+        (
+            lambda: record.using(run_at=timezone.now(), delay=5).enqueue("x"),
+            ValueError,
+            "run_at or delay, not both",
+        ),
+        (lambda: record.using(max_attempts=0).enqueue("x"), ValueError, "max_attempts"),
+        (lambda: record.using(max_attempts=-3).enqueue("x"), ValueError, "max_attempts"),
+        (lambda: record.using(visibility_timeout=0).enqueue("x"), ValueError, "visibility"),
+        (
+            lambda: record.using(run_at=datetime(2030, 1, 1)).enqueue("x"),  # noqa: DTZ001
+            ValueError,
+            "timezone-aware",
+        ),
+        (lambda: record.using(priority=2**31).enqueue("x"), ValueError, "priority"),
+        (lambda: record.using(idempotency_key="k" * 201).enqueue("x"), ValueError, "key"),
+    ],
+)
+def test_bad_input_raises_a_clear_error_and_writes_nothing(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+    assert not Job.objects.exists()
+
+
+def test_one_bad_item_in_enqueue_many_writes_none_of_them():
+    with pytest.raises(TypeError, match=r"payload\['label'\]"):
+        enqueue_many([record.prepare("ok"), record.prepare(label=object())])
+    assert not Job.objects.exists()
+
+
+def test_job_decorator_refuses_invalid_definitions():
+    with pytest.raises(ValueError, match="invalid queue"):
+        job(name="tests.bad_queue", queue="bad queue")(lambda: None)
+    with pytest.raises(ValueError, match="not a module-level function"):
+        job(lambda: None)
+    with pytest.raises(ValueError, match="max_attempts"):
+        job(name="tests.zero", max_attempts=0)(lambda: None)
+    with pytest.raises(TypeError, match="cannot be passed by keyword"):
+
+        @job(name="tests.varargs")
+        def varargs(*items):
+            pass
+
+    with pytest.raises(ValueError, match="already registered"):
+
+        @job(name="tests.testapp.jobs.record")
+        def impostor(label):
+            pass
+
+
+def test_calling_the_handler_directly_runs_it_without_a_queue():
+    record("direct")
+    from tests.testapp.models import Effect
+
+    assert Effect.objects.get().label == "direct"
+    assert not Job.objects.exists()

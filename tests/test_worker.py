@@ -1,0 +1,104 @@
+"""The worker, in process: handlers run, and each outcome is recorded as an ack, a retry or
+a dead letter. (Real worker processes are tested in tests/acceptance.)"""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import override_settings
+from django.utils import timezone
+
+from django_jobq.models import DeadLetter, Job
+from django_jobq.worker import Worker
+from tests.factories import JobFactory
+from tests.testapp.jobs import always_fails, record
+from tests.testapp.models import Effect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run_burst(**options):
+    return Worker(burst=True, poll_interval=0.05, **options).run()
+
+
+def test_successful_jobs_run_once_and_are_acked():
+    for n in range(20):
+        record.enqueue(f"e{n}")
+    stats = run_burst(concurrency=3, batch_size=4)
+    assert sorted(Effect.objects.values_list("label", flat=True)) == sorted(
+        f"e{n}" for n in range(20)
+    )
+    assert not Job.objects.exists()
+    assert (stats.claimed, stats.tally.succeeded) == (20, 20)
+
+
+def test_a_failing_job_is_retried_after_the_delay_with_its_error():
+    with override_settings(JOBQ={"RETRY_DELAY": 3600}):
+        always_fails.enqueue(reason="flaky partner")
+        stats = run_burst()
+    job = Job.objects.get()
+    assert (job.status, job.attempts) == ("ready", 1)
+    assert job.last_error == "RuntimeError: flaky partner"
+    assert job.run_at > timezone.now() + timedelta(minutes=59)
+    assert stats.tally.retried == 1
+
+
+def test_the_last_failed_attempt_becomes_a_dead_letter_with_traceback():
+    with override_settings(JOBQ={"RETRY_DELAY": 0}):
+        always_fails.enqueue(reason="poison")  # max_attempts=2
+        run_burst()
+    assert not Job.objects.exists()
+    dead = DeadLetter.objects.get()
+    assert (dead.reason, dead.attempts, dead.last_error) == (
+        "max attempts exceeded",
+        2,
+        "RuntimeError: poison",
+    )
+    assert 'raise RuntimeError(reason)' in dead.traceback
+
+
+def test_an_unknown_kind_becomes_a_dead_letter_and_the_worker_carries_on():
+    JobFactory(kind="removed.in.last.deploy", payload={"x": 1})
+    record.enqueue("after")
+    stats = run_burst()
+    dead = DeadLetter.objects.get()
+    assert (dead.kind, dead.reason, dead.payload) == (
+        "removed.in.last.deploy",
+        "unknown kind",
+        {"x": 1},
+    )
+    assert "no handler is registered" in dead.last_error
+    assert Effect.objects.get().label == "after"
+    assert stats.tally.dead_lettered == 1
+
+
+def test_a_payload_the_handler_cannot_take_is_a_failed_attempt_not_a_crash():
+    JobFactory(kind="tests.testapp.jobs.record", payload={"wrong": 1}, max_attempts=1)
+    run_burst()
+    assert "unexpected keyword argument 'wrong'" in DeadLetter.objects.get().last_error
+
+
+def test_worker_claims_only_its_queues():
+    record.using(queue="mine").enqueue("mine")
+    theirs = record.using(queue="theirs").enqueue("theirs")
+    run_burst(queues=["mine"])
+    assert Effect.objects.get().label == "mine"
+    assert list(Job.objects.values_list("pk", flat=True)) == [theirs.pk]
+
+
+def test_handlers_get_a_fresh_django_connection_after_a_broken_one():
+    """close_old_connections() runs around every job, as around a request."""
+    record.enqueue("first")
+    record.enqueue("second")
+    run_burst()
+    assert Effect.objects.count() == 2
+    assert connection.is_usable()
+
+
+def test_worker_options_are_validated():
+    with pytest.raises(ValueError, match="concurrency"):
+        Worker(concurrency=0)
+    with pytest.raises(ValueError, match="batch_size"):
+        Worker(batch_size=0)
+    with pytest.raises(ValueError, match="poll_interval"):
+        Worker(poll_interval=0)
