@@ -299,18 +299,22 @@ def enqueue_many(jobs: Iterable[PreparedJob | Mapping[str, Any]]) -> list[Job]:
 
 
 def _unsaved_job(job: PreparedJob) -> Job:
-    return Job(
+    """The :class:`Job` a prepared job becomes; ``run_at`` stays unset for a delay (the
+    database computes it)."""
+    instance = Job(
         queue=job.queue,
         kind=job.kind,
         payload=json.loads(job.payload_json),
         priority=job.priority,
         status=Job.Status.READY,
-        run_at=job.run_at,
         attempts=0,
         max_attempts=job.max_attempts,
         visibility_timeout=timedelta(seconds=job.visibility_timeout_seconds),
         idempotency_key=job.idempotency_key,
     )
+    if job.run_at is not None:
+        instance.run_at = job.run_at
+    return instance
 
 
 def _insert(alias: str, jobs: Sequence[PreparedJob]) -> list[Job]:

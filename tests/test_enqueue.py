@@ -147,7 +147,7 @@ def test_an_idempotency_key_returns_the_live_job_instead_of_a_second_row():
         (lambda: record.using(max_attempts=-3).enqueue("x"), ValueError, "max_attempts"),
         (lambda: record.using(visibility_timeout=0).enqueue("x"), ValueError, "visibility"),
         (
-            lambda: record.using(run_at=datetime(2030, 1, 1)).enqueue("x"),  # noqa: DTZ001
+            lambda: record.using(run_at=datetime(2030, 1, 1)).enqueue("x"),
             ValueError,
             "timezone-aware",
         ),

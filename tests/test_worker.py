@@ -54,7 +54,7 @@ def test_the_last_failed_attempt_becomes_a_dead_letter_with_traceback():
         2,
         "RuntimeError: poison",
     )
-    assert 'raise RuntimeError(reason)' in dead.traceback
+    assert "raise RuntimeError(reason)" in dead.traceback
 
 
 def test_an_unknown_kind_becomes_a_dead_letter_and_the_worker_carries_on():

@@ -4,7 +4,6 @@ import django.core.serializers.json
 import django.db.models.functions.datetime
 from django.db import migrations, models
 
-
 # The jobs table is small but hot: every job is inserted, updated and deleted within seconds.
 # Vacuum it after 1% of rows change (the default waits for 20%) and without cost-based
 # throttling, so dead tuples do not pile up in front of the claim index; fillfactor 80 leaves

@@ -91,7 +91,7 @@ class ExecutorPool:
 
     def take_unstarted(self) -> list[ClaimedJob]:
         """Remove and return the jobs no thread has started."""
-        taken = []
+        taken: list[ClaimedJob] = []
         while True:
             try:
                 job = self._jobs.get_nowait()

@@ -113,7 +113,7 @@ class Command(BaseCommand):
         jobq_logger = logging.getLogger("django_jobq")
         if jobq_logger.handlers:
             return
-        handler = logging.StreamHandler(self.stderr._out)
+        handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         jobq_logger.addHandler(handler)
         jobq_logger.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
