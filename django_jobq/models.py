@@ -92,9 +92,6 @@ class DeadLetter(models.Model):
 
         MAX_ATTEMPTS_EXCEEDED = "max attempts exceeded"
         UNKNOWN_KIND = "unknown kind"
-        FAILED = "failed"
-        EXPIRED = "expired"
-        LEASE_EXPIRED_ON_FINAL_ATTEMPT = "lease expired on final attempt"
 
     id = models.BigAutoField(primary_key=True)
     job_id = models.BigIntegerField(help_text="The id the job had in the jobs table.")

@@ -200,8 +200,3 @@ def _origin(func: Callable[..., Any]) -> str:
 def get(kind: str) -> JobDefinition | None:
     """Return the definition registered under ``kind``, or ``None``."""
     return _registry.get(kind)
-
-
-def kinds() -> list[str]:
-    """Return every registered kind, sorted."""
-    return sorted(_registry)

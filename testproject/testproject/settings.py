@@ -23,6 +23,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_jobq",
+    "shop",
 ]
 
 MIDDLEWARE = [
@@ -56,7 +57,10 @@ WSGI_APPLICATION = "testproject.wsgi.application"
 
 DATABASES = {
     "default": dj_database_url.config(
-        default="postgres://postgres@127.0.0.1:5432/jobq", conn_max_age=0
+        default="postgres://postgres@127.0.0.1:5432/jobq",
+        # The demo's workers run with 60, as a deployment would: with 0 (Django's default)
+        # every job opens a new database connection.
+        conn_max_age=int(os.environ.get("CONN_MAX_AGE", "0")),
     ),
 }
 
@@ -64,6 +68,11 @@ USE_TZ = True
 TIME_ZONE = "UTC"
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# The shop's jobs (testproject/shop/jobs.py) send email and call a partner's webhook.
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.locmem.EmailBackend")
+DEFAULT_FROM_EMAIL = "shop@example.com"
+SHOP_WEBHOOK_URL = os.environ.get("SHOP_WEBHOOK_URL", "http://127.0.0.1:8765/hook")
 
 JOBQ = {
     "RETRY_DELAY": 1,
