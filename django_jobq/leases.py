@@ -1,4 +1,4 @@
-"""Claim, ack, retry, dead-letter and release: the fenced writes that move a leased job.
+"""Claim, heartbeat, ack, retry, dead-letter and release: the fenced writes about a job.
 
 Each function takes a cursor (a psycopg 3 cursor or a Django cursor on the queue database)
 and runs one statement from :mod:`django_jobq.sql`. A write about a running job is fenced
@@ -58,6 +58,11 @@ class ClaimedJob:
     def is_final_attempt(self) -> bool:
         return self.attempt >= self.max_attempts
 
+    @property
+    def attempts_exhausted(self) -> bool:
+        """True for a job reclaimed after its final attempt's lease lapsed: it must not run."""
+        return self.attempt > self.max_attempts
+
 
 def claim(
     cursor: Cursor, *, worker_id: str, limit: int, queues: Collection[str] | None = None
@@ -68,6 +73,10 @@ def claim(
         worker_id: recorded on each claimed job (shown in the admin).
         limit: the most jobs to claim; ``limit <= 0`` returns ``[]`` without a query.
         queues: claim only from these queues; ``None`` means every queue.
+
+    Jobs whose lease lapsed (their worker died or stalled) are claimable again, before
+    ready jobs; such a reclaim consumes an attempt. A reclaimed job whose lapsed attempt was
+    its last has ``attempts_exhausted`` set: the caller dead-letters it instead of running it.
 
     Returns:
         The claimed jobs in claim order. Rows locked by another claimer are skipped, never
@@ -83,7 +92,7 @@ def claim(
     else:
         cursor.execute(sql.CLAIM_JOBS_QUEUES, {**params, "queues": list(queues)})
     jobs = [ClaimedJob(*row) for row in cursor.fetchall()]
-    # UPDATE ... RETURNING does not keep the CTE's order; restore the claim order.
+    # UPDATE ... RETURNING does not keep the CTEs' order; hand jobs out in claim order.
     jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
     return jobs
 
@@ -106,6 +115,19 @@ def ack_many(cursor: Cursor, leases: Sequence[Lease]) -> set[int]:
 def ack(cursor: Cursor, job_id: int, attempt: int) -> bool:
     """Delete a finished job; ``False`` if ``attempt`` no longer holds its lease."""
     return job_id in ack_many(cursor, [Lease(job_id, attempt)])
+
+
+def heartbeat(cursor: Cursor, leases: Sequence[Lease]) -> dict[int, datetime]:
+    """Extend held leases to ``now() + visibility_timeout`` in one statement.
+
+    Returns ``{job id: new lease deadline}`` for the leases extended. A lease missing from the
+    result is lost: another attempt holds the job, or its deadline had already passed
+    (a lapsed lease is never revived, since another worker may be reclaiming it).
+    """
+    if not leases:
+        return {}
+    cursor.execute(sql.HEARTBEAT_JOBS, _lease_arrays(leases))
+    return {job_id: deadline for job_id, deadline in cursor.fetchall()}
 
 
 def retry(cursor: Cursor, job_id: int, attempt: int, *, delay: float, error: str) -> bool:

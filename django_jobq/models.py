@@ -36,7 +36,9 @@ class Job(models.Model):
     max_attempts = models.PositiveIntegerField(default=5)
     visibility_timeout = models.DurationField(help_text="Lease length granted by each claim.")
     lease_deadline = models.DateTimeField(
-        null=True, blank=True, help_text="While running: when the lease lapses."
+        null=True,
+        blank=True,
+        help_text="While running: when the lease lapses unless a heartbeat extends it.",
     )
     worker_id = models.CharField(max_length=200, blank=True, db_default="")
     # NULL (not "") means "no key": the partial unique constraint ignores NULLs.
@@ -65,6 +67,12 @@ class Job(models.Model):
                 name="jobq_job_claim_all_idx",
                 condition=models.Q(status="ready"),
             ),
+            # Serves the reclaim of jobs whose lease has lapsed (few rows: the running ones).
+            models.Index(
+                fields=["lease_deadline"],
+                name="jobq_job_lease_idx",
+                condition=models.Q(status="running"),
+            ),
         ]
         constraints = [
             # Idempotent enqueue: one live job per (kind, idempotency key).
@@ -92,6 +100,7 @@ class DeadLetter(models.Model):
 
         MAX_ATTEMPTS_EXCEEDED = "max attempts exceeded"
         UNKNOWN_KIND = "unknown kind"
+        LEASE_EXPIRED_ON_FINAL_ATTEMPT = "lease expired on final attempt"
 
     id = models.BigAutoField(primary_key=True)
     job_id = models.BigIntegerField(help_text="The id the job had in the jobs table.")

@@ -28,7 +28,9 @@ class JobDefinition:
     directly (in tests, say), or use :meth:`enqueue` to run it on a worker.
 
     ``queue``, ``max_attempts`` and ``visibility_timeout`` of ``None`` fall back to the
-    ``JOBQ`` setting at enqueue time. ``visibility_timeout`` is in seconds.
+    ``JOBQ`` setting at enqueue time. ``visibility_timeout`` and ``max_runtime`` are in
+    seconds. With ``takes_context`` the handler's first parameter receives a
+    :class:`~django_jobq.context.JobContext` and is not part of the payload.
     """
 
     func: Callable[..., Any]
@@ -37,6 +39,8 @@ class JobDefinition:
     priority: int = 0
     max_attempts: int | None = None
     visibility_timeout: float | None = None
+    max_runtime: float | None = None
+    takes_context: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -44,7 +48,12 @@ class JobDefinition:
 
     @property
     def signature(self) -> inspect.Signature:
-        return inspect.signature(self.func)
+        """The handler's parameters that the payload fills (the context one left out)."""
+        signature = inspect.signature(self.func)
+        if self.takes_context:
+            parameters = list(signature.parameters.values())[1:]
+            signature = signature.replace(parameters=parameters)
+        return signature
 
     def payload_for(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Map a call's arguments to the payload dict the handler will be called with.
@@ -109,8 +118,16 @@ class JobDefinition:
         return _enqueue.enqueue_many([self.prepare(*args, **kwargs)])[0]
 
 
-def _validate_handler(func: Callable[..., Any]) -> None:
-    for parameter in inspect.signature(func).parameters.values():
+def _validate_handler(func: Callable[..., Any], takes_context: bool) -> None:
+    parameters = list(inspect.signature(func).parameters.values())
+    if takes_context:
+        if not parameters:
+            raise TypeError(
+                f"{func.__qualname__}: takes_context=True, so its first parameter receives "
+                f"the JobContext, but it has no parameters."
+            )
+        parameters = parameters[1:]
+    for parameter in parameters:
         if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY):
             raise TypeError(
                 f"{func.__qualname__}: job handlers are called with keyword arguments from a "
@@ -128,6 +145,8 @@ def job(
     priority: int = 0,
     max_attempts: int | None = None,
     visibility_timeout: float | None = None,
+    max_runtime: float | None = None,
+    takes_context: bool = False,
 ) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 def job(
     func: Callable[..., Any] | None = None,
@@ -138,6 +157,8 @@ def job(
     priority: int = 0,
     max_attempts: int | None = None,
     visibility_timeout: float | None = None,
+    max_runtime: float | None = None,
+    takes_context: bool = False,
 ) -> JobDefinition | Callable[[Callable[..., Any]], JobDefinition]:
     """Register a function as a job handler: ``@job`` or ``@job(queue="emails", ...)``.
 
@@ -146,7 +167,11 @@ def job(
         queue: default queue (``JOBQ['DEFAULT_QUEUE']`` if ``None``).
         priority: default priority; higher runs first.
         max_attempts: attempts before the job becomes a dead letter (>= 1).
-        visibility_timeout: lease length in seconds (> 0).
+        visibility_timeout: lease length in seconds (> 0); a worker heartbeats running jobs
+            every third of it, so it bounds how long a crashed worker's job waits.
+        max_runtime: seconds (> 0) after which a running job's lease is no longer extended,
+            so it lapses and another worker may take the job; ``None``: no limit.
+        takes_context: pass a :class:`~django_jobq.context.JobContext` as first argument.
 
     Returns:
         A :class:`JobDefinition` wrapping the function.
@@ -158,7 +183,7 @@ def job(
     """
 
     def register(func: Callable[..., Any]) -> JobDefinition:
-        _validate_handler(func)
+        _validate_handler(func, takes_context)
         if name is None and "<" in func.__qualname__:
             raise ValueError(
                 f"{func.__qualname__} is not a module-level function, so it has no importable "
@@ -173,6 +198,12 @@ def job(
             max_attempts=max_attempts,
             visibility_timeout=visibility_timeout,
         )
+        if max_runtime is not None and not (
+            isinstance(max_runtime, int | float) and max_runtime > 0
+        ):
+            raise ValueError(
+                f"max_runtime must be a positive number of seconds, not {max_runtime!r}."
+            )
         definition = JobDefinition(
             func=func,
             kind=kind,
@@ -180,6 +211,8 @@ def job(
             priority=priority,
             max_attempts=max_attempts,
             visibility_timeout=visibility_timeout,
+            max_runtime=max_runtime,
+            takes_context=takes_context,
         )
         existing = _registry.get(kind)
         if existing is not None and _origin(existing.func) != _origin(func):

@@ -39,17 +39,29 @@ RETURNING *, (xmax = 0) AS inserted
 
 # -- claim ---------------------------------------------------------------------------------
 
-# One statement: lock up to ``limit`` ready, due rows in claim order, skipping rows other
-# claimers hold (SKIP LOCKED: never waits, never double-claims), then lease them. The
-# selection is a MATERIALIZED CTE so it runs exactly once: as a plain subquery the planner
-# may re-evaluate a LIMIT subquery inside a nested loop and lease more than ``limit`` rows.
-# Each claim consumes an attempt; the new attempt number is the lease's fencing token.
+# One statement: lock up to ``limit`` claimable rows, skipping rows other claimers hold
+# (SKIP LOCKED: never waits, never double-claims), then lease them. Claimable means either
+#   - expired: running, but its lease deadline has passed (the worker died or stalled), the
+#     oldest lapse first (served by ``jobq_job_lease_idx``); or
+#   - ready and due, in claim order: priority DESC, run_at, id.
+# Expired rows come first; the ready arm takes what is left of ``limit``. Each selection is
+# a MATERIALIZED CTE so it runs exactly once: as a plain subquery the planner may re-run a
+# LIMIT subquery inside a nested loop and lease more than ``limit`` rows.
+# Each claim consumes an attempt; the new attempt number is the lease's fencing token. A
+# reclaimed job whose lapsed attempt was its last comes back with attempts > max_attempts:
+# the worker dead-letters it without running it ("lease expired on final attempt").
 _CLAIM_TEMPLATE = """
-WITH claimable AS MATERIALIZED (
+WITH expired AS MATERIALIZED (
+    SELECT id FROM jobq_job
+    WHERE status = 'running' AND lease_deadline < now(){queue_filter}
+    ORDER BY lease_deadline
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), ready AS MATERIALIZED (
     SELECT id FROM jobq_job
     WHERE status = 'ready' AND run_at <= now(){queue_filter}
     ORDER BY priority DESC, run_at, id
-    LIMIT %(limit)s
+    LIMIT %(limit)s - (SELECT count(*) FROM expired)
     FOR UPDATE SKIP LOCKED
 )
 UPDATE jobq_job AS job
@@ -58,7 +70,7 @@ SET status = 'running',
     worker_id = %(worker_id)s,
     started_at = now(),
     lease_deadline = now() + job.visibility_timeout
-FROM claimable
+FROM (SELECT id FROM expired UNION ALL SELECT id FROM ready) AS claimable
 WHERE job.id = claimable.id
 RETURNING job.id, job.queue, job.kind, job.payload, job.priority, job.run_at, job.attempts,
           job.max_attempts, job.visibility_timeout, job.lease_deadline
@@ -84,6 +96,19 @@ WHERE job.id = acked.id AND job.attempts = acked.attempt AND job.status = 'runni
 RETURNING job.id
 """
 
+#: Heartbeat: extend the leases a worker holds to ``now() + visibility_timeout`` (absolute,
+#: so missed beats do not accumulate credit). Fenced, and refused once a deadline has
+#: passed: a lapsed lease may already be reclaimed, or be about to be. Returns the ids
+#: extended and their new deadlines; a missing id means that lease is lost.
+HEARTBEAT_JOBS = """
+UPDATE jobq_job AS job
+SET lease_deadline = now() + job.visibility_timeout
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS held(id, attempt)
+WHERE job.id = held.id AND job.attempts = held.attempt AND job.status = 'running'
+  AND job.lease_deadline > now()
+RETURNING job.id, job.lease_deadline
+"""
+
 #: Retry: make a failed attempt's job ready again after ``delay_seconds``, keeping its
 #: attempt count (the next claim consumes the next attempt). Fenced.
 RETRY_JOB = """
@@ -100,6 +125,7 @@ RETURNING id
 
 #: Dead-letter: move a job to the dead letters (copy + reason + error) and delete it, in one
 #: statement and so one transaction: the job is in exactly one of the two tables. Fenced.
+#: ``attempts`` records the attempts that ran: a reclaim past the last one does not count.
 DEAD_LETTER_JOB = """
 WITH moved AS (
     DELETE FROM jobq_job
@@ -109,7 +135,8 @@ WITH moved AS (
 INSERT INTO jobq_dead_letter (job_id, queue, kind, payload, priority, attempts, max_attempts,
                               visibility_timeout, idempotency_key, created_at, reason,
                               last_error, traceback, died_at)
-SELECT id, queue, kind, payload, priority, attempts, max_attempts, visibility_timeout,
+SELECT id, queue, kind, payload, priority, LEAST(attempts, max_attempts), max_attempts,
+       visibility_timeout,
        idempotency_key, created_at, %(reason)s, %(error)s, %(traceback)s, now()
 FROM moved
 RETURNING job_id

@@ -45,6 +45,8 @@ class Completer:
         for outcome in outcomes:
             if outcome.result is Result.UNKNOWN_KIND:
                 self._dead_letter(outcome, DeadLetter.Reason.UNKNOWN_KIND)
+            elif outcome.result is Result.ATTEMPTS_EXHAUSTED:
+                self._dead_letter(outcome, DeadLetter.Reason.LEASE_EXPIRED_ON_FINAL_ATTEMPT)
             elif outcome.result is Result.FAILED:
                 if outcome.job.is_final_attempt:
                     self._dead_letter(outcome, DeadLetter.Reason.MAX_ATTEMPTS_EXCEEDED)

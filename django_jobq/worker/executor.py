@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from django.db import close_old_connections, connections
 
 from .. import registry
+from ..context import JobContext
 from ..leases import ClaimedJob
+from .held import HeldJob
 
 logger = logging.getLogger("django_jobq.worker")
 
@@ -28,6 +30,7 @@ class Result(enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     UNKNOWN_KIND = "unknown kind"
+    ATTEMPTS_EXHAUSTED = "attempts exhausted"  # reclaimed after its final attempt lapsed
 
 
 @dataclass(frozen=True)
@@ -41,8 +44,19 @@ class Outcome:
     traceback: str = ""
 
 
-def execute(job: ClaimedJob) -> Outcome:
-    """Run ``job``'s handler with its payload as keyword arguments; never raises."""
+def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
+    """Run a held job's handler with its payload as keyword arguments; never raises.
+
+    ``extend`` is what ``JobContext.heartbeat`` calls, for handlers that take a context.
+    """
+    job = held.job
+    if job.attempts_exhausted:
+        return Outcome(
+            job,
+            Result.ATTEMPTS_EXHAUSTED,
+            error=f"the lease of attempt {job.max_attempts} of {job.max_attempts} lapsed "
+            f"before it was acked (worker crashed, stalled or overran)",
+        )
     definition = registry.get(job.kind)
     if definition is None:
         return Outcome(
@@ -51,9 +65,12 @@ def execute(job: ClaimedJob) -> Outcome:
             error=f"no handler is registered for kind {job.kind!r} in this worker",
         )
     close_old_connections()
-    started = time.monotonic()
+    started = held.started = time.monotonic()
     try:
-        definition.func(**job.payload)
+        if definition.takes_context:
+            definition.func(JobContext(held, extend), **job.payload)
+        else:
+            definition.func(**job.payload)
     except BaseException as exc:
         return Outcome(
             job,
@@ -68,15 +85,24 @@ def execute(job: ClaimedJob) -> Outcome:
 
 
 class ExecutorPool:
-    """``size`` threads taking claimed jobs from one local queue.
+    """``size`` threads taking held jobs from one local queue.
 
-    ``report`` is called (on the executor thread) with each outcome. Jobs submitted but not
-    yet started can be taken back with :meth:`take_unstarted` (for release at shutdown).
+    ``report`` is called (on the executor thread) with each outcome; ``extend`` backs
+    ``JobContext.heartbeat``. Jobs submitted but not yet started can be taken back with
+    :meth:`take_unstarted` (for release at shutdown).
     """
 
-    def __init__(self, size: int, report: Callable[[Outcome], None], name: str) -> None:
-        self._jobs: queue.SimpleQueue[ClaimedJob | None] = queue.SimpleQueue()
+    def __init__(
+        self,
+        size: int,
+        *,
+        report: Callable[[Outcome], None],
+        extend: Callable[[HeldJob], bool],
+        name: str,
+    ) -> None:
+        self._jobs: queue.SimpleQueue[HeldJob | None] = queue.SimpleQueue()
         self._report = report
+        self._extend = extend
         self._threads = [
             threading.Thread(target=self._run, name=f"{name}-executor-{n}", daemon=True)
             for n in range(size)
@@ -86,12 +112,12 @@ class ExecutorPool:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, job: ClaimedJob) -> None:
-        self._jobs.put(job)
+    def submit(self, held: HeldJob) -> None:
+        self._jobs.put(held)
 
-    def take_unstarted(self) -> list[ClaimedJob]:
+    def take_unstarted(self) -> list[HeldJob]:
         """Remove and return the jobs no thread has started."""
-        taken: list[ClaimedJob] = []
+        taken: list[HeldJob] = []
         while True:
             try:
                 job = self._jobs.get_nowait()
@@ -100,16 +126,17 @@ class ExecutorPool:
             if job is not None:
                 taken.append(job)
 
-    def stop(self) -> None:
-        """Let every thread finish its current job, then end; waits for them."""
+    def stop(self, *, wait: bool = True) -> None:
+        """Let every thread finish its current job, then end; ``wait`` joins them."""
         for _ in self._threads:
             self._jobs.put(None)
-        for thread in self._threads:
-            thread.join()
+        if wait:
+            for thread in self._threads:
+                thread.join()
 
     def _run(self) -> None:
         try:
-            while (job := self._jobs.get()) is not None:
-                self._report(execute(job))
+            while (held := self._jobs.get()) is not None:
+                self._report(execute(held, self._extend))
         finally:
             connections.close_all()

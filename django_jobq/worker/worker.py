@@ -2,7 +2,8 @@
 
 One thread (the caller of :meth:`Worker.run`) owns a psycopg connection and does all the
 queue bookkeeping: it claims jobs in batches, hands them to the executor threads, and
-records their outcomes. Data flows one way: claim → executor → outcome → completer.
+records their outcomes. Data flows one way: claim → executor → outcome → completer. A
+heartbeater thread keeps the leases of every held job alive meanwhile.
 
 A worker holds at most ``concurrency + batch_size`` leased jobs: one running per executor
 thread and up to ``batch_size`` claimed ahead (prefetched).
@@ -18,22 +19,31 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .. import db, leases
+from .. import db, leases, registry
 from ..conf import get_settings
 from .completer import Completer, Tally
 from .executor import ExecutorPool, Outcome
+from .heartbeat import Heartbeater
+from .held import HeldJob, HeldJobs
 
 logger = logging.getLogger("django_jobq.worker")
 
 
 @dataclass(frozen=True)
 class WorkerStats:
-    """What a worker did, returned by :meth:`Worker.run`. ``elapsed`` is in seconds."""
+    """What a worker did, returned by :meth:`Worker.run`.
+
+    ``elapsed`` is in seconds. ``abandoned`` counts jobs still running when the shutdown
+    timeout passed: the worker stopped extending their leases, which then lapse.
+    """
 
     worker_id: str
     elapsed: float
     claimed: int
     released: int
+    abandoned: int
+    heartbeats: int
+    heartbeats_refused: int
     tally: Tally
 
 
@@ -51,6 +61,8 @@ class Worker:
         poll_interval: seconds to sleep after a claim found nothing (default ``JOBQ``).
         worker_id: recorded on claimed jobs; defaults to ``host:pid``.
         burst: return as soon as no job is due and none is in flight.
+        shutdown_timeout: seconds running jobs may take to finish after :meth:`stop`;
+            ``None`` waits for them however long they take.
     """
 
     def __init__(
@@ -62,11 +74,14 @@ class Worker:
         poll_interval: float | None = None,
         worker_id: str | None = None,
         burst: bool = False,
+        shutdown_timeout: float | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}.")
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}.")
+        if shutdown_timeout is not None and shutdown_timeout < 0:
+            raise ValueError(f"shutdown_timeout must not be negative, not {shutdown_timeout}.")
         settings = get_settings()
         self.queues = list(queues) if queues else None
         self.concurrency = concurrency
@@ -76,15 +91,20 @@ class Worker:
             raise ValueError(f"poll_interval must be positive, not {self.poll_interval}.")
         self.worker_id = worker_id or default_worker_id()
         self.burst = burst
+        self.shutdown_timeout = shutdown_timeout
         self._retry_delay = settings.RETRY_DELAY
         self._stopping = threading.Event()
+        self._stop_requested_at: float | None = None
         self._wake = threading.Event()
         self._outcomes: list[Outcome] = []
         self._outcomes_lock = threading.Lock()
+        self._held = HeldJobs()
 
     def stop(self) -> None:
         """Ask the worker to stop: no new claims, prefetched jobs released, running jobs
-        finish. Safe to call from a signal handler or another thread."""
+        finish (within the shutdown timeout). Safe from a signal handler or another thread."""
+        if self._stop_requested_at is None:
+            self._stop_requested_at = time.monotonic()
         self._stopping.set()
         self._wake.set()
 
@@ -102,12 +122,29 @@ class Worker:
             taken, self._outcomes = self._outcomes, []
         return taken
 
+    def _hold(self, job: leases.ClaimedJob) -> HeldJob:
+        definition = registry.get(job.kind)
+        held = HeldJob(job, max_runtime=definition.max_runtime if definition else None)
+        self._held.add(held)
+        return held
+
+    def _shutdown_time_left(self) -> float | None:
+        if self.shutdown_timeout is None or self._stop_requested_at is None:
+            return None
+        return self._stop_requested_at + self.shutdown_timeout - time.monotonic()
+
     def run(self) -> WorkerStats:
         """Run until stopped; return what was done. Raises on database errors."""
         started = time.monotonic()
         capacity = self.concurrency + self.batch_size
-        outstanding = claimed_total = released = 0
-        pool = ExecutorPool(self.concurrency, self._report, name=self.worker_id)
+        outstanding = claimed_total = released = abandoned = 0
+        heartbeater = Heartbeater(self._held, worker_id=self.worker_id)
+        pool = ExecutorPool(
+            self.concurrency,
+            report=self._report,
+            extend=heartbeater.extend_one,
+            name=self.worker_id,
+        )
         logger.info(
             "worker %s starting: queues=%s concurrency=%s batch_size=%s",
             self.worker_id,
@@ -118,27 +155,36 @@ class Worker:
         with db.connect(application_name=f"jobq worker {self.worker_id}") as connection:
             cursor = connection.cursor()
             completer = Completer(cursor, retry_delay=self._retry_delay)
+            heartbeater.start()
             pool.start()
             try:
                 while True:
                     self._wake.clear()
                     outcomes = self._take_outcomes()
                     completer.complete(outcomes)
+                    for outcome in outcomes:
+                        self._held.discard(outcome.job.id)
                     outstanding -= len(outcomes)
                     if self._stopping.is_set():
                         unstarted = pool.take_unstarted()
-                        released += len(leases.release(cursor, [job.lease for job in unstarted]))
+                        released += len(leases.release(cursor, [h.job.lease for h in unstarted]))
+                        for held in unstarted:
+                            self._held.discard(held.job.id)
                         outstanding -= len(unstarted)
+                        time_left = self._shutdown_time_left()
                         if outstanding == 0:
                             break
-                        self._wake.wait()
+                        if time_left is not None and time_left <= 0:
+                            abandoned = outstanding
+                            break
+                        self._wake.wait(time_left)
                         continue
                     limit = min(self.batch_size, capacity - outstanding)
                     jobs = leases.claim(
                         cursor, worker_id=self.worker_id, limit=limit, queues=self.queues
                     )
                     for job in jobs:
-                        pool.submit(job)
+                        pool.submit(self._hold(job))
                     outstanding += len(jobs)
                     claimed_total += len(jobs)
                     if jobs and len(jobs) == limit and outstanding < capacity:
@@ -148,21 +194,33 @@ class Worker:
                     # Sleep until an outcome frees room, or the poll interval passes.
                     self._wake.wait(self.poll_interval)
             finally:
-                # Normally nothing is left here. After a database error, jobs never started
-                # are dropped: their leases lapse and another worker reclaims them.
+                # Normally nothing is left here. After a database error or the shutdown
+                # timeout, held jobs are left to lapse: another worker reclaims them.
+                heartbeater.stop()
                 pool.take_unstarted()
-                pool.stop()
+                pool.stop(wait=abandoned == 0)
         stats = WorkerStats(
             worker_id=self.worker_id,
             elapsed=time.monotonic() - started,
             claimed=claimed_total,
             released=released,
+            abandoned=abandoned,
+            heartbeats=heartbeater.heartbeats,
+            heartbeats_refused=heartbeater.refused,
             tally=completer.tally,
         )
+        if abandoned:
+            logger.warning(
+                "worker %s: shutdown timeout (%g s) passed with %s job(s) still running; "
+                "their leases will lapse and other workers will retry them",
+                self.worker_id,
+                self.shutdown_timeout,
+                abandoned,
+            )
         tally = stats.tally
         logger.info(
             "worker %s stopped after %.1f s: %s succeeded, %s retried, %s dead-lettered, "
-            "%s released, %s lease lost",
+            "%s released, %s lease lost, %s heartbeats (%s refused)",
             self.worker_id,
             stats.elapsed,
             tally.succeeded,
@@ -170,5 +228,7 @@ class Worker:
             tally.dead_lettered,
             released,
             tally.lease_lost,
+            stats.heartbeats,
+            stats.heartbeats_refused,
         )
         return stats

@@ -35,8 +35,9 @@ def _positive_float(text: str) -> float:
 class Command(BaseCommand):
     help = (
         "Run a django-jobq worker. SIGTERM or Ctrl-C stops it gracefully: no new claims, "
-        "prefetched jobs are released, running jobs finish. A second signal exits at once "
-        "(running jobs' leases then lapse and other workers retry them)."
+        "prefetched jobs are released, running jobs finish (exit 0) or the shutdown timeout "
+        "passes (exit 1). A second signal exits at once (exit 1). Jobs left running have "
+        "their leases lapse, and other workers retry them."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -67,6 +68,15 @@ class Command(BaseCommand):
             metavar="SECONDS",
             help="Sleep after finding no job (default JOBQ['POLL_INTERVAL'], 1 s).",
         )
+        parser.add_argument(
+            "--shutdown-timeout",
+            type=_positive_float,
+            default=30.0,
+            metavar="SECONDS",
+            help="After SIGTERM, how long running jobs may take to finish before the worker "
+            "exits anyway, leaving their leases to lapse (default 30). Keep it below your "
+            "process manager's kill timeout.",
+        )
         parser.add_argument("--worker-id", default=None, help="Default: host:pid.")
         parser.add_argument(
             "--burst",
@@ -88,6 +98,7 @@ class Command(BaseCommand):
             poll_interval=options["poll_interval"],
             worker_id=options["worker_id"],
             burst=options["burst"],
+            shutdown_timeout=options["shutdown_timeout"],
         )
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -103,7 +114,9 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-        worker.run()
+        stats = worker.run()
+        if stats.abandoned:
+            sys.exit(1)
 
     def _configure_logging(self, verbosity: int) -> None:
         """Log to stderr unless the project's LOGGING already handles django_jobq.

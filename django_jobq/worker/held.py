@@ -1,0 +1,61 @@
+"""The jobs a worker holds leases on (prefetched or running), shared by its threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from ..leases import ClaimedJob
+
+
+@dataclass(eq=False)
+class HeldJob:
+    """A leased job and what the worker knows of its lease.
+
+    ``deadline`` is the last deadline the database confirmed. ``next_heartbeat`` and
+    ``started`` are ``time.monotonic()`` seconds; ``started`` is ``None`` until a handler
+    thread picks the job up. ``max_runtime`` is in seconds (``None``: no limit).
+    """
+
+    job: ClaimedJob
+    max_runtime: float | None = None
+    deadline: datetime = field(init=False)
+    next_heartbeat: float = field(init=False)
+    started: float | None = None
+    lease_lost: bool = False
+    overran: bool = False
+
+    def __post_init__(self) -> None:
+        self.deadline = self.job.lease_deadline
+        self.next_heartbeat = time.monotonic() + self.heartbeat_interval
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """A third of the visibility timeout, in seconds: two heartbeats can be missed
+        (a slow statement, a GC pause) before the lease lapses."""
+        return self.job.visibility_timeout.total_seconds() / 3
+
+
+class HeldJobs:
+    """Thread-safe set of :class:`HeldJob`, keyed by job id. ``changed`` is set whenever a
+    job is added, so the heartbeater can plan its next wake-up."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[int, HeldJob] = {}
+        self._lock = threading.Lock()
+        self.changed = threading.Event()
+
+    def add(self, held: HeldJob) -> None:
+        with self._lock:
+            self._jobs[held.job.id] = held
+        self.changed.set()
+
+    def discard(self, job_id: int) -> None:
+        with self._lock:
+            self._jobs.pop(job_id, None)
+
+    def snapshot(self) -> list[HeldJob]:
+        with self._lock:
+            return list(self._jobs.values())
