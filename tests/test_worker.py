@@ -1,6 +1,7 @@
 """The worker, in process: handlers run, and each outcome is recorded as an ack, a retry or
 a dead letter. (Real worker processes are tested in tests/acceptance.)"""
 
+import threading
 from datetime import timedelta
 
 import pytest
@@ -8,10 +9,12 @@ from django.db import connection
 from django.test.utils import override_settings
 from django.utils import timezone
 
+from django_jobq import leases
 from django_jobq.models import DeadLetter, Job
 from django_jobq.worker import Worker
+from tests.conftest import wait_until
 from tests.factories import JobFactory
-from tests.testapp.jobs import always_fails, record
+from tests.testapp.jobs import always_fails, inspect_context, overrun, record
 from tests.testapp.models import Effect
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -102,3 +105,41 @@ def test_worker_options_are_validated():
         Worker(batch_size=0)
     with pytest.raises(ValueError, match="poll_interval"):
         Worker(poll_interval=0)
+
+
+def test_a_handler_taking_a_context_sees_its_lease():
+    job = inspect_context.using(queue="ctx").enqueue()
+    run_burst(queues=["ctx"])
+    assert Effect.objects.get().label == (
+        f"job {job.pk} attempt 1 tests.testapp.jobs.inspect_context ctx "
+        "extended=True moved=True lost=False"
+    )
+
+
+def test_a_job_past_max_runtime_is_no_longer_heartbeated(caplog, queue_cursor):
+    """``overrun`` has max_runtime=0.5 s; with a 1 s visibility timeout its lease lapses
+    while it still runs, another worker reclaims it, and the first attempt's ack is refused."""
+    lock_id = 91
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [lock_id])
+    job = overrun.using(visibility_timeout=1).enqueue(lock_id=lock_id)
+    worker = Worker(queues=["leases"], poll_interval=0.05)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_until(
+            lambda: Job.objects.filter(pk=job.pk, worker_id=worker.worker_id).exists(),
+            what="the worker to claim the job",
+        )
+        (reclaimed,) = wait_until(
+            lambda: leases.claim(queue_cursor, worker_id="other", limit=1, queues=["leases"]),
+            what="the overrunning job's lease to lapse",
+        )
+        assert (reclaimed.id, reclaimed.attempt) == (job.pk, 2)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock_all()")
+        worker.stop()
+        thread.join(30)
+    assert "exceeded max_runtime" in caplog.text
+    assert Job.objects.get(pk=job.pk).attempts == 2  # attempt 1's late ack was refused
