@@ -23,7 +23,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from django.conf import settings as django_settings
 from django.core.serializers.json import DjangoJSONEncoder
@@ -36,6 +36,18 @@ from .models import Job
 
 _INT_RANGE = (-(2**31), 2**31 - 1)
 _MAX_KEY_LENGTH = 200
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The options every enqueue accepts (see :func:`enqueue` for their meaning)."""
+
+    queue: str
+    priority: int
+    run_at: datetime
+    delay: timedelta | float
+    idempotency_key: str
+    max_attempts: int
+    visibility_timeout: timedelta | float
 
 
 @dataclass(frozen=True)
@@ -215,16 +227,7 @@ def prepare_job(
 
 
 def enqueue(
-    kind: str,
-    payload: Mapping[str, Any] | None = None,
-    *,
-    queue: str | None = None,
-    priority: int | None = None,
-    run_at: datetime | None = None,
-    delay: timedelta | float | None = None,
-    idempotency_key: str | None = None,
-    max_attempts: int | None = None,
-    visibility_timeout: timedelta | float | None = None,
+    kind: str, payload: Mapping[str, Any] | None = None, **options: Unpack[EnqueueOptions]
 ) -> Job:
     """Enqueue one job of ``kind`` and return it as a :class:`~django_jobq.models.Job`.
 
@@ -252,18 +255,7 @@ def enqueue(
         ValueError: invalid kind or queue name, negative delay, ``run_at`` with ``delay``,
             ``max_attempts < 1``, non-positive visibility timeout.
     """
-    prepared = prepare_job(
-        kind,
-        payload,
-        queue=queue,
-        priority=priority,
-        run_at=run_at,
-        delay=delay,
-        idempotency_key=idempotency_key,
-        max_attempts=max_attempts,
-        visibility_timeout=visibility_timeout,
-    )
-    return enqueue_many([prepared])[0]
+    return enqueue_many([prepare_job(kind, payload, **options)])[0]
 
 
 def enqueue_many(jobs: Iterable[PreparedJob | Mapping[str, Any]]) -> list[Job]:

@@ -11,8 +11,7 @@ import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Unpack, overload
 
 from . import enqueueing as _enqueue
 
@@ -41,7 +40,7 @@ class JobDefinition:
     visibility_timeout: float | None = None
     max_runtime: float | None = None
     takes_context: bool = False
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: _enqueue.EnqueueOptions = field(default_factory=_enqueue.EnqueueOptions)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -73,32 +72,13 @@ class JobDefinition:
                 payload[name] = value
         return payload
 
-    def using(
-        self,
-        *,
-        queue: str | None = None,
-        priority: int | None = None,
-        run_at: Any = None,
-        delay: timedelta | float | None = None,
-        idempotency_key: str | None = None,
-        max_attempts: int | None = None,
-        visibility_timeout: timedelta | float | None = None,
-    ) -> JobDefinition:
+    def using(self, **options: Unpack[_enqueue.EnqueueOptions]) -> JobDefinition:
         """Return a copy whose :meth:`enqueue` uses these options (as :func:`enqueue` takes).
 
-        The copy is not registered; the registered definition is unchanged.
+        The copy is not registered; the registered definition is unchanged. Options are
+        validated when the copy enqueues.
         """
-        given = {
-            "queue": queue,
-            "priority": priority,
-            "run_at": run_at,
-            "delay": delay,
-            "idempotency_key": idempotency_key,
-            "max_attempts": max_attempts,
-            "visibility_timeout": visibility_timeout,
-        }
-        new = {key: value for key, value in given.items() if value is not None}
-        return dataclasses.replace(self, options={**self.options, **new})
+        return dataclasses.replace(self, options={**self.options, **options})
 
     def prepare(self, *args: Any, **kwargs: Any) -> _enqueue.PreparedJob:
         """Validate a call and turn it into a job ready for :func:`~django_jobq.enqueue_many`.

@@ -56,7 +56,11 @@ class Heartbeater:
                 due = [h for h in held if h.next_heartbeat <= now and self._should_extend(h, now)]
                 if due:
                     self.extend(due)
-                upcoming = [h.next_heartbeat for h in self._held.snapshot() if not h.lease_lost]
+                upcoming = [
+                    h.next_heartbeat
+                    for h in self._held.snapshot()
+                    if not (h.lease_lost or h.overran)
+                ]
                 timeout = max(0.0, min(upcoming) - time.monotonic()) if upcoming else None
                 self._held.changed.wait(timeout)
                 self._held.changed.clear()
