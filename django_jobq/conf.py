@@ -7,9 +7,13 @@ Users configure django-jobq with one dictionary in their settings module::
         "DEFAULT_QUEUE": "default",   # queue for jobs that name none
         "MAX_ATTEMPTS": 5,            # attempts before a job becomes a dead letter
         "VISIBILITY_TIMEOUT": 30,     # lease length in seconds
-        "RETRY_DELAY": 2,             # seconds between a failed attempt and the next
+        "RETRY_BACKOFF_BASE": 2,      # seconds: first retry waits 1-2 s, then doubling
+        "RETRY_BACKOFF_CAP": 3600,    # seconds: no retry waits longer
         "POLL_INTERVAL": 1.0,         # seconds a worker sleeps when it found nothing
+        "DEAD_LETTER_RETENTION": None,  # seconds (or timedelta) to keep dead letters; None: forever
     }
+
+Durations are seconds (int or float) or ``datetime.timedelta``.
 
 Every key is optional. :func:`get_settings` is read on each call (cheap), so
 ``override_settings(JOBQ=...)`` in tests takes effect at once. :func:`validate`
@@ -19,8 +23,10 @@ powers the ``django_jobq.E00x`` system checks; :func:`get_settings` raises
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, fields
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -42,8 +48,10 @@ class JobqSettings:
     DEFAULT_QUEUE: str = "default"
     MAX_ATTEMPTS: int = 5
     VISIBILITY_TIMEOUT: float = 30.0
-    RETRY_DELAY: float = 2.0
+    RETRY_BACKOFF_BASE: float = 2.0
+    RETRY_BACKOFF_CAP: float = 3600.0
     POLL_INTERVAL: float = 1.0
+    DEAD_LETTER_RETENTION: float | None = None
 
 
 _KNOWN_KEYS = frozenset(f.name for f in fields(JobqSettings))
@@ -53,8 +61,26 @@ def _raw_setting() -> Any:
     return getattr(django_settings, "JOBQ", {})
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+#: The longest duration any option or setting accepts: 10 years, in seconds. It keeps every
+#: computed time within PostgreSQL's and Python's date ranges.
+MAX_DURATION = 10 * 365 * 24 * 3600.0
+
+_DURATION_KEYS = (
+    "VISIBILITY_TIMEOUT",
+    "RETRY_BACKOFF_BASE",
+    "RETRY_BACKOFF_CAP",
+    "POLL_INTERVAL",
+    "DEAD_LETTER_RETENTION",
+)
+
+
+def duration_seconds(value: object) -> float | None:
+    """Seconds in a duration (a number of seconds or a timedelta); ``None`` if neither."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def validate(raw: Any) -> list[tuple[str, str]]:
@@ -89,19 +115,26 @@ def validate(raw: Any) -> list[tuple[str, str]]:
         problems.append(
             ("django_jobq.E003", f"JOBQ['MAX_ATTEMPTS'] = {attempts!r} must be an int >= 1.")
         )
-    for key in ("VISIBILITY_TIMEOUT", "POLL_INTERVAL"):
+    durations = {}
+    for key in _DURATION_KEYS:
         value = raw.get(key, getattr(JobqSettings, key))
-        if not _is_number(value) or value <= 0:
+        if value is None and key == "DEAD_LETTER_RETENTION":
+            continue
+        seconds = duration_seconds(value)
+        if seconds is None or not 0 < seconds <= MAX_DURATION:
             problems.append(
-                ("django_jobq.E003", f"JOBQ[{key!r}] = {value!r} must be a number of seconds > 0.")
+                (
+                    "django_jobq.E003",
+                    f"JOBQ[{key!r}] = {value!r} must be a positive number of seconds "
+                    f"(or a timedelta) of at most 10 years.",
+                )
             )
-    delay = raw.get("RETRY_DELAY", JobqSettings.RETRY_DELAY)
-    if not _is_number(delay) or delay < 0:
+        else:
+            durations[key] = seconds
+    base, cap = durations.get("RETRY_BACKOFF_BASE"), durations.get("RETRY_BACKOFF_CAP")
+    if base is not None and cap is not None and cap < base:
         problems.append(
-            (
-                "django_jobq.E003",
-                f"JOBQ['RETRY_DELAY'] = {delay!r} must be a number of seconds >= 0.",
-            )
+            ("django_jobq.E003", "JOBQ['RETRY_BACKOFF_CAP'] must not be below RETRY_BACKOFF_BASE.")
         )
     return problems
 
@@ -117,7 +150,7 @@ def get_settings() -> JobqSettings:
     if problems:
         raise ImproperlyConfigured("; ".join(f"{msg} ({check_id})" for check_id, msg in problems))
     values = dict(raw)
-    for key in ("VISIBILITY_TIMEOUT", "RETRY_DELAY", "POLL_INTERVAL"):
-        if key in values:
-            values[key] = float(values[key])
+    for key in _DURATION_KEYS:
+        if values.get(key) is not None:
+            values[key] = duration_seconds(values[key])
     return JobqSettings(**values)

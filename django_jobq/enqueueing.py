@@ -19,7 +19,6 @@ commit and the insert loses the job (see docs/concepts.md, "Two databases").
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -31,11 +30,12 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from . import registry, sql
-from .conf import KIND_NAME_RE, QUEUE_NAME_RE, get_settings
+from .conf import KIND_NAME_RE, MAX_DURATION, QUEUE_NAME_RE, duration_seconds, get_settings
 from .models import Job
 
 _INT_RANGE = (-(2**31), 2**31 - 1)
 _MAX_KEY_LENGTH = 200
+_MAX_DEPTH = 100
 
 
 class EnqueueOptions(TypedDict, total=False):
@@ -45,6 +45,7 @@ class EnqueueOptions(TypedDict, total=False):
     priority: int
     run_at: datetime
     delay: timedelta | float
+    expires_at: datetime
     idempotency_key: str
     max_attempts: int
     visibility_timeout: timedelta | float
@@ -55,7 +56,9 @@ class PreparedJob:
     """A validated job, ready to insert. Make one with :func:`prepare_job` or
     ``handler.prepare(...)``; insert with :func:`enqueue_many`.
 
-    Exactly one of ``run_at`` and ``delay_seconds`` is set (``delay_seconds`` 0 means now).
+    Exactly one of ``run_at`` and ``delay_seconds`` is set (``delay_seconds`` 0 means now);
+    at most one of ``expires_at`` and ``expires_after_seconds``. The ``*_seconds`` fields are
+    counted from the insert, on the database clock.
     """
 
     kind: str
@@ -64,17 +67,35 @@ class PreparedJob:
     priority: int
     run_at: datetime | None
     delay_seconds: float | None
+    expires_at: datetime | None
+    expires_after_seconds: float | None
     max_attempts: int
     visibility_timeout_seconds: float
     idempotency_key: str | None
 
 
-def _seconds(name: str, value: timedelta | float) -> float:
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    raise TypeError(f"{name} must be a timedelta or a number of seconds, not {value!r}.")
+def seconds_option(
+    name: str, value: timedelta | float, *, minimum: float, inclusive: bool = True
+) -> float:
+    """Seconds in a duration option (a number of seconds or a timedelta), range-checked.
+
+    The upper bound, ``MAX_DURATION`` (10 years), keeps every computed time within
+    PostgreSQL's and Python's date ranges.
+
+    Raises:
+        TypeError: not a number or a timedelta (or NaN / infinite).
+        ValueError: below ``minimum`` (or equal, unless ``inclusive``), or above 10 years.
+    """
+    seconds = duration_seconds(value)
+    if seconds is None:
+        raise TypeError(f"{name} must be a timedelta or a number of seconds, not {value!r}.")
+    too_small = seconds < minimum if inclusive else seconds <= minimum
+    if too_small or seconds > MAX_DURATION:
+        bound = "at least" if inclusive else "more than"
+        raise ValueError(
+            f"{name} must be {bound} {minimum:g} s and at most 10 years, not {value!r}."
+        )
+    return seconds
 
 
 def validate_options(
@@ -96,44 +117,65 @@ def validate_options(
         raise ValueError(f"invalid job kind {kind!r}: expected {KIND_NAME_RE.pattern}.")
     if queue is not None and (not isinstance(queue, str) or not QUEUE_NAME_RE.match(queue)):
         raise ValueError(f"invalid queue name {queue!r}: expected {QUEUE_NAME_RE.pattern}.")
-    if priority is not None:
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise TypeError(f"priority must be an int, not {priority!r}.")
-        if not _INT_RANGE[0] <= priority <= _INT_RANGE[1]:
-            raise ValueError(f"priority {priority} is outside the 32-bit integer range.")
-    if max_attempts is not None:
-        if not isinstance(max_attempts, int) or isinstance(max_attempts, bool):
-            raise TypeError(f"max_attempts must be an int, not {max_attempts!r}.")
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be at least 1, not {max_attempts}.")
-    if visibility_timeout is not None and _seconds("visibility_timeout", visibility_timeout) <= 0:
-        raise ValueError(f"visibility_timeout must be positive, not {visibility_timeout!r}.")
+    for name, number, low in (
+        ("priority", priority, _INT_RANGE[0]),
+        ("max_attempts", max_attempts, 1),
+    ):
+        if number is None:
+            continue
+        if not isinstance(number, int) or isinstance(number, bool):
+            raise TypeError(f"{name} must be an int, not {number!r}.")
+        if not low <= number <= _INT_RANGE[1]:
+            raise ValueError(f"{name} must be between {low} and {_INT_RANGE[1]}, not {number}.")
+    if visibility_timeout is not None:
+        seconds_option("visibility_timeout", visibility_timeout, minimum=0.001)
     if idempotency_key is not None and (
-        not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= _MAX_KEY_LENGTH
+        not isinstance(idempotency_key, str)
+        or not 0 < len(idempotency_key) <= _MAX_KEY_LENGTH
+        or not _is_storable_text(idempotency_key)
     ):
         raise ValueError(
-            f"idempotency_key must be a non-empty str of at most {_MAX_KEY_LENGTH} characters."
+            f"idempotency_key must be a non-empty str of at most {_MAX_KEY_LENGTH} characters "
+            f"(no NUL, valid Unicode)."
         )
 
 
-def _find_unencodable(value: Any, path: str) -> tuple[str, str] | None:
+def _is_storable_text(text: str) -> bool:
+    """PostgreSQL text holds valid UTF-8 without NUL; lone surrogates cannot be encoded."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _find_unencodable(value: Any, path: str, depth: int = 0) -> tuple[str, str] | None:
     """Return ``(path, problem)`` for the first part of ``value`` JSON cannot hold."""
-    if isinstance(value, Mapping):
+    if depth > _MAX_DEPTH:
+        return path, f"nesting deeper than {_MAX_DEPTH} levels (or a circular reference)"
+    if isinstance(value, dict):
         for key, item in value.items():
+            where = f"{path}[{key!r}]"
             if not isinstance(key, str):
-                return f"{path}[{key!r}]", f"key {key!r} (type {type(key).__name__}) is not a str"
-            found = _find_unencodable(item, f"{path}[{key!r}]")
+                return where, f"key {key!r} (type {type(key).__name__}) is not a str"
+            if not _is_storable_text(key):
+                return where, "a key with NUL (\\x00) or invalid Unicode, which jsonb rejects"
+            found = _find_unencodable(item, where, depth + 1)
             if found:
                 return found
         return None
     if isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            found = _find_unencodable(item, f"{path}[{index}]")
+            found = _find_unencodable(item, f"{path}[{index}]", depth + 1)
             if found:
                 return found
         return None
-    if isinstance(value, str) and "\x00" in value:
-        return path, "a string containing NUL (\\x00), which PostgreSQL's jsonb rejects"
+    if isinstance(value, str):
+        if _is_storable_text(value):
+            return None
+        return path, "a string with NUL (\\x00) or invalid Unicode, which jsonb rejects"
     try:
         json.dumps(value, cls=DjangoJSONEncoder, allow_nan=False)
     except (TypeError, ValueError):
@@ -150,7 +192,7 @@ def encode_payload(payload: Any) -> str:
         TypeError: ``payload`` is not a dict, or some value cannot be JSON; the message names
             the offending key, e.g. ``payload['user']``.
     """
-    if not isinstance(payload, Mapping):
+    if not isinstance(payload, dict):
         raise TypeError(f"payload must be a dict of JSON values, not {type(payload).__name__}.")
     found = _find_unencodable(payload, "payload")
     if found:
@@ -161,33 +203,27 @@ def encode_payload(payload: Any) -> str:
     return json.dumps(payload, cls=DjangoJSONEncoder, allow_nan=False)
 
 
-def _aware(run_at: datetime) -> datetime:
-    if not isinstance(run_at, datetime):
-        raise TypeError(f"run_at must be a datetime, not {run_at!r}.")
-    if timezone.is_naive(run_at):
+def _aware(name: str, moment: datetime) -> datetime:
+    if not isinstance(moment, datetime):
+        raise TypeError(f"{name} must be a datetime, not {moment!r}.")
+    if timezone.is_naive(moment):
         if django_settings.USE_TZ:
-            raise ValueError("run_at must be timezone-aware (USE_TZ is True).")
-        return timezone.make_aware(run_at)
-    return run_at
+            raise ValueError(f"{name} must be timezone-aware (USE_TZ is True).")
+        return timezone.make_aware(moment)
+    return moment
 
 
 def prepare_job(
-    kind: str,
-    payload: Mapping[str, Any] | None = None,
-    *,
-    queue: str | None = None,
-    priority: int | None = None,
-    run_at: datetime | None = None,
-    delay: timedelta | float | None = None,
-    idempotency_key: str | None = None,
-    max_attempts: int | None = None,
-    visibility_timeout: timedelta | float | None = None,
+    kind: str, payload: Mapping[str, Any] | None = None, **options: Unpack[EnqueueOptions]
 ) -> PreparedJob:
     """Validate a job and fill in its defaults; see :func:`enqueue` for the arguments.
 
     Defaults come from the kind's ``@job(...)`` when it is registered in this process,
     then from the ``JOBQ`` setting. Nothing is written.
     """
+    unknown = set(options) - set(EnqueueOptions.__annotations__)
+    if unknown:
+        raise TypeError(f"unknown enqueue options: {', '.join(sorted(unknown))}.")
     config = get_settings()
     definition = registry.get(kind) if isinstance(kind, str) else None
     payload = {} if payload is None else payload
@@ -196,33 +232,43 @@ def prepare_job(
         definition.payload_for((), payload)  # raises TypeError if the handler cannot take it
     validate_options(
         kind=kind,
-        queue=queue,
-        priority=priority,
-        max_attempts=max_attempts,
-        visibility_timeout=visibility_timeout,
-        idempotency_key=idempotency_key,
+        queue=options.get("queue"),
+        priority=options.get("priority"),
+        max_attempts=options.get("max_attempts"),
+        visibility_timeout=options.get("visibility_timeout"),
+        idempotency_key=options.get("idempotency_key"),
     )
+    run_at, delay = options.get("run_at"), options.get("delay")
     if run_at is not None and delay is not None:
         raise ValueError("give run_at or delay, not both.")
-    delay_seconds = None if run_at is not None else _seconds("delay", delay or 0)
-    if delay_seconds is not None and delay_seconds < 0:
-        raise ValueError(f"delay must not be negative, not {delay!r}.")
-    if visibility_timeout is None and definition is not None:
-        visibility_timeout = definition.visibility_timeout
+    expires_at = options.get("expires_at")
+    expires_after = definition.expires_after if definition and expires_at is None else None
+
+    def default(name: str, fallback: Any) -> Any:
+        given = options.get(name)
+        if given is not None:
+            return given
+        from_definition = getattr(definition, name, None)
+        return from_definition if from_definition is not None else fallback
+
     return PreparedJob(
         kind=kind,
         payload_json=payload_json,
-        queue=queue or (definition and definition.queue) or config.DEFAULT_QUEUE,
-        priority=priority if priority is not None else (definition.priority if definition else 0),
-        run_at=_aware(run_at) if run_at is not None else None,
-        delay_seconds=delay_seconds,
-        max_attempts=max_attempts
-        or (definition and definition.max_attempts)
-        or config.MAX_ATTEMPTS,
-        visibility_timeout_seconds=_seconds(
-            "visibility_timeout", visibility_timeout or config.VISIBILITY_TIMEOUT
+        queue=default("queue", config.DEFAULT_QUEUE),
+        priority=default("priority", 0),
+        run_at=_aware("run_at", run_at) if run_at is not None else None,
+        delay_seconds=None
+        if run_at is not None
+        else seconds_option("delay", delay or 0, minimum=0),
+        expires_at=_aware("expires_at", expires_at) if expires_at is not None else None,
+        expires_after_seconds=expires_after,
+        max_attempts=default("max_attempts", config.MAX_ATTEMPTS),
+        visibility_timeout_seconds=seconds_option(
+            "visibility_timeout",
+            default("visibility_timeout", config.VISIBILITY_TIMEOUT),
+            minimum=0.001,
         ),
-        idempotency_key=idempotency_key,
+        idempotency_key=options.get("idempotency_key"),
     )
 
 
@@ -332,6 +378,8 @@ def _insert(alias: str, jobs: Sequence[PreparedJob]) -> list[Job]:
         "priority": [job.priority for job in unique],
         "run_at": [job.run_at for job in unique],
         "delay_seconds": [job.delay_seconds for job in unique],
+        "expires_at": [job.expires_at for job in unique],
+        "expires_after_seconds": [job.expires_after_seconds for job in unique],
         "max_attempts": [job.max_attempts for job in unique],
         "visibility_timeout_seconds": [job.visibility_timeout_seconds for job in unique],
         "idempotency_key": [job.idempotency_key for job in unique],

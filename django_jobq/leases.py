@@ -36,7 +36,8 @@ class ClaimedJob:
     """A job as a worker holds it after a claim.
 
     ``attempt`` is the attempt this claim started (1 for the first run) and the lease's
-    fencing token; ``lease_deadline`` is when the lease lapses unless extended.
+    fencing token; ``lease_deadline`` is when the lease lapses unless extended; ``expired``
+    is true when the job's ``expires_at`` had passed at the claim (it must not run).
     """
 
     id: int
@@ -49,6 +50,7 @@ class ClaimedJob:
     max_attempts: int
     visibility_timeout: timedelta
     lease_deadline: datetime
+    expired: bool = False
 
     @property
     def lease(self) -> Lease:

@@ -43,6 +43,9 @@ class Job(models.Model):
     worker_id = models.CharField(max_length=200, blank=True, db_default="")
     # NULL (not "") means "no key": the partial unique constraint ignores NULLs.
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="Dead-lettered as expired if not started by then."
+    )
     created_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, db_default="")
@@ -99,6 +102,8 @@ class DeadLetter(models.Model):
         """Why a job died. ``reason`` may extend one of these (``"failed: card declined"``)."""
 
         MAX_ATTEMPTS_EXCEEDED = "max attempts exceeded"
+        FAILED = "failed"  # the handler raised Fail/PermanentError: "failed: <message>"
+        EXPIRED = "expired"
         UNKNOWN_KIND = "unknown kind"
         LEASE_EXPIRED_ON_FINAL_ATTEMPT = "lease expired on final attempt"
 
@@ -121,6 +126,7 @@ class DeadLetter(models.Model):
 
     class Meta:
         db_table = "jobq_dead_letter"
+        permissions = [("redrive_deadletter", "Can redrive dead letters")]
         indexes = [
             models.Index(fields=["queue", "kind"], name="jobq_dead_queue_kind_idx"),
             models.Index(fields=["died_at"], name="jobq_dead_died_at_idx"),

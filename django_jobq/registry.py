@@ -11,9 +11,11 @@ import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Unpack, overload
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
 
 from . import enqueueing as _enqueue
+from .backoff import BackoffPolicy
 
 if TYPE_CHECKING:
     from .models import Job
@@ -27,8 +29,9 @@ class JobDefinition:
     directly (in tests, say), or use :meth:`enqueue` to run it on a worker.
 
     ``queue``, ``max_attempts`` and ``visibility_timeout`` of ``None`` fall back to the
-    ``JOBQ`` setting at enqueue time. ``visibility_timeout`` and ``max_runtime`` are in
-    seconds. With ``takes_context`` the handler's first parameter receives a
+    ``JOBQ`` setting at enqueue time. ``visibility_timeout``, ``max_runtime`` and
+    ``expires_after`` are in seconds; ``backoff`` and ``retry_on`` are used by the worker.
+    With ``takes_context`` the handler's first parameter receives a
     :class:`~django_jobq.context.JobContext` and is not part of the payload.
     """
 
@@ -40,6 +43,9 @@ class JobDefinition:
     visibility_timeout: float | None = None
     max_runtime: float | None = None
     takes_context: bool = False
+    backoff: BackoffPolicy | None = None
+    retry_on: tuple[type[BaseException], ...] | None = None
+    expires_after: float | None = None
     options: _enqueue.EnqueueOptions = field(default_factory=_enqueue.EnqueueOptions)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -115,43 +121,46 @@ def _validate_handler(func: Callable[..., Any], takes_context: bool) -> None:
             )
 
 
+class JobOptions(TypedDict, total=False):
+    """What ``@job(...)`` accepts; see :func:`job`."""
+
+    name: str
+    queue: str
+    priority: int
+    max_attempts: int
+    visibility_timeout: float
+    max_runtime: float
+    takes_context: bool
+    backoff: BackoffPolicy
+    retry_on: tuple[type[BaseException], ...]
+    expires_after: timedelta | float
+
+
 @overload
 def job(func: Callable[..., Any], /) -> JobDefinition: ...
 @overload
+def job(**options: Unpack[JobOptions]) -> Callable[[Callable[..., Any]], JobDefinition]: ...
 def job(
-    *,
-    name: str | None = None,
-    queue: str | None = None,
-    priority: int = 0,
-    max_attempts: int | None = None,
-    visibility_timeout: float | None = None,
-    max_runtime: float | None = None,
-    takes_context: bool = False,
-) -> Callable[[Callable[..., Any]], JobDefinition]: ...
-def job(
-    func: Callable[..., Any] | None = None,
-    /,
-    *,
-    name: str | None = None,
-    queue: str | None = None,
-    priority: int = 0,
-    max_attempts: int | None = None,
-    visibility_timeout: float | None = None,
-    max_runtime: float | None = None,
-    takes_context: bool = False,
+    func: Callable[..., Any] | None = None, /, **options: Unpack[JobOptions]
 ) -> JobDefinition | Callable[[Callable[..., Any]], JobDefinition]:
     """Register a function as a job handler: ``@job`` or ``@job(queue="emails", ...)``.
 
-    Args:
+    Options (all optional):
         name: the kind; defaults to ``module.qualname`` of the function.
-        queue: default queue (``JOBQ['DEFAULT_QUEUE']`` if ``None``).
+        queue: default queue (``JOBQ['DEFAULT_QUEUE']`` if not given).
         priority: default priority; higher runs first.
         max_attempts: attempts before the job becomes a dead letter (>= 1).
         visibility_timeout: lease length in seconds (> 0); a worker heartbeats running jobs
             every third of it, so it bounds how long a crashed worker's job waits.
         max_runtime: seconds (> 0) after which a running job's lease is no longer extended,
-            so it lapses and another worker may take the job; ``None``: no limit.
+            so it lapses and another worker may take the job.
         takes_context: pass a :class:`~django_jobq.context.JobContext` as first argument.
+        backoff: retry delay policy, ``attempt -> seconds`` (see :mod:`django_jobq.backoff`);
+            default ``ExponentialBackoff`` from the ``JOBQ`` setting.
+        retry_on: exception classes that retry; any other exception dead-letters the job at
+            once. Default: every exception retries (except ``PermanentError``).
+        expires_after: seconds (or a timedelta) from enqueue after which a job that has not
+            started is dead-lettered as "expired" instead of running late.
 
     Returns:
         A :class:`JobDefinition` wrapping the function.
@@ -159,11 +168,17 @@ def job(
     Raises:
         ValueError: an invalid name or option, or a name already registered by another
             function.
-        TypeError: the function has positional-only or ``*args`` parameters.
+        TypeError: an option of the wrong type, or a function with positional-only or
+            ``*args`` parameters.
     """
+    unknown = set(options) - set(JobOptions.__annotations__)
+    if unknown:
+        raise TypeError(f"@job got unknown options: {', '.join(sorted(unknown))}.")
 
     def register(func: Callable[..., Any]) -> JobDefinition:
+        takes_context = options.get("takes_context", False)
         _validate_handler(func, takes_context)
+        name = options.get("name")
         if name is None and "<" in func.__qualname__:
             raise ValueError(
                 f"{func.__qualname__} is not a module-level function, so it has no importable "
@@ -173,26 +188,34 @@ def job(
         # Validate the defaults exactly as enqueue will (one set of rules).
         _enqueue.validate_options(
             kind=kind,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            visibility_timeout=visibility_timeout,
+            queue=options.get("queue"),
+            priority=options.get("priority"),
+            max_attempts=options.get("max_attempts"),
+            visibility_timeout=options.get("visibility_timeout"),
         )
-        if max_runtime is not None and not (
-            isinstance(max_runtime, int | float) and max_runtime > 0
+        max_runtime = _positive_seconds("max_runtime", options.get("max_runtime"))
+        expires_after = _positive_seconds("expires_after", options.get("expires_after"))
+        backoff = options.get("backoff")
+        if backoff is not None and not callable(backoff):
+            raise TypeError(f"backoff must be a callable attempt -> seconds, not {backoff!r}.")
+        retry_on = options.get("retry_on")
+        if retry_on is not None and not (
+            isinstance(retry_on, tuple)
+            and all(isinstance(c, type) and issubclass(c, BaseException) for c in retry_on)
         ):
-            raise ValueError(
-                f"max_runtime must be a positive number of seconds, not {max_runtime!r}."
-            )
+            raise TypeError(f"retry_on must be a tuple of exception classes, not {retry_on!r}.")
         definition = JobDefinition(
             func=func,
             kind=kind,
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            visibility_timeout=visibility_timeout,
+            queue=options.get("queue"),
+            priority=options.get("priority", 0),
+            max_attempts=options.get("max_attempts"),
+            visibility_timeout=options.get("visibility_timeout"),
             max_runtime=max_runtime,
             takes_context=takes_context,
+            backoff=backoff,
+            retry_on=retry_on,
+            expires_after=expires_after,
         )
         existing = _registry.get(kind)
         if existing is not None and _origin(existing.func) != _origin(func):
@@ -204,6 +227,12 @@ def job(
         return definition
 
     return register(func) if func is not None else register
+
+
+def _positive_seconds(name: str, value: timedelta | float | None) -> float | None:
+    if value is None:
+        return None
+    return _enqueue.seconds_option(name, value, minimum=0, inclusive=False)
 
 
 def _origin(func: Callable[..., Any]) -> str:

@@ -22,16 +22,19 @@ from __future__ import annotations
 #: statement may not update a row twice). RETURNING yields one row per input row, in input
 #: order (as Django's ``bulk_create`` relies on); ``inserted`` is false for existing jobs.
 INSERT_JOBS = """
-INSERT INTO jobq_job (queue, kind, payload, priority, run_at, max_attempts,
+INSERT INTO jobq_job (queue, kind, payload, priority, run_at, expires_at, max_attempts,
                       visibility_timeout, idempotency_key)
 SELECT queue, kind, payload, priority,
        COALESCE(run_at, now() + make_interval(secs => delay_seconds)),
+       COALESCE(expires_at, now() + make_interval(secs => expires_after_seconds)),
        max_attempts, make_interval(secs => visibility_timeout_seconds), idempotency_key
 FROM unnest(%(queue)s::text[], %(kind)s::text[], %(payload)s::jsonb[], %(priority)s::integer[],
-            %(run_at)s::timestamptz[], %(delay_seconds)s::float8[], %(max_attempts)s::integer[],
-            %(visibility_timeout_seconds)s::float8[], %(idempotency_key)s::text[])
-     AS input(queue, kind, payload, priority, run_at, delay_seconds, max_attempts,
-              visibility_timeout_seconds, idempotency_key)
+            %(run_at)s::timestamptz[], %(delay_seconds)s::float8[],
+            %(expires_at)s::timestamptz[], %(expires_after_seconds)s::float8[],
+            %(max_attempts)s::integer[], %(visibility_timeout_seconds)s::float8[],
+            %(idempotency_key)s::text[])
+     AS input(queue, kind, payload, priority, run_at, delay_seconds, expires_at,
+              expires_after_seconds, max_attempts, visibility_timeout_seconds, idempotency_key)
 ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL
 DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
 RETURNING *, (xmax = 0) AS inserted
@@ -48,8 +51,9 @@ RETURNING *, (xmax = 0) AS inserted
 # a MATERIALIZED CTE so it runs exactly once: as a plain subquery the planner may re-run a
 # LIMIT subquery inside a nested loop and lease more than ``limit`` rows.
 # Each claim consumes an attempt; the new attempt number is the lease's fencing token. A
-# reclaimed job whose lapsed attempt was its last comes back with attempts > max_attempts:
-# the worker dead-letters it without running it ("lease expired on final attempt").
+# reclaimed job whose lapsed attempt was its last comes back with attempts > max_attempts,
+# and a job past its ``expires_at`` comes back with ``expired``: the worker dead-letters
+# either without running it.
 _CLAIM_TEMPLATE = """
 WITH expired AS MATERIALIZED (
     SELECT id FROM jobq_job
@@ -73,7 +77,8 @@ SET status = 'running',
 FROM (SELECT id FROM expired UNION ALL SELECT id FROM ready) AS claimable
 WHERE job.id = claimable.id
 RETURNING job.id, job.queue, job.kind, job.payload, job.priority, job.run_at, job.attempts,
-          job.max_attempts, job.visibility_timeout, job.lease_deadline
+          job.max_attempts, job.visibility_timeout, job.lease_deadline,
+          COALESCE(job.expires_at <= now(), false) AS expired
 """
 
 #: Claim from one queue: an equality on ``queue`` lets ``jobq_job_claim_idx`` (queue,
@@ -155,3 +160,67 @@ FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS released(id, attempt)
 WHERE job.id = released.id AND job.attempts = released.attempt AND job.status = 'running'
 RETURNING job.id
 """
+
+# -- operators (admin, management commands) ------------------------------------------------
+
+#: Cancel: delete ready jobs. A running job is never cancelled this way (its worker holds a
+#: lease; deleting the row under it would only turn its ack into a refused write).
+CANCEL_JOBS = """
+DELETE FROM jobq_job
+WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
+RETURNING id
+"""
+
+#: Run now: make ready jobs due at once (scheduled or backing off), keeping their attempts.
+RUN_JOBS_NOW = """
+UPDATE jobq_job
+SET run_at = now()
+WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready' AND run_at > now()
+RETURNING id
+"""
+
+#: Redrive: turn dead letters back into fresh jobs (attempts 0, due now, no expiry) and delete
+#: them, in one statement. A dead letter whose idempotency key belongs to a live job of its
+#: kind is left in place (that job is already the redrive), as is all but the oldest of
+#: several dead letters sharing a key. Should such a job appear concurrently, the insert
+#: fails and the whole statement rolls back: nothing is lost, the operator retries.
+REDRIVE_DEAD_LETTERS = """
+WITH redriven AS (
+    DELETE FROM jobq_dead_letter AS dead
+    WHERE dead.id = ANY(%(ids)s::bigint[])
+      AND (dead.idempotency_key IS NULL OR (
+          NOT EXISTS (
+              SELECT 1 FROM jobq_job AS live
+              WHERE live.kind = dead.kind AND live.idempotency_key = dead.idempotency_key
+          )
+          AND dead.id = (
+              SELECT min(twin.id) FROM jobq_dead_letter AS twin
+              WHERE twin.id = ANY(%(ids)s::bigint[])
+                AND twin.kind = dead.kind AND twin.idempotency_key = dead.idempotency_key
+          )
+      ))
+    RETURNING dead.*
+)
+INSERT INTO jobq_job (queue, kind, payload, priority, max_attempts, visibility_timeout,
+                      idempotency_key)
+SELECT queue, kind, payload, priority, max_attempts, visibility_timeout, idempotency_key
+FROM redriven
+ORDER BY id
+RETURNING id
+"""
+
+#: Retention: delete dead letters that died before ``%(older_than)s`` seconds ago, at most
+#: ``%(limit)s`` per statement so a large backlog never holds one long transaction.
+PRUNE_DEAD_LETTERS = """
+DELETE FROM jobq_dead_letter
+WHERE id IN (
+    SELECT id FROM jobq_dead_letter
+    WHERE died_at < now() - make_interval(secs => %(older_than)s)
+    ORDER BY died_at
+    LIMIT %(limit)s
+)
+"""
+
+#: Maintenance runs on one worker at a time: a transaction-scoped advisory lock, taken
+#: without waiting (the other workers skip this round).
+TRY_MAINTENANCE_LOCK = "SELECT pg_try_advisory_xact_lock(%(key)s)"

@@ -17,6 +17,17 @@ def test_default_configuration_passes():
     assert check_ids() == []
 
 
+def test_durations_accept_seconds_or_timedeltas():
+    from datetime import timedelta
+
+    with override_settings(
+        JOBQ={"VISIBILITY_TIMEOUT": timedelta(minutes=2), "DEAD_LETTER_RETENTION": 86400}
+    ):
+        assert check_ids() == []
+        config = get_settings()
+    assert (config.VISIBILITY_TIMEOUT, config.DEAD_LETTER_RETENTION) == (120.0, 86400.0)
+
+
 @override_settings(JOBQ={"DATABASE": "other"})
 def test_a_queue_database_that_is_not_postgresql_is_e001():
     (error,) = check_settings()
@@ -34,7 +45,12 @@ def test_a_queue_database_that_is_not_postgresql_is_e001():
         ({"VISIBILITY_TIMEOUT": 0}, ["django_jobq.E003"]),
         ({"VISIBILITY_TIMEOUT": "30"}, ["django_jobq.E003"]),
         ({"POLL_INTERVAL": -1}, ["django_jobq.E003"]),
-        ({"RETRY_DELAY": -1}, ["django_jobq.E003"]),
+        ({"RETRY_BACKOFF_BASE": 0}, ["django_jobq.E003"]),
+        ({"RETRY_BACKOFF_BASE": 10, "RETRY_BACKOFF_CAP": 5}, ["django_jobq.E003"]),
+        ({"VISIBILITY_TIMEOUT": float("nan")}, ["django_jobq.E003"]),
+        ({"POLL_INTERVAL": float("inf")}, ["django_jobq.E003"]),
+        ({"VISIBILITY_TIMEOUT": 1e300}, ["django_jobq.E003"]),
+        ({"DEAD_LETTER_RETENTION": -5}, ["django_jobq.E003"]),
         ({"DEFAULT_QUEUE": "has space"}, ["django_jobq.E003"]),
         ({"DATABASE": "missing"}, ["django_jobq.E004"]),
     ],
@@ -47,6 +63,7 @@ def test_invalid_settings_have_an_error_id(jobq, expected):
                 get_settings()
 
 
+@pytest.mark.django_db
 def test_manage_py_check_reports_the_error():
     from django.core.management.base import SystemCheckError
 

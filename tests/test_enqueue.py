@@ -2,6 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from types import MappingProxyType
 
 import pytest
 from django.db import connection
@@ -115,6 +116,19 @@ def test_an_idempotency_key_returns_the_live_job_instead_of_a_second_row():
     assert always_fails.using(idempotency_key="welcome-42").enqueue().pk != first.pk
 
 
+def deeply_nested(depth):
+    value = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def circular():
+    loop = {}
+    loop["self"] = loop
+    return loop
+
+
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
@@ -132,11 +146,11 @@ def test_an_idempotency_key_returns_the_live_job_instead_of_a_second_row():
         (lambda: record.using(queue="no spaces").enqueue("x"), ValueError, "invalid queue"),
         (lambda: record.using(queue="").enqueue("x"), ValueError, "invalid queue"),
         (lambda: enqueue("bad kind!", {}), ValueError, "invalid job kind"),
-        (lambda: record.using(delay=-1).enqueue("x"), ValueError, "delay must not be negative"),
+        (lambda: record.using(delay=-1).enqueue("x"), ValueError, "delay must be at least 0 s"),
         (
             lambda: record.using(delay=timedelta(seconds=-5)).enqueue("x"),
             ValueError,
-            "delay must not be negative",
+            "delay must be at least 0 s",
         ),
         (
             lambda: record.using(run_at=timezone.now(), delay=5).enqueue("x"),
@@ -153,6 +167,22 @@ def test_an_idempotency_key_returns_the_live_job_instead_of_a_second_row():
         ),
         (lambda: record.using(priority=2**31).enqueue("x"), ValueError, "priority"),
         (lambda: record.using(idempotency_key="k" * 201).enqueue("x"), ValueError, "key"),
+        (lambda: record.using(idempotency_key="a\x00b").enqueue("x"), ValueError, "NUL"),
+        (lambda: record.using(delay=1e12).enqueue("x"), ValueError, "at most 10 years"),
+        (lambda: record.using(visibility_timeout=1e300).enqueue("x"), ValueError, "10 years"),
+        (lambda: record.using(visibility_timeout=1e-9).enqueue("x"), ValueError, "at least"),
+        (lambda: record.using(max_attempts=2**31).enqueue("x"), ValueError, "max_attempts"),
+        (lambda: enqueue("some.kind", {"a\x00": 1}), TypeError, r"payload\['a\\x00'\].*NUL"),
+        (lambda: enqueue("some.kind", {"s": "\ud800"}), TypeError, r"payload\['s'\].*Unicode"),
+        (lambda: enqueue("some.kind", {"m": MappingProxyType({})}), TypeError, r"payload\['m'\]"),
+        (lambda: enqueue("some.kind", {"deep": deeply_nested(500)}), TypeError, "deeper than"),
+        (lambda: enqueue("some.kind", {"loop": circular()}), TypeError, "circular"),
+        (
+            lambda: record.using(expires_at=datetime(2030, 1, 1)).enqueue("x"),
+            ValueError,
+            "expires_at must be timezone-aware",
+        ),
+        (lambda: record.using(colour="blue").enqueue("x"), TypeError, "unknown enqueue options"),
     ],
 )
 def test_bad_input_raises_a_clear_error_and_writes_nothing(call, error, message):

@@ -35,26 +35,26 @@ def test_successful_jobs_run_once_and_are_acked():
     assert (stats.claimed, stats.tally.succeeded) == (20, 20)
 
 
-def test_a_failing_job_is_retried_after_the_delay_with_its_error():
-    with override_settings(JOBQ={"RETRY_DELAY": 3600}):
+def test_a_failing_job_is_retried_after_the_backoff_delay_with_its_error():
+    with override_settings(JOBQ={"RETRY_BACKOFF_BASE": 3600, "RETRY_BACKOFF_CAP": 3600}):
         always_fails.enqueue(reason="flaky partner")
         stats = run_burst()
     job = Job.objects.get()
     assert (job.status, job.attempts) == ("ready", 1)
     assert job.last_error == "RuntimeError: flaky partner"
-    assert job.run_at > timezone.now() + timedelta(minutes=59)
+    # Equal jitter: the first retry waits between base/2 and base.
+    assert timezone.now() + timedelta(minutes=29) < job.run_at < timezone.now() + timedelta(hours=1)
     assert stats.tally.retried == 1
 
 
 def test_the_last_failed_attempt_becomes_a_dead_letter_with_traceback():
-    with override_settings(JOBQ={"RETRY_DELAY": 0}):
-        always_fails.enqueue(reason="poison")  # max_attempts=2
-        run_burst()
+    always_fails.using(max_attempts=1).enqueue(reason="poison")
+    run_burst()
     assert not Job.objects.exists()
     dead = DeadLetter.objects.get()
     assert (dead.reason, dead.attempts, dead.last_error) == (
         "max attempts exceeded",
-        2,
+        1,
         "RuntimeError: poison",
     )
     assert "raise RuntimeError(reason)" in dead.traceback

@@ -1,4 +1,4 @@
-"""Applies outcomes: ack successes in one batch, retry or dead-letter failures.
+"""Applies verdicts: ack successes in one batch, retry or dead-letter the rest.
 
 Every write is fenced by the job's attempt (see :mod:`django_jobq.leases`); a write that
 matches nothing means the lease was lost (another attempt holds the job) and is only logged.
@@ -11,8 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import leases
-from ..models import DeadLetter
-from .executor import Outcome, Result
+from .executor import Action, Outcome
 
 logger = logging.getLogger("django_jobq.worker")
 
@@ -28,68 +27,61 @@ class Tally:
 
 
 class Completer:
-    """Records outcomes on the worker's own connection. Failed attempts are retried
-    ``retry_delay`` seconds later until the job's ``max_attempts``, then dead-lettered."""
+    """Records outcomes on the worker's own connection."""
 
-    def __init__(self, cursor: leases.Cursor, *, retry_delay: float) -> None:
+    def __init__(self, cursor: leases.Cursor) -> None:
         self._cursor = cursor
-        self._retry_delay = retry_delay
         self.tally = Tally()
 
     def complete(self, outcomes: Sequence[Outcome]) -> None:
-        succeeded = [o for o in outcomes if o.result is Result.SUCCEEDED]
+        succeeded = [o for o in outcomes if o.action is Action.ACK]
         acked = leases.ack_many(self._cursor, [o.job.lease for o in succeeded])
         for outcome in succeeded:
-            self._log(outcome, "succeeded", applied=outcome.job.id in acked)
+            self._log(outcome, "succeeded", "", applied=outcome.job.id in acked)
             self.tally.succeeded += outcome.job.id in acked
         for outcome in outcomes:
-            if outcome.result is Result.UNKNOWN_KIND:
-                self._dead_letter(outcome, DeadLetter.Reason.UNKNOWN_KIND)
-            elif outcome.result is Result.ATTEMPTS_EXHAUSTED:
-                self._dead_letter(outcome, DeadLetter.Reason.LEASE_EXPIRED_ON_FINAL_ATTEMPT)
-            elif outcome.result is Result.FAILED:
-                if outcome.job.is_final_attempt:
-                    self._dead_letter(outcome, DeadLetter.Reason.MAX_ATTEMPTS_EXCEEDED)
-                else:
-                    applied = leases.retry(
-                        self._cursor,
-                        *outcome.job.lease,
-                        delay=self._retry_delay,
-                        error=outcome.error,
-                    )
-                    self._log(outcome, f"failed, retry in {self._retry_delay:g} s", applied)
-                    self.tally.retried += applied
+            if outcome.action is Action.RETRY:
+                applied = leases.retry(
+                    self._cursor,
+                    *outcome.job.lease,
+                    delay=outcome.retry_delay,
+                    error=outcome.error,
+                )
+                self._log(outcome, "failed", f", retrying in {outcome.retry_delay:.3g} s", applied)
+                self.tally.retried += applied
+            elif outcome.action is Action.DEAD_LETTER:
+                applied = leases.dead_letter(
+                    self._cursor,
+                    *outcome.job.lease,
+                    reason=outcome.reason,
+                    error=outcome.error,
+                    traceback=outcome.traceback,
+                )
+                self._log(outcome, "dead-lettered", f" ({outcome.reason})", applied)
+                self.tally.dead_lettered += applied
 
-    def _dead_letter(self, outcome: Outcome, reason: str) -> None:
-        applied = leases.dead_letter(
-            self._cursor,
-            *outcome.job.lease,
-            reason=reason,
-            error=outcome.error,
-            traceback=outcome.traceback,
-        )
-        self._log(outcome, f"dead-lettered ({reason})", applied)
-        self.tally.dead_lettered += applied
-
-    def _log(self, outcome: Outcome, what: str, applied: bool) -> None:
+    def _log(self, outcome: Outcome, what: str, detail: str, applied: bool) -> None:
+        """One line per job: ``job 12 shop.jobs.x attempt 1/5 succeeded in 3.1 ms``."""
         job = outcome.job
         if not applied:
             self.tally.lease_lost += 1
             logger.warning(
-                "job %s %s attempt %s: lease lost, outcome (%s) not recorded",
+                "job %s %s attempt %s: lease lost, outcome (%s%s) not recorded",
                 job.id,
                 job.kind,
                 job.attempt,
                 what,
+                detail,
             )
             return
         logger.debug(
-            "job %s %s attempt %s/%s %s in %.1f ms%s",
+            "job %s %s attempt %s/%s %s in %.1f ms%s%s",
             job.id,
             job.kind,
             job.attempt,
             job.max_attempts,
             what,
             outcome.duration * 1000,
-            f": {outcome.error}" if outcome.error else "",
+            detail,
+            f": {outcome.error[:500]}" if outcome.error else "",
         )

@@ -19,50 +19,123 @@ from dataclasses import dataclass
 from django.db import close_old_connections, connections
 
 from .. import registry
+from ..backoff import ExponentialBackoff
+from ..conf import get_settings
 from ..context import JobContext
+from ..exceptions import PermanentError, Retry
 from ..leases import ClaimedJob
+from ..models import DeadLetter
+from ..registry import JobDefinition
 from .held import HeldJob
 
 logger = logging.getLogger("django_jobq.worker")
 
 
-class Result(enum.Enum):
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    UNKNOWN_KIND = "unknown kind"
-    ATTEMPTS_EXHAUSTED = "attempts exhausted"  # reclaimed after its final attempt lapsed
+class Action(enum.Enum):
+    """What the completer must do with a job once its handler ran (or could not run)."""
+
+    ACK = "ack"
+    RETRY = "retry"
+    DEAD_LETTER = "dead letter"
+
+
+#: Error messages and tracebacks are stored up to this many characters (the tail is cut).
+MAX_ERROR_LENGTH = 64 * 1024
+
+
+def storable(text: str) -> str:
+    """``text`` as PostgreSQL can store it: NUL bytes escaped, invalid Unicode replaced,
+    cut to :data:`MAX_ERROR_LENGTH` characters."""
+    text = text.replace("\x00", "\\x00").encode("utf-8", "replace").decode("utf-8")
+    if len(text) > MAX_ERROR_LENGTH:
+        text = text[:MAX_ERROR_LENGTH] + f"... [{len(text) - MAX_ERROR_LENGTH} more characters]"
+    return text
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What happened when a claimed job's handler ran. ``duration`` is in seconds."""
+    """The verdict on one claimed job. ``duration`` and ``retry_delay`` are in seconds;
+    ``reason`` is set for dead letters."""
 
     job: ClaimedJob
-    result: Result
+    action: Action
     duration: float = 0.0
+    retry_delay: float = 0.0
+    reason: str = ""
     error: str = ""
     traceback: str = ""
 
 
+def _dead(
+    job: ClaimedJob, reason: str, error: str = "", duration: float = 0.0, tb: str = ""
+) -> Outcome:
+    return Outcome(
+        job, Action.DEAD_LETTER, duration=duration, reason=reason, error=error, traceback=tb
+    )
+
+
+def _refusal(job: ClaimedJob) -> Outcome | None:
+    """The dead-letter verdict for a job that must not run any more, or ``None``."""
+    if job.expired:
+        return _dead(job, DeadLetter.Reason.EXPIRED, "not started before its expires_at")
+    if job.attempts_exhausted:
+        return _dead(
+            job,
+            DeadLetter.Reason.LEASE_EXPIRED_ON_FINAL_ATTEMPT,
+            f"the lease of attempt {job.max_attempts} of {job.max_attempts} lapsed before it "
+            f"was acked (worker crashed, stalled or overran)",
+        )
+    return None
+
+
+def _verdict_on_failure(
+    job: ClaimedJob, definition: JobDefinition, exc: BaseException, duration: float
+) -> Outcome:
+    """Retry, or dead-letter: a permanent error, an exception outside ``retry_on``, or the
+    final attempt."""
+    error = storable(f"{type(exc).__name__}: {exc}")
+    tb = storable(traceback.format_exc())
+    if isinstance(exc, PermanentError):
+        return _dead(job, storable(f"{DeadLetter.Reason.FAILED}: {exc}"), error, duration, tb)
+    retryable = (
+        isinstance(exc, Retry)
+        or definition.retry_on is None
+        or isinstance(exc, definition.retry_on)
+    )
+    if not retryable:
+        return _dead(job, storable(f"{DeadLetter.Reason.FAILED}: {error}"), error, duration, tb)
+    if job.is_final_attempt:
+        return _dead(job, DeadLetter.Reason.MAX_ATTEMPTS_EXCEEDED, error, duration, tb)
+    if isinstance(exc, Retry) and exc.delay is not None:
+        delay = exc.delay
+    else:
+        delay = (definition.backoff or default_backoff())(job.attempt)
+    return Outcome(
+        job, Action.RETRY, duration=duration, retry_delay=delay, error=error, traceback=tb
+    )
+
+
+def default_backoff() -> ExponentialBackoff:
+    """The policy for kinds without ``@job(backoff=...)``, from the ``JOBQ`` setting."""
+    config = get_settings()
+    return ExponentialBackoff(base=config.RETRY_BACKOFF_BASE, cap=config.RETRY_BACKOFF_CAP)
+
+
 def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
-    """Run a held job's handler with its payload as keyword arguments; never raises.
+    """Run a held job's handler with its payload as keyword arguments, and return the
+    verdict; never raises.
 
     ``extend`` is what ``JobContext.heartbeat`` calls, for handlers that take a context.
     """
     job = held.job
-    if job.attempts_exhausted:
-        return Outcome(
-            job,
-            Result.ATTEMPTS_EXHAUSTED,
-            error=f"the lease of attempt {job.max_attempts} of {job.max_attempts} lapsed "
-            f"before it was acked (worker crashed, stalled or overran)",
-        )
+    if (refusal := _refusal(job)) is not None:
+        return refusal
     definition = registry.get(job.kind)
     if definition is None:
-        return Outcome(
+        return _dead(
             job,
-            Result.UNKNOWN_KIND,
-            error=f"no handler is registered for kind {job.kind!r} in this worker",
+            DeadLetter.Reason.UNKNOWN_KIND,
+            f"no handler is registered for kind {job.kind!r} in this worker",
         )
     close_old_connections()
     started = held.started = time.monotonic()
@@ -71,17 +144,11 @@ def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
             definition.func(JobContext(held, extend), **job.payload)
         else:
             definition.func(**job.payload)
-    except BaseException as exc:
-        return Outcome(
-            job,
-            Result.FAILED,
-            duration=time.monotonic() - started,
-            error=f"{type(exc).__name__}: {exc}",
-            traceback=traceback.format_exc(),
-        )
+    except BaseException as exc:  # any failure of user code is the job's outcome
+        return _verdict_on_failure(job, definition, exc, time.monotonic() - started)
     finally:
         close_old_connections()
-    return Outcome(job, Result.SUCCEEDED, duration=time.monotonic() - started)
+    return Outcome(job, Action.ACK, duration=time.monotonic() - started)
 
 
 class ExecutorPool:

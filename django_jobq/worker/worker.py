@@ -25,6 +25,7 @@ from .completer import Completer, Tally
 from .executor import ExecutorPool, Outcome
 from .heartbeat import Heartbeater
 from .held import HeldJob, HeldJobs
+from .maintenance import Maintenance
 
 logger = logging.getLogger("django_jobq.worker")
 
@@ -92,7 +93,6 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.burst = burst
         self.shutdown_timeout = shutdown_timeout
-        self._retry_delay = settings.RETRY_DELAY
         self._stopping = threading.Event()
         self._stop_requested_at: float | None = None
         self._wake = threading.Event()
@@ -154,7 +154,8 @@ class Worker:
         )
         with db.connect(application_name=f"jobq worker {self.worker_id}") as connection:
             cursor = connection.cursor()
-            completer = Completer(cursor, retry_delay=self._retry_delay)
+            completer = Completer(cursor)
+            maintenance = Maintenance(connection)
             heartbeater.start()
             pool.start()
             try:
@@ -179,6 +180,7 @@ class Worker:
                             break
                         self._wake.wait(time_left)
                         continue
+                    maintenance.run_if_due()
                     limit = min(self.batch_size, capacity - outstanding)
                     jobs = leases.claim(
                         cursor, worker_id=self.worker_id, limit=limit, queues=self.queues

@@ -75,5 +75,7 @@ DEFAULT_FROM_EMAIL = "shop@example.com"
 SHOP_WEBHOOK_URL = os.environ.get("SHOP_WEBHOOK_URL", "http://127.0.0.1:8765/hook")
 
 JOBQ = {
-    "RETRY_DELAY": 1,
+    # Short retry waits so the demo's flaky webhook calls recover within seconds.
+    "RETRY_BACKOFF_BASE": 0.5,
+    "RETRY_BACKOFF_CAP": 2,
 }
