@@ -1,9 +1,13 @@
 """Handlers used by the tests (autodiscovered like any app's ``jobs`` module)."""
 
+from datetime import timedelta
+
 from django.db import connection
 
 from django_jobq import job
+from django_jobq.backoff import FixedBackoff
 from django_jobq.context import JobContext
+from django_jobq.exceptions import Fail, PermanentError, Retry
 
 from .models import Effect
 
@@ -50,3 +54,45 @@ def inspect_context(ctx: JobContext) -> None:
         label=f"job {ctx.job_id} attempt {ctx.attempt} {ctx.kind} {ctx.queue} "
         f"extended={extended} moved={ctx.deadline >= before} lost={ctx.lease_lost}"
     )
+
+
+@job(backoff=FixedBackoff(0), max_attempts=3)
+def poison(label: str) -> None:
+    """Record the attempt, then fail: a job that can never succeed."""
+    Effect.objects.create(label=label)
+    raise RuntimeError("poison")
+
+
+@job
+def retry_later(delay: float) -> None:
+    raise Retry(delay=delay)
+
+
+@job
+def give_up(reason: str) -> None:
+    raise Fail(reason)
+
+
+class CardDeclined(PermanentError):
+    pass
+
+
+@job
+def charge_card() -> None:
+    raise CardDeclined("card declined")
+
+
+@job(retry_on=(ConnectionError,), backoff=FixedBackoff(3600))
+def call_partner(failure: str) -> None:
+    raise ConnectionError("partner unreachable") if failure == "network" else ValueError(failure)
+
+
+@job(expires_after=timedelta(minutes=10))
+def send_reminder(label: str) -> None:
+    Effect.objects.create(label=label)
+
+
+@job(max_attempts=1)
+def raise_unstorable_error(size: int) -> None:
+    """Fail with a message PostgreSQL text cannot hold as is: a NUL byte, and long."""
+    raise RuntimeError("bad\x00byte " + "x" * size)

@@ -1,0 +1,174 @@
+"""Retries, backoff and the ways a job becomes a dead letter.
+
+See docs/retries-and-dead-letters.md.
+"""
+
+import statistics
+from datetime import timedelta
+
+import pytest
+from django.test.utils import override_settings
+from django.utils import timezone
+
+from django_jobq import leases
+from django_jobq.backoff import ExponentialBackoff, FixedBackoff
+from django_jobq.exceptions import Retry
+from django_jobq.models import DeadLetter, Job
+from django_jobq.operations import cancel
+from django_jobq.worker import Worker
+from tests.testapp.jobs import (
+    call_partner,
+    charge_card,
+    give_up,
+    poison,
+    raise_unstorable_error,
+    record,
+    retry_later,
+    send_reminder,
+)
+from tests.testapp.models import Effect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run_burst(**options):
+    return Worker(burst=True, poll_interval=0.05, **options).run()
+
+
+def test_a_poison_job_runs_exactly_max_attempts_times_then_dies_once_with_its_traceback():
+    job = poison.enqueue("poison run")  # max_attempts=3, retried at once (FixedBackoff(0))
+    run_burst()
+    assert Effect.objects.filter(label="poison run").count() == 3
+    assert not Job.objects.exists()
+    dead = DeadLetter.objects.get()
+    assert (dead.job_id, dead.reason, dead.attempts, dead.max_attempts) == (
+        job.pk,
+        "max attempts exceeded",
+        3,
+        3,
+    )
+    assert dead.last_error == "RuntimeError: poison"
+    assert 'raise RuntimeError("poison")' in dead.traceback
+
+
+def test_healthy_jobs_keep_flowing_while_a_poison_job_backs_off():
+    slow_poison = poison.using(max_attempts=5).enqueue("poison")
+    Job.objects.filter(pk=slow_poison.pk).update(priority=10)  # claimed first, every time due
+    for n in range(50):
+        record.enqueue(f"healthy {n}")
+    # One worker, one thread; the poison job is retried in an hour.
+    with_hour_backoff = {"RETRY_BACKOFF_BASE": 3600, "RETRY_BACKOFF_CAP": 3600}
+
+    with override_settings(JOBQ=with_hour_backoff):
+        Job.objects.filter(pk=slow_poison.pk).update(
+            kind="tests.testapp.jobs.always_fails", payload={}
+        )
+        run_burst(concurrency=1, batch_size=1)
+    assert Effect.objects.filter(label__startswith="healthy").count() == 50
+    remaining = Job.objects.get()
+    assert (remaining.pk, remaining.status, remaining.attempts) == (slow_poison.pk, "ready", 1)
+    assert remaining.run_at > timezone.now() + timedelta(minutes=29)
+
+
+@pytest.mark.parametrize("base", [0.5, 2.0, 30.0])
+def test_exponential_backoff_stays_in_its_documented_range(base):
+    policy = ExponentialBackoff(base=base, cap=3600)
+    for attempt in range(1, 30):
+        ceiling = min(3600, base * 2 ** (attempt - 1))
+        draws = [policy(attempt) for _ in range(400)]
+        assert all(ceiling / 2 <= d <= ceiling <= 3600 for d in draws), attempt
+        # Equal jitter is uniform on [d/2, d]: mean 3d/4, and the draws spread over the range.
+        assert abs(statistics.mean(draws) - 0.75 * ceiling) < 0.05 * ceiling
+        assert min(draws) < 0.55 * ceiling and max(draws) > 0.95 * ceiling
+
+
+def test_backoff_never_exceeds_the_cap_even_for_huge_attempt_numbers():
+    policy = ExponentialBackoff(base=2, cap=3600)
+    assert all(1800 <= policy(attempt) <= 3600 for attempt in (12, 13, 100, 10**6))
+    with pytest.raises(ValueError):
+        ExponentialBackoff(base=10, cap=5)
+    assert FixedBackoff(7)(1) == FixedBackoff(7)(9) == 7
+
+
+def test_retry_exception_sets_the_delay():
+    retry_later.enqueue(delay=7200)
+    run_burst()
+    job = Job.objects.get()
+    assert (job.status, job.attempts) == ("ready", 1)
+    assert (
+        timezone.now() + timedelta(minutes=119)
+        < job.run_at
+        < timezone.now() + timedelta(hours=2, minutes=1)
+    )
+    assert job.last_error == "Retry: retry in 7200 s"
+    with pytest.raises(ValueError):
+        Retry(delay=-1)
+
+
+@pytest.mark.parametrize(
+    ("enqueue", "reason"),
+    [
+        (lambda: give_up.enqueue(reason="order was deleted"), "failed: order was deleted"),
+        (lambda: charge_card.enqueue(), "failed: card declined"),
+        (
+            lambda: call_partner.enqueue(failure="bad request"),
+            "failed: ValueError: bad request",
+        ),
+    ],
+    ids=["Fail", "PermanentError subclass", "exception outside retry_on"],
+)
+def test_permanent_failures_dead_letter_at_once(enqueue, reason):
+    enqueue()
+    run_burst()
+    dead = DeadLetter.objects.get()
+    assert (dead.reason, dead.attempts) == (reason, 1)
+    assert dead.traceback
+    assert not Job.objects.exists()
+
+
+def test_an_exception_listed_in_retry_on_is_retried():
+    call_partner.enqueue(failure="network")
+    run_burst()
+    job = Job.objects.get()
+    assert (job.status, job.attempts, job.last_error) == (
+        "ready",
+        1,
+        "ConnectionError: partner unreachable",
+    )
+
+
+def test_a_job_not_started_before_it_expires_is_dead_lettered_unrun():
+    late = record.using(expires_at=timezone.now() - timedelta(seconds=1)).enqueue("too late")
+    on_time = record.using(expires_at=timezone.now() + timedelta(hours=1)).enqueue("on time")
+    run_burst()
+    assert list(Effect.objects.values_list("label", flat=True)) == ["on time"]
+    dead = DeadLetter.objects.get()
+    assert (dead.job_id, dead.reason) == (late.pk, "expired")
+    assert on_time.pk != late.pk
+
+
+def test_expires_after_counts_from_enqueue_on_the_database_clock():
+    job = send_reminder.enqueue("x")
+    row = Job.objects.get(pk=job.pk)
+    assert row.expires_at - row.created_at == timedelta(minutes=10)
+
+
+def test_cancel_removes_a_ready_job_but_not_a_running_one(queue_cursor):
+    ready = record.enqueue("ready")
+    running = record.enqueue("running")
+    Job.objects.filter(pk=ready.pk).update(priority=-1)
+    (claimed,) = leases.claim(queue_cursor, worker_id="w", limit=1)
+    assert claimed.id == running.pk
+    assert cancel(running.pk) is False
+    assert cancel(ready.pk) is True
+    assert cancel(ready.pk) is False  # already gone
+    assert list(Job.objects.values_list("pk", flat=True)) == [running.pk]
+
+
+def test_error_text_postgres_cannot_store_is_made_storable():
+    raise_unstorable_error.enqueue(size=100_000)
+    run_burst()
+    dead = DeadLetter.objects.get()
+    assert dead.last_error.startswith("RuntimeError: bad\\x00byte xxx")
+    assert len(dead.last_error) < 70_000
+    assert dead.last_error.endswith("more characters]")
