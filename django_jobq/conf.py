@@ -131,6 +131,8 @@ def validate(raw: Any) -> list[tuple[str, str]]:
             )
         else:
             durations[key] = seconds
+    if durations.get("POLL_INTERVAL", 0) > 3600:
+        problems.append(("django_jobq.E003", "JOBQ['POLL_INTERVAL'] must be at most 3600 s."))
     base, cap = durations.get("RETRY_BACKOFF_BASE"), durations.get("RETRY_BACKOFF_CAP")
     if base is not None and cap is not None and cap < base:
         problems.append(

@@ -12,6 +12,7 @@ thread and up to ``batch_size`` claimed ahead (prefetched).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
@@ -28,6 +29,12 @@ from .held import HeldJob, HeldJobs
 from .maintenance import Maintenance
 
 logger = logging.getLogger("django_jobq.worker")
+
+#: Bounds of the worker's options (sizes that fit the database's integers and a process).
+MAX_CONCURRENCY = 1000
+MAX_BATCH_SIZE = 10_000
+MAX_POLL_INTERVAL = 3600.0
+MAX_WORKER_ID_LENGTH = 200  # Job.worker_id's max_length
 
 
 @dataclass(frozen=True)
@@ -77,19 +84,24 @@ class Worker:
         burst: bool = False,
         shutdown_timeout: float | None = None,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, not {concurrency}.")
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, not {batch_size}.")
-        if shutdown_timeout is not None and shutdown_timeout < 0:
-            raise ValueError(f"shutdown_timeout must not be negative, not {shutdown_timeout}.")
+        if not 1 <= concurrency <= MAX_CONCURRENCY:
+            raise ValueError(f"concurrency must be 1 to {MAX_CONCURRENCY}, not {concurrency}.")
+        if batch_size is not None and not 1 <= batch_size <= MAX_BATCH_SIZE:
+            raise ValueError(f"batch_size must be 1 to {MAX_BATCH_SIZE}, not {batch_size}.")
+        if shutdown_timeout is not None and not 0 <= shutdown_timeout < math.inf:
+            raise ValueError(f"shutdown_timeout must be >= 0 seconds, not {shutdown_timeout}.")
+        if worker_id is not None and not 0 < len(worker_id) <= MAX_WORKER_ID_LENGTH:
+            raise ValueError(f"worker_id must be 1 to {MAX_WORKER_ID_LENGTH} characters.")
         settings = get_settings()
         self.queues = list(queues) if queues else None
         self.concurrency = concurrency
         self.batch_size = batch_size or concurrency
         self.poll_interval = poll_interval if poll_interval is not None else settings.POLL_INTERVAL
-        if self.poll_interval <= 0:
-            raise ValueError(f"poll_interval must be positive, not {self.poll_interval}.")
+        if not 0 < self.poll_interval <= MAX_POLL_INTERVAL:
+            raise ValueError(
+                f"poll_interval must be more than 0 and at most {MAX_POLL_INTERVAL:g} seconds, "
+                f"not {self.poll_interval}."
+            )
         self.worker_id = worker_id or default_worker_id()
         self.burst = burst
         self.shutdown_timeout = shutdown_timeout

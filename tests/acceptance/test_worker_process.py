@@ -5,6 +5,7 @@ import signal
 import pytest
 from django.db import connection
 
+from django_jobq import leases
 from django_jobq.models import DeadLetter, Job
 from shop.models import Invoice, Order
 from shop.webhook_stub import WebhookStub
@@ -47,7 +48,9 @@ def test_burst_worker_drains_jobs_enqueued_through_the_views(client, manage):
     assert Order.objects.count() == 10
 
 
-def test_sigterm_releases_prefetched_jobs_finishes_the_running_one_and_exits_0(manage):
+def test_sigterm_releases_prefetched_jobs_finishes_the_running_one_and_exits_0(
+    manage, queue_cursor
+):
     lock_id = 4242
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock(%s)", [lock_id])  # the handler blocks on it
@@ -70,6 +73,9 @@ def test_sigterm_releases_prefetched_jobs_finishes_the_running_one_and_exits_0(m
     ) == {0}
     assert Job.objects.get(pk=running.pk).status == "running"
     assert worker.poll() is None
+    # Another worker can take them at once, as their first attempt.
+    claimed = leases.claim(queue_cursor, worker_id="other", limit=10, queues=["slow"])
+    assert sorted((job.id, job.attempt) for job in claimed) == [(j.pk, 1) for j in prefetched]
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_unlock(%s)", [lock_id])
@@ -81,8 +87,20 @@ def test_sigterm_releases_prefetched_jobs_finishes_the_running_one_and_exits_0(m
     assert "3 released" in stderr
 
 
-def test_invalid_command_line_is_refused(manage):
-    worker = manage("jobq_worker", "--queue", "no spaces allowed")
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--queue", "no spaces allowed"], "invalid queue name"),
+        (["--batch-size", "100000000000000000000"], "whole number from 1 to 10000"),
+        (["--concurrency", "0"], "whole number from 1 to 1000"),
+        (["--poll-interval", "inf"], "expected seconds"),
+        (["--shutdown-timeout", "nan"], "expected seconds"),
+        (["--worker-id", "x" * 201], "--worker-id must be 1 to 200 characters"),
+    ],
+)
+def test_invalid_command_line_is_refused_with_a_clear_message(manage, arguments, message):
+    worker = manage("jobq_worker", *arguments)
     _, stderr = worker.communicate(timeout=WORKER_TIMEOUT)
     assert worker.returncode != 0
-    assert "invalid queue name" in stderr
+    assert message in stderr
+    assert "Traceback" not in stderr

@@ -3,33 +3,53 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import sys
-from argparse import ArgumentParser
+from argparse import ArgumentParser, ArgumentTypeError
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import QUEUE_NAME_RE
-from ...worker import Worker
+from ...worker.worker import (
+    MAX_BATCH_SIZE,
+    MAX_CONCURRENCY,
+    MAX_POLL_INTERVAL,
+    MAX_WORKER_ID_LENGTH,
+    Worker,
+)
 
 logger = logging.getLogger("django_jobq.worker")
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
+def _bounded_int(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise ArgumentTypeError(f"expected a whole number from {low} to {high}, not {text!r}")
+        return value
+
+    return parse
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise ValueError(text)
-    return value
+def _seconds(high: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not 0 < value <= high:  # also refuses NaN and infinity
+            raise ArgumentTypeError(f"expected seconds, more than 0 and at most {high:g}")
+        return value
+
+    return parse
 
 
 class Command(BaseCommand):
@@ -50,34 +70,38 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--concurrency",
-            type=_positive_int,
+            type=_bounded_int(1, MAX_CONCURRENCY),
             default=1,
             help="Handler threads, each with its own database connection (default 1).",
         )
         parser.add_argument(
             "--batch-size",
-            type=_positive_int,
+            type=_bounded_int(1, MAX_BATCH_SIZE),
             default=None,
             help="Most jobs claimed at once and held ahead of a free thread "
             "(default: the concurrency).",
         )
         parser.add_argument(
             "--poll-interval",
-            type=_positive_float,
+            type=_seconds(MAX_POLL_INTERVAL),
             default=None,
             metavar="SECONDS",
             help="Sleep after finding no job (default JOBQ['POLL_INTERVAL'], 1 s).",
         )
         parser.add_argument(
             "--shutdown-timeout",
-            type=_positive_float,
+            type=_seconds(24 * 3600),
             default=30.0,
             metavar="SECONDS",
             help="After SIGTERM, how long running jobs may take to finish before the worker "
             "exits anyway, leaving their leases to lapse (default 30). Keep it below your "
             "process manager's kill timeout.",
         )
-        parser.add_argument("--worker-id", default=None, help="Default: host:pid.")
+        parser.add_argument(
+            "--worker-id",
+            default=None,
+            help=f"Default: host:pid. At most {MAX_WORKER_ID_LENGTH} characters.",
+        )
         parser.add_argument(
             "--burst",
             action="store_true",
@@ -90,6 +114,9 @@ class Command(BaseCommand):
                 raise CommandError(
                     f"invalid queue name {queue!r}: expected {QUEUE_NAME_RE.pattern}"
                 )
+        worker_id = options["worker_id"]
+        if worker_id is not None and not 0 < len(worker_id) <= MAX_WORKER_ID_LENGTH:
+            raise CommandError(f"--worker-id must be 1 to {MAX_WORKER_ID_LENGTH} characters.")
         self._configure_logging(options["verbosity"])
         worker = Worker(
             queues=options["queues"],

@@ -1,7 +1,8 @@
-"""The live view of the queue, read from the database.
+"""The live view of the demo's jobs, read from the database.
 
 The jobs table holds live jobs only (an ack deletes the row), so the jobs done are those
-enqueued that are neither live nor dead letters.
+enqueued that are neither live nor dead letters. Only the shop's kinds are counted: other
+apps' jobs in the same database are not the demo's business.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from django.core.management.base import OutputWrapper
 from django.db.models import Count, Q
 from django.db.models.functions import Now
 
-from django_jobq.models import DeadLetter, Job
+from django_jobq.models import Job
+
+from .reset import demo_dead_letters, demo_jobs
 
 
 @dataclass(frozen=True)
 class QueueSnapshot:
-    """Live jobs by state, and the dead letters, at one moment.
+    """The shop's live jobs by state, and its dead letters, at one moment.
 
     ``ready``: due now. ``retry_scheduled``: ready but with ``run_at`` in the future (here:
     waiting out a retry delay). ``running``: leased by a worker.
@@ -37,12 +40,12 @@ class QueueSnapshot:
     @classmethod
     def take(cls) -> QueueSnapshot:
         ready = Q(status=Job.Status.READY)
-        counts = Job.objects.aggregate(
+        counts = demo_jobs().aggregate(
             ready=Count("id", filter=ready & Q(run_at__lte=Now())),
             retry_scheduled=Count("id", filter=ready & Q(run_at__gt=Now())),
             running=Count("id", filter=Q(status=Job.Status.RUNNING)),
         )
-        return cls(**counts, dead_letters=DeadLetter.objects.count())
+        return cls(**counts, dead_letters=demo_dead_letters().count())
 
 
 class ProgressDisplay:

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from django.db.models import Count, F, Sum
 
-from django_jobq.models import DeadLetter
-
 from ..jobs import award_loyalty_points, notify_order_webhook
-from ..models import Invoice, Order
 from ..webhook_stub import WebhookStats
 from .progress import QueueSnapshot
+from .reset import demo_dead_letters, demo_invoices, demo_orders
 from .workers import WorkerResult
 from .workload import WorkloadTally
 
@@ -37,7 +34,6 @@ def build_report(
     webhook: WebhookStats,
     workers: list[WorkerResult],
     exited_early: list[str],
-    log_dir: Path,
 ) -> Report:
     report = Report()
     _requests(report, tally)
@@ -47,7 +43,7 @@ def build_report(
     _invoices(report, tally)
     _loyalty(report, tally)
     _webhook(report, tally, webhook)
-    _workers(report, workers, exited_early, log_dir)
+    _workers(report, workers, exited_early)
     return report
 
 
@@ -62,7 +58,7 @@ def _requests(report: Report, tally: WorkloadTally) -> None:
 
 def _jobs(report: Report, tally: WorkloadTally, elapsed: float, snapshot: QueueSnapshot) -> None:
     dead_by_kind = dict(
-        DeadLetter.objects.values_list("kind").annotate(n=Count("id")).values_list("kind", "n")
+        demo_dead_letters().values_list("kind").annotate(n=Count("id")).values_list("kind", "n")
     )
     done = tally.total_enqueued - snapshot.live - snapshot.dead_letters
     rate = done / elapsed if elapsed > 0 else 0.0
@@ -93,7 +89,8 @@ class DeadLetterGroup:
 def _dead_letters(report: Report, tally: WorkloadTally) -> list[DeadLetterGroup]:
     groups = [
         DeadLetterGroup(row["kind"], row["reason"], row["count"], row["attempts"])
-        for row in DeadLetter.objects.values("kind", "reason")
+        for row in demo_dead_letters()
+        .values("kind", "reason")
         .annotate(count=Count("id"), attempts=Sum("attempts"))
         .order_by("kind", "reason")
     ]
@@ -149,10 +146,10 @@ def _retries(
 
 
 def _invoices(report: Report, tally: WorkloadTally) -> None:
-    invoices = Invoice.objects.count()
-    orders = Order.objects.count()
-    missing = Order.objects.filter(invoice__isnull=True).count()
-    wrong_amount = Invoice.objects.exclude(amount=F("order__total")).count()
+    invoices = demo_invoices().count()
+    orders = demo_orders().count()
+    missing = demo_orders().filter(invoice__isnull=True).count()
+    wrong_amount = demo_invoices().exclude(amount=F("order__total")).count()
     report.add(
         "invoices",
         f"{invoices} for {orders} orders: {orders - missing} orders have exactly one, "
@@ -168,7 +165,7 @@ def _invoices(report: Report, tally: WorkloadTally) -> None:
 
 
 def _loyalty(report: Report, tally: WorkloadTally) -> None:
-    awarded = Order.objects.filter(loyalty_points__isnull=False).count()
+    awarded = demo_orders().filter(loyalty_points__isnull=False).count()
     expected = tally.orders - tally.expired_orders
     report.add(
         "loyalty points",
@@ -192,13 +189,10 @@ def _webhook(report: Report, tally: WorkloadTally, webhook: WebhookStats) -> Non
         )
 
 
-def _workers(
-    report: Report, workers: list[WorkerResult], exited_early: list[str], log_dir: Path
-) -> None:
+def _workers(report: Report, workers: list[WorkerResult], exited_early: list[str]) -> None:
     report.add(
         "workers",
         "stopped with SIGTERM: " + ", ".join(f"{w.worker_id} {_ending(w)}" for w in workers),
-        f"logs: {log_dir}",
     )
     for worker in workers:
         if worker.worker_id in exited_early:

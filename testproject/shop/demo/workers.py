@@ -25,13 +25,15 @@ _STOPPED_RE = re.compile(
 )
 
 
-def database_url(alias: str = "default") -> str:
+def database_url(alias: str = "default", *, hide_password: bool = False) -> str:
     """A ``DATABASE_URL`` for the database this process uses, so the workers use it too
-    (whatever the settings or a test runner made of ``DATABASE_URL``)."""
+    (whatever the settings or a test runner made of ``DATABASE_URL``). ``hide_password``
+    shows a password as ``****``, for printing."""
     params = connections[alias].settings_dict
     user = quote(params.get("USER") or "", safe="")
     password = params.get("PASSWORD") or ""
-    auth = f"{user}:{quote(password, safe='')}" if password else user
+    secret = "****" if hide_password else quote(password, safe="")
+    auth = f"{user}:{secret}" if password else user
     host = quote(params.get("HOST") or "", safe="")
     port = f":{params['PORT']}" if params.get("PORT") else ""
     url = f"postgres://{auth + '@' if auth else ''}{host}{port}/{quote(params['NAME'], safe='')}"
@@ -60,25 +62,20 @@ class WorkerResult:
 
 
 class WorkerProcess:
-    def __init__(self, worker_id: str, concurrency: int, env: dict[str, str], log_path: Path):
+    def __init__(self, worker_id: str, args: list[str], env: dict[str, str], log_path: Path):
         self.worker_id = worker_id
         self.log_path = log_path
         self.killed = False
         self._log: IO[bytes] = log_path.open("wb")
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                str(MANAGE_PY),
-                "jobq_worker",
-                "--concurrency",
-                str(concurrency),
-                "--worker-id",
-                worker_id,
-            ],
+            [sys.executable, str(MANAGE_PY), "jobq_worker", "--worker-id", worker_id, *args],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            # Out of the terminal's process group: a Ctrl-C reaches the demo only, which
+            # then stops the workers with one SIGTERM (a second signal makes them exit now).
+            process_group=0,
         )
 
     @property
@@ -117,16 +114,28 @@ class WorkerProcess:
 
 
 class WorkerPool:
-    """``count`` worker processes with ``concurrency`` threads each, logging to ``log_dir``.
+    """``count`` worker processes with ``concurrency`` threads each, claiming only from
+    ``queues``, logging to ``log_dir``.
 
     ``env`` is added to this process's environment; the workers always get this process's
     database as ``DATABASE_URL``.
     """
 
-    def __init__(self, *, count: int, concurrency: int, env: dict[str, str], log_dir: Path):
+    def __init__(
+        self,
+        *,
+        count: int,
+        concurrency: int,
+        queues: list[str],
+        env: dict[str, str],
+        log_dir: Path,
+    ):
         full_env = {**os.environ, "DATABASE_URL": database_url(), "PYTHONUNBUFFERED": "1", **env}
+        args = ["--concurrency", str(concurrency)]
+        for queue in queues:
+            args += ["--queue", queue]
         self.workers = [
-            WorkerProcess(f"demo-worker-{n}", concurrency, full_env, log_dir / f"worker-{n}.log")
+            WorkerProcess(f"demo-worker-{n}", args, full_env, log_dir / f"worker-{n}.log")
             for n in range(1, count + 1)
         ]
 

@@ -1,13 +1,18 @@
 """``manage.py demo``: the shop under load, with real workers, a flaky partner and a report.
 
-Steps: start clean; start a flaky webhook receiver and N ``jobq_worker`` processes; sign
-users up and place orders through the real views while showing the queue live; once the
-queue is empty, stop the workers with SIGTERM and check every effect happened exactly once.
+Steps: delete what earlier demo runs left (and nothing else, see ``shop/demo/reset.py``);
+start a flaky webhook receiver and N ``jobq_worker`` processes on the shop's queues; sign
+users up and place orders through the real views while showing the shop's jobs live; once
+none is left, stop the workers with SIGTERM and check every effect happened exactly once.
+Ctrl-C stops the workers and exits with status 130.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
+import sys
 import tempfile
 import time
 from argparse import ArgumentParser
@@ -17,11 +22,11 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ...demo.progress import ProgressDisplay, QueueSnapshot
-from ...demo.report import build_report
-from ...demo.reset import reset
-from ...demo.workers import WorkerPool, WorkerResult
+from ...demo.report import Report, build_report
+from ...demo.reset import demo_queues, reset
+from ...demo.workers import MANAGE_PY, WorkerPool, database_url
 from ...demo.workload import Workload, WorkloadTally
-from ...webhook_stub import WebhookStats, WebhookStub
+from ...webhook_stub import WebhookStub
 
 #: Seconds the workers get to finish their running jobs after SIGTERM.
 STOP_TIMEOUT = 30.0
@@ -52,7 +57,8 @@ class Command(BaseCommand):
     help = (
         "Run the shop demo: real views enqueue jobs, real jobq_worker processes run them "
         "against a flaky webhook receiver, and a summary checks every effect happened once. "
-        "Deletes all shop orders, the demo's users and every job and dead letter first."
+        "First deletes what earlier runs left: the demo-user-* users with their orders, and "
+        "the shop's jobs and dead letters; other data in the database is left alone."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -79,15 +85,44 @@ class Command(BaseCommand):
             metavar="SECONDS",
             help="How long to wait for the queue to empty after the last request (default 120).",
         )
+        parser.add_argument(
+            "--throwaway-database",
+            action="store_true",
+            help="The database is deleted when the demo ends (scripts/demo's temporary "
+            "PostgreSQL): say so instead of explaining how to open the admin on it.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        log_dir = Path(tempfile.mkdtemp(prefix="jobq-demo-"))
+        try:
+            report = self._demo(options, log_dir)
+        except KeyboardInterrupt:
+            newline = "\n" if self.stdout.isatty() else ""
+            self.stderr.write(f"{newline}Interrupted: workers stopped; their logs: {log_dir}")
+            sys.exit(130)
+        except Exception:
+            self.stderr.write(f"The workers' logs are kept in {log_dir}")
+            raise
+        self.stdout.write("")
+        self.stdout.write(self.style.MIGRATE_HEADING("Summary"))
+        for line in report.lines:
+            self.stdout.write(line)
+        self.stdout.write("")
+        self._admin_steps(throwaway=options["throwaway_database"])
+        if report.problems:
+            for problem in report.problems:
+                self.stderr.write(f"PROBLEM: {problem}")
+            self.stderr.write(f"The workers' logs are kept in {log_dir}")
+            raise CommandError(f"the demo found {len(report.problems)} problem(s), listed above")
+        shutil.rmtree(log_dir)
+        self.stdout.write(self.style.SUCCESS("All checks passed."))
+
+    def _demo(self, options: dict[str, Any], log_dir: Path) -> Report:
         deleted = reset()
         self.stdout.write(
-            "Starting clean: deleted "
+            "Starting clean: deleted what earlier demo runs left: "
             + ", ".join(f"{count} {what}" for what, count in deleted.items())
-            + " (the demo owns this database's queue)."
         )
-        log_dir = Path(tempfile.mkdtemp(prefix="jobq-demo-"))
         with WebhookStub(
             failure_rate=options["webhook_failure_rate"], seed=options["seed"]
         ) as stub:
@@ -95,9 +130,11 @@ class Command(BaseCommand):
                 f"Webhook receiver (fails {options['webhook_failure_rate']:.0%} with 503): "
                 f"{stub.url}"
             )
+            queues = demo_queues()
             pool = WorkerPool(
                 count=options["workers"],
                 concurrency=options["concurrency"],
+                queues=queues,
                 env={
                     "SHOP_WEBHOOK_URL": stub.url,
                     # Keep each handler thread's connection between jobs, as in production.
@@ -107,22 +144,30 @@ class Command(BaseCommand):
             )
             self.stdout.write(
                 f"Started {options['workers']} jobq_worker processes with "
-                f"{options['concurrency']} threads each; their logs: {log_dir}"
+                f"{options['concurrency']} threads each on queue(s) {', '.join(queues)}; "
+                f"their logs: {log_dir}"
             )
             try:
                 tally, elapsed = self._run(pool, options)
                 exited_early = [worker.worker_id for worker in pool.exited()]
-                self.stdout.write("Queue empty: stopping the workers with SIGTERM...")
+                self.stdout.write("Stopping the workers with SIGTERM...")
                 results = pool.stop(timeout=STOP_TIMEOUT)
             except BaseException:
                 pool.stop(timeout=10)
                 raise
             webhook = stub.stats()
-        self._report(tally, elapsed, webhook, results, exited_early, log_dir)
+        return build_report(
+            tally=tally,
+            elapsed=elapsed,
+            snapshot=QueueSnapshot.take(),
+            webhook=webhook,
+            workers=results,
+            exited_early=exited_early,
+        )
 
     def _run(self, pool: WorkerPool, options: dict[str, Any]) -> tuple[WorkloadTally, float]:
-        """Drive the workload, then wait for the queue to empty; return what was done and
-        the seconds from the first request to the empty queue."""
+        """Drive the workload, then wait for the shop's jobs to be done; return what was
+        done and the seconds from the first request to the last job."""
         workload = Workload(users=options["users"], orders=options["orders"], seed=options["seed"])
         progress = ProgressDisplay(self.stdout, workload.total_requests)
         tally = workload.tally
@@ -148,37 +193,27 @@ class Command(BaseCommand):
         progress.finish()
         return tally, elapsed
 
-    def _report(
-        self,
-        tally: WorkloadTally,
-        elapsed: float,
-        webhook: WebhookStats,
-        results: list[WorkerResult],
-        exited_early: list[str],
-        log_dir: Path,
-    ) -> None:
-        report = build_report(
-            tally=tally,
-            elapsed=elapsed,
-            snapshot=QueueSnapshot.take(),
-            webhook=webhook,
-            workers=results,
-            exited_early=exited_early,
-            log_dir=log_dir,
-        )
-        self.stdout.write("")
-        self.stdout.write(self.style.MIGRATE_HEADING("Summary"))
-        for line in report.lines:
-            self.stdout.write(line)
-        self.stdout.write("")
+    def _admin_steps(self, *, throwaway: bool) -> None:
+        """Say how to look at the dead letters in the admin, if the database outlives us."""
+        if throwaway:
+            self.stdout.write(
+                "The dead letters cannot be inspected after the demo: its database was a "
+                "throwaway PostgreSQL cluster, deleted as scripts/demo exits. For one that "
+                "stays, run PostgreSQL on 127.0.0.1:5432 (user postgres, no password) or set "
+                "DATABASE_URL, then run scripts/demo again."
+            )
+            return
+        root = MANAGE_PY.parents[1]
+        python = Path(sys.executable)
+        if python.is_relative_to(root):
+            python = python.relative_to(root)
+        url = database_url(hide_password=True)
+        manage = f"DATABASE_URL={shlex.quote(url)} {shlex.quote(str(python))} testproject/manage.py"
         self.stdout.write(
-            "See the dead letters (and redrive them) in the admin:\n"
-            "  python testproject/manage.py createsuperuser\n"
-            "  python testproject/manage.py runserver\n"
-            "  open http://127.0.0.1:8000/admin/django_jobq/deadletter/"
+            "Inspect the dead letters in the admin: in a shell, run\n"
+            f"  cd {shlex.quote(str(root))}\n"
+            f"  {manage} createsuperuser\n"
+            f"  {manage} runserver\n"
+            "and open http://127.0.0.1:8000/admin/django_jobq/deadletter/"
+            + (" (**** stands for the database password)" if "****@" in url else "")
         )
-        if report.problems:
-            for problem in report.problems:
-                self.stderr.write(f"PROBLEM: {problem}")
-            raise CommandError(f"the demo found {len(report.problems)} problem(s), listed above")
-        self.stdout.write(self.style.SUCCESS("All checks passed."))
