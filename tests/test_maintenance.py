@@ -1,0 +1,54 @@
+"""The workers' maintenance round: dead-letter retention, one worker at a time."""
+
+from datetime import timedelta
+
+import pytest
+from django.test.utils import override_settings
+from django.utils import timezone
+
+from django_jobq.models import DeadLetter
+from django_jobq.worker.maintenance import LOCK_KEY, Maintenance
+from tests.factories import DeadLetterFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def dead_letters_aged(*ages):
+    letters = [DeadLetterFactory() for _ in ages]
+    for letter, age in zip(letters, ages, strict=True):
+        DeadLetter.objects.filter(pk=letter.pk).update(died_at=timezone.now() - age)
+    return letters
+
+
+@override_settings(JOBQ={"DEAD_LETTER_RETENTION": timedelta(days=7)})
+def test_dead_letters_past_their_retention_are_deleted(connect):
+    _old, recent = dead_letters_aged(timedelta(days=8), timedelta(days=6))
+    Maintenance(connect()).run_if_due()
+    assert list(DeadLetter.objects.values_list("pk", flat=True)) == [recent.pk]
+
+
+def test_without_retention_dead_letters_are_kept_forever(connect):
+    dead_letters_aged(timedelta(days=3650))
+    Maintenance(connect()).run_if_due()
+    assert DeadLetter.objects.count() == 1
+
+
+@override_settings(JOBQ={"DEAD_LETTER_RETENTION": 60})
+def test_only_one_worker_at_a_time_runs_maintenance(connect):
+    dead_letters_aged(timedelta(hours=1))
+    other_worker = connect(autocommit=False)
+    other_worker.execute("SELECT pg_advisory_xact_lock(%s)", [LOCK_KEY])  # busy maintaining
+    Maintenance(connect()).run_if_due()
+    assert DeadLetter.objects.count() == 1  # skipped this round
+    other_worker.rollback()
+    Maintenance(connect()).run_if_due()
+    assert DeadLetter.objects.count() == 0
+
+
+@override_settings(JOBQ={"DEAD_LETTER_RETENTION": 60})
+def test_a_round_runs_at_most_once_per_interval(connect):
+    maintenance = Maintenance(connect())
+    maintenance.run_if_due()
+    dead_letters_aged(timedelta(hours=1))
+    maintenance.run_if_due()  # too soon: nothing happens
+    assert DeadLetter.objects.count() == 1
