@@ -1,53 +1,243 @@
-"""Read-only admin screens for jobs and dead letters.
+"""Admin screens for jobs and dead letters, with the operators' actions.
 
-Rows are written only by enqueue and the worker's fenced statements, so the admin never
-edits them: editing a running job would bypass its lease. Deleting (Django's own POST,
-CSRF-protected, permission-checked action) is allowed: it cancels ready jobs and discards
-dead letters.
+Rows are written only by enqueue, the workers' fenced statements and :mod:`.operations`, so
+no form here edits one: editing a running job would bypass its lease. What staff can do:
+
+- **Jobs**: "Run selected jobs now" and "Cancel selected ready jobs" (Django's change
+  permission on jobs, ``django_jobq.change_job``). Running jobs are skipped by both; there is
+  no delete, since deleting a running job would pull the row from under its worker.
+- **Dead letters**: "Redrive selected dead letters" (also "select all N" on a filtered list:
+  the filtered queryset goes to :func:`.operations.redrive`, one statement per batch) and a
+  "Redrive" button on the detail page, both needing ``django_jobq.redrive_deadletter``; and
+  Django's own delete.
+
+The actions are POSTs with Django's CSRF protection: Django's admin actions for the lists,
+django-object-actions (``methods=("POST",)``, a form button) for the detail page. That
+library does not check permissions itself, so the button's action does.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from django.contrib import admin
-from django.http import HttpRequest
+from django.contrib import admin, messages
+from django.contrib.admin.utils import flatten
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.defaultfilters import pluralize
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.text import Truncator
+from django_object_actions import DjangoObjectActions
+from django_object_actions import action as object_action
 
+from . import operations
+from .conf import get_settings
 from .models import DeadLetter, Job
 
+if TYPE_CHECKING:  # ModelAdmin is generic only in django-stubs
+    JobAdminBase = admin.ModelAdmin[Job]
+    DeadLetterAdminBase = admin.ModelAdmin[DeadLetter]
+else:
+    JobAdminBase = DeadLetterAdminBase = admin.ModelAdmin
 
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
+OPERATE_JOBS_PERMISSION = "django_jobq.change_job"
+REDRIVE_PERMISSION = "django_jobq.redrive_deadletter"
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+
+def _pre(text: str) -> SafeString:
+    """``text`` escaped inside ``<pre>`` (payloads and tracebacks are user data), long
+    lines wrapped rather than cut off by the admin's layout."""
+    return format_html('<pre style="white-space: pre-wrap">{}</pre>', text)
+
+
+class _JobFieldsDisplay:
+    """Columns and detail fields both screens show; rows read from the queue's database."""
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        queryset: QuerySet[Any] = super().get_queryset(request)  # type: ignore[misc]
+        return queryset.using(get_settings().DATABASE)
+
+    @admin.display(description="attempts", ordering="attempts")
+    def attempts_display(self, obj: Job | DeadLetter) -> str:
+        return f"{obj.attempts}/{obj.max_attempts}"
+
+    @admin.display(description="payload")
+    def payload_json(self, obj: Job | DeadLetter) -> SafeString:
+        return _pre(json.dumps(obj.payload, indent=2, ensure_ascii=False))
+
+    @admin.display(description="last error")
+    def last_error_text(self, obj: Job | DeadLetter) -> SafeString:
+        return _pre(obj.last_error)
 
 
 @admin.register(Job)
-class JobAdmin(ReadOnlyAdmin):
+class JobAdmin(_JobFieldsDisplay, JobAdminBase):
     list_display = (
         "id",
         "kind",
         "queue",
         "status",
         "priority",
+        "attempts_display",
         "run_at",
-        "attempts",
-        "max_attempts",
         "lease_deadline",
         "worker_id",
     )
-    list_filter = ("status", "queue", "kind")
-    search_fields = ("=id", "kind", "idempotency_key", "worker_id")
-    ordering = ("-priority", "run_at", "id")
+    list_filter = ("queue", "kind", "status")
+    search_fields = ("=id", "kind", "idempotency_key")
+    ordering = ("-priority", "run_at", "id")  # the claim order
     date_hierarchy = "created_at"
+    fields = (
+        ("id", "kind", "queue"),
+        ("status", "priority", "attempts_display"),
+        ("run_at", "expires_at", "created_at"),
+        ("visibility_timeout", "lease_deadline", "started_at", "worker_id"),
+        "idempotency_key",
+        "payload_json",
+        "last_error_text",
+    )
+    readonly_fields = flatten(fields)
+    actions = ("run_now", "cancel")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        return False
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        """May run jobs now and cancel them: Django's change permission on jobs."""
+        return request.user.has_perm(OPERATE_JOBS_PERMISSION)
+
+    @admin.action(permissions=["operate"], description="Run selected jobs now")
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        ids = list(queryset.values_list("id", flat=True))
+        changed = operations.run_now(ids)
+        self._report(
+            request,
+            f"{changed} job{pluralize(changed)} made due now.",
+            len(ids) - changed,
+            "running jobs, and ready jobs already due.",
+        )
+
+    @admin.action(permissions=["operate"], description="Cancel selected ready jobs")
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        ids = list(queryset.values_list("id", flat=True))
+        cancelled = operations.cancel_many(ids)
+        self._report(
+            request,
+            f"{cancelled} ready job{pluralize(cancelled)} cancelled.",
+            len(ids) - cancelled,
+            "running jobs cannot be cancelled (their worker holds a lease).",
+        )
+
+    def _report(self, request: HttpRequest, done: str, skipped: int, why: str) -> None:
+        if skipped:
+            self.message_user(request, f"{done} {skipped} skipped: {why}", messages.WARNING)
+        else:
+            self.message_user(request, done, messages.SUCCESS)
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(ReadOnlyAdmin):
-    list_display = ("id", "job_id", "kind", "queue", "reason", "attempts", "died_at")
-    list_filter = ("queue", "kind", "reason")
-    search_fields = ("=job_id", "kind", "reason", "last_error", "idempotency_key")
-    ordering = ("-died_at",)
+class DeadLetterAdmin(DjangoObjectActions, _JobFieldsDisplay, DeadLetterAdminBase):
+    list_display = (
+        "id",
+        "kind",
+        "queue",
+        "reason",
+        "error_summary",
+        "attempts_display",
+        "died_at",
+    )
+    list_filter = ("kind", "queue", "reason")
     date_hierarchy = "died_at"
+    search_fields = ("=job_id", "kind", "reason", "last_error")
+    ordering = ("-died_at", "-id")
+    fields = (
+        ("id", "job_id", "kind", "queue"),
+        ("priority", "attempts_display", "visibility_timeout"),
+        ("created_at", "died_at"),
+        "idempotency_key",
+        "reason",
+        "payload_json",
+        "last_error_text",
+        "traceback_text",
+    )
+    readonly_fields = flatten(fields)
+    actions = ("redrive_selected",)
+    change_actions = ("redrive",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: DeadLetter | None = None) -> bool:
+        return False
+
+    def has_redrive_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(REDRIVE_PERMISSION)
+
+    def get_change_actions(
+        self, request: HttpRequest, object_id: str, form_url: str
+    ) -> Sequence[str]:
+        return self.change_actions if self.has_redrive_permission(request) else ()
+
+    @admin.display(description="error")
+    def error_summary(self, obj: DeadLetter) -> str:
+        first_line = obj.last_error.strip().partition("\n")[0]
+        return Truncator(first_line).chars(80)
+
+    @admin.display(description="traceback")
+    def traceback_text(self, obj: DeadLetter) -> SafeString:
+        return _pre(obj.traceback)
+
+    @admin.action(permissions=["redrive"], description="Redrive selected dead letters")
+    def redrive_selected(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
+        selected = queryset.count()
+        created = operations.redrive(queryset)
+        self.message_user(
+            request, f"{created} dead letter{pluralize(created)} redriven as new jobs."
+        )
+        if created < selected:
+            left = selected - created
+            self.message_user(
+                request,
+                f"{left} dead letter{pluralize(left)} left in place: a live job of the same"
+                " kind holds the idempotency key.",
+                messages.WARNING,
+            )
+
+    @object_action(
+        label="Redrive",
+        description="Enqueue this dead letter again as a fresh job, then delete it",
+        methods=("POST",),
+        button_type="form",
+    )
+    def redrive(self, request: HttpRequest, obj: DeadLetter) -> HttpResponse | None:
+        if not self.has_redrive_permission(request):  # django-object-actions does not check
+            raise PermissionDenied
+        job_id = operations.redrive_one(obj.pk)
+        if job_id is None:
+            self.message_user(
+                request,
+                f"Not redriven: a live job of kind {obj.kind} holds idempotency key"
+                f" {obj.idempotency_key!r}.",
+                messages.ERROR,
+            )
+            return None  # back to this dead letter
+        site = self.admin_site.name
+        job_url = reverse(f"{site}:django_jobq_job_change", args=[job_id])
+        self.message_user(
+            request,
+            format_html(
+                'Dead letter {} redriven as job <a href="{}">{}</a>.', obj.pk, job_url, job_id
+            ),
+        )
+        return HttpResponseRedirect(reverse(f"{site}:django_jobq_deadletter_changelist"))

@@ -12,7 +12,8 @@ class JobqConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from .checks import check_settings
+        from .checks import check_admin, check_settings
 
         checks.register(check_settings)
+        checks.register(check_admin, checks.Tags.admin)
         autodiscover_modules("jobs")

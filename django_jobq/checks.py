@@ -7,6 +7,7 @@ id                        meaning
 ``django_jobq.E002``      ``JOBQ`` is not a dict or has an unknown key
 ``django_jobq.E003``      a ``JOBQ`` value has the wrong type or range
 ``django_jobq.E004``      ``JOBQ['DATABASE']`` names an alias missing from ``DATABASES``
+``django_jobq.E005``      the admin is installed but ``django_object_actions`` is not
 ========================  ==============================================================
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error
 from django.db import connections
@@ -47,3 +49,17 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
     return errors
+
+
+def check_admin(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """The dead-letter admin's "Redrive" button needs django-object-actions' templates."""
+    if apps.is_installed("django.contrib.admin") and not apps.is_installed("django_object_actions"):
+        return [
+            Error(
+                "The django_jobq admin needs 'django_object_actions' in INSTALLED_APPS.",
+                hint="Add 'django_object_actions' to INSTALLED_APPS (it is installed with "
+                "django-jobq; it provides the dead-letter page's Redrive button).",
+                id="django_jobq.E005",
+            )
+        ]
+    return []

@@ -8,6 +8,7 @@
     cancel(job_id)                                            # -> bool
     redrive(DeadLetter.objects.filter(kind="shop.jobs.x"))    # -> number of new jobs
     redrive([12, 13, 14])
+    redrive_one(12)                                           # -> the new job's id, or None
 """
 
 from __future__ import annotations
@@ -47,6 +48,13 @@ def run_now(job_ids: Iterable[int]) -> int:
     """Make the scheduled or backing-off ready jobs among ``job_ids`` due now; return how
     many changed. Attempts are kept."""
     return len(_execute_returning_ids(sql.RUN_JOBS_NOW, {"ids": list(job_ids)}))
+
+
+def redrive_one(dead_letter_id: int) -> int | None:
+    """Redrive one dead letter as :func:`redrive` does; return the new job's id, or ``None``
+    if it was left in place (a live job holds its idempotency key) or no longer exists."""
+    ids = _execute_returning_ids(sql.REDRIVE_DEAD_LETTERS, {"ids": [dead_letter_id]})
+    return ids[0] if ids else None
 
 
 def _batches(ids: Iterable[int], size: int) -> Iterator[list[int]]:

@@ -7,6 +7,7 @@
 #     source "$(dirname "${BASH_SOURCE[0]}")/_lib.sh"
 #     jobq_venv                    # .venv with '.[dev]' installed, put on PATH
 #     jobq_find_postgres test      # exports DATABASE_URL (MODE: test | demo)
+#     jobq_chromium                # Debian's chromium for tests/browser, if it can
 #
 # Sourcing it cds to the repository root, so callers may be started from any
 # directory.
@@ -70,6 +71,32 @@ jobq_venv() {
     export VIRTUAL_ENV="$JOBQ_VENV"
     export PATH="$JOBQ_VENV/bin:$PATH"
     hash -r
+}
+
+# --------------------------------------------------------------------------
+# Chromium (the browser tests)
+# --------------------------------------------------------------------------
+
+# The browser tests drive Debian's /usr/bin/chromium through Playwright. When it
+# is missing and this runs as root with apt-get, install it (apt-get update
+# only if the install fails without it). Otherwise say so: those tests skip.
+jobq_chromium() {
+    command -v chromium >/dev/null 2>&1 && return
+    if [[ "$(id -u)" -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
+        jobq_log "chromium is not installed (installing it needs root and apt-get):" \
+            "the browser tests will be skipped"
+        return
+    fi
+    jobq_log "installing chromium with apt-get (for the browser tests)"
+    local log
+    log="$(mktemp)"
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >"$log" 2>&1 &&
+        ! { apt-get update -q >>"$log" 2>&1 &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >>"$log" 2>&1; }; then
+        tail -n 5 "$log" >&2
+        jobq_log "could not install chromium: the browser tests will be skipped"
+    fi
+    rm -f "$log"
 }
 
 # --------------------------------------------------------------------------

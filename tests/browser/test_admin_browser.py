@@ -1,0 +1,160 @@
+"""The dead-letter admin in a real browser: Playwright driving Debian's Chromium against
+pytest-django's live server.
+
+Chromium comes from apt (``scripts/test`` installs it when missing and it can); where it
+cannot be found these tests are skipped, saying why. Set ``JOBQ_SCREENSHOTS=docs/img`` to
+refresh the screenshots the docs show; otherwise they go to a temporary directory.
+"""
+
+import os
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.utils import timezone
+
+from django_jobq.models import DeadLetter, Job
+from tests.factories import DeadLetterFactory
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+KIND = "shop.jobs.award_loyalty_points"
+TRACEBACK = """Traceback (most recent call last):
+  File "django_jobq/worker/executor.py", line 61, in run
+    handler(**job.payload)
+  File "testproject/shop/jobs.py", line 119, in award_loyalty_points
+    raise ValueError(
+ValueError: order {order} uses the expired coupon 'EXPIRED': no loyalty points can be \
+awarded until the order is fixed"""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    if not CHROMIUM.exists():
+        pytest.skip(
+            f"no Chromium at {CHROMIUM}: install Debian's chromium package (scripts/test "
+            "does so with apt-get when it runs as root)"
+        )
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="playwright is not installed (pip install -e '.[dev]')"
+    )
+    # Playwright's sync API runs an event loop in this thread, and Django refuses ORM calls
+    # from a thread with a running loop; the tests' own ORM calls are plain sync code.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        with sync_api.sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            yield chromium
+            chromium.close()
+
+
+@pytest.fixture
+def screenshots(tmp_path: Path) -> Path:
+    directory = Path(os.environ.get("JOBQ_SCREENSHOTS") or tmp_path)
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+@pytest.fixture
+def log_in(browser, live_server):
+    """``log_in(user)``: a new page logged in to the admin as ``user`` (password "pw")."""
+    contexts = []
+
+    def open_page(user):
+        context = browser.new_context(viewport={"width": 1440, "height": 900})
+        contexts.append(context)
+        page = context.new_page()
+        page.set_default_timeout(10_000)
+        page.goto(f"{live_server.url}/admin/login/")
+        page.fill("#id_username", user.username)
+        page.fill("#id_password", "pw")
+        page.click("input[type=submit]")
+        page.wait_for_selector("#user-tools")
+        return page
+
+    yield open_page
+    for context in contexts:
+        context.close()
+
+
+def make_dead_letters(count, **fields):
+    now = timezone.now()
+    DeadLetter.objects.bulk_create(
+        DeadLetterFactory.build(
+            payload={"order_id": 1000 + n},
+            attempts=3,
+            max_attempts=3,
+            last_error=TRACEBACK.rpartition("\n")[2].format(order=1000 + n),
+            traceback=TRACEBACK.format(order=1000 + n),
+            died_at=now - timedelta(minutes=n),
+            **fields,
+        )
+        for n in range(count)
+    )
+
+
+def test_superuser_filters_selects_all_and_redrives(
+    log_in, live_server, django_user_model, screenshots
+):
+    make_dead_letters(120, kind=KIND, queue="default")
+    make_dead_letters(
+        4,
+        kind="shop.jobs.notify_order_webhook",
+        queue="webhooks",
+        reason="unknown kind",
+    )
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "pw")
+    page = log_in(admin)
+
+    page.goto(f"{live_server.url}/admin/django_jobq/deadletter/")
+    page.click("#toggle-nav-sidebar")  # room for the list in the screenshots
+    page.locator("#changelist-filter").get_by_role("link", name=KIND).click()
+    page.wait_for_url("**/?kind=*")
+    assert "120 dead letters" in page.locator(".paginator").inner_text()
+    page.screenshot(path=screenshots / "dead-letter-list.png")
+
+    page.locator("#result_list tbody tr").first.locator("th a").click()
+    page.get_by_role("button", name="Redrive").wait_for()
+    page.screenshot(path=screenshots / "dead-letter-detail.png", full_page=True)
+    page.go_back()
+
+    page.check("#action-toggle")  # this page's 100 rows...
+    page.get_by_role("button", name="Select all 120 dead letters").click()  # ...then all 120
+    page.select_option("select[name=action]", "redrive_selected")
+    page.get_by_role("button", name="Go").click()
+    assert "120 dead letters redriven as new jobs." in page.locator(".messagelist").inner_text()
+
+    page.locator(".breadcrumbs").get_by_role("link", name="Job queue").click()
+    page.locator("#content-main").get_by_role("link", name="Jobs", exact=True).click()
+    assert "120 jobs" in page.locator(".paginator").inner_text()
+    assert page.locator("#result_list").get_by_text(KIND).count() == 100  # the first page
+    assert Job.objects.filter(kind=KIND).count() == 120
+    assert list(DeadLetter.objects.values_list("kind", flat=True).distinct()) == [
+        "shop.jobs.notify_order_webhook"
+    ]
+
+
+def test_view_only_staff_sees_no_redrive_action_or_button(log_in, live_server, django_user_model):
+    make_dead_letters(3, kind=KIND)
+    user = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename="view_deadletter"))
+    page = log_in(user)
+
+    page.goto(f"{live_server.url}/admin/django_jobq/deadletter/")
+    assert "3 dead letters" in page.locator(".paginator").inner_text()
+    assert page.locator("select[name=action]").count() == 0
+    page.locator("#result_list tbody tr").first.locator("th a").click()
+    page.wait_for_selector("#content-main")
+    assert page.get_by_role("button", name="Redrive").count() == 0
+    assert DeadLetter.objects.count() == 3

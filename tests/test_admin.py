@@ -1,0 +1,401 @@
+"""The admin screens: what they show (escaped), who may act, and what the actions change."""
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.auth.models import Permission
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from django_jobq.checks import check_admin
+from django_jobq.models import DeadLetter, Job
+from tests.factories import DeadLetterFactory, JobFactory
+
+pytestmark = pytest.mark.django_db
+
+JOBS_URL = reverse("admin:django_jobq_job_changelist")
+DEAD_LETTERS_URL = reverse("admin:django_jobq_deadletter_changelist")
+SCRIPT = "<script>alert(1)</script>"
+ESCAPED_SCRIPT = "&lt;script&gt;alert(1)&lt;/script&gt;"
+PRE = '<pre style="white-space: pre-wrap">'
+
+
+def job_url(job):
+    return reverse("admin:django_jobq_job_change", args=[job.pk])
+
+
+def dead_letter_url(dead_letter):
+    return reverse("admin:django_jobq_deadletter_change", args=[dead_letter.pk])
+
+
+def redrive_button_url(dead_letter):
+    return reverse(
+        "admin:django_jobq_deadletter_actions", kwargs={"pk": dead_letter.pk, "tool": "redrive"}
+    )
+
+
+def post_action(client, url, action, objects, *, select_across=False, follow=True):
+    return client.post(
+        url,
+        {
+            "action": action,
+            ACTION_CHECKBOX_NAME: [obj.pk for obj in objects],
+            "select_across": "1" if select_across else "0",
+            "index": "0",
+        },
+        follow=follow,
+    )
+
+
+@pytest.fixture
+def staff_client(client, django_user_model):
+    """``staff_client("view_deadletter", ...)``: a client logged in as a staff user holding
+    exactly these django_jobq permissions."""
+
+    def login(*codenames):
+        user = django_user_model.objects.create_user("staff", is_staff=True)
+        permissions = Permission.objects.filter(
+            content_type__app_label="django_jobq", codename__in=codenames
+        )
+        assert permissions.count() == len(codenames)
+        user.user_permissions.set(permissions)
+        client.force_login(user)
+        return client
+
+    return login
+
+
+def running_job(**fields):
+    return JobFactory(
+        status=Job.Status.RUNNING,
+        attempts=1,
+        worker_id="host:1",
+        lease_deadline=timezone.now() + timedelta(seconds=30),
+        **fields,
+    )
+
+
+# -- pages ---------------------------------------------------------------------------------
+
+
+def test_job_list_and_detail_render_read_only(admin_client):
+    job = running_job(kind="shop.jobs.send_receipt", queue="emails", payload={"order_id": 7})
+    JobFactory()
+
+    listing = admin_client.get(JOBS_URL)
+    assert listing.status_code == 200
+    assert b"shop.jobs.send_receipt" in listing.content
+    assert b"1/5" in listing.content  # attempts/max_attempts
+
+    detail = admin_client.get(job_url(job))
+    assert detail.status_code == 200
+    html = detail.content.decode()
+    assert f"{PRE}{{\n  &quot;order_id&quot;: 7\n}}</pre>" in html
+    assert "host:1" in html
+    assert 'name="_save"' not in html  # no form to edit, even for a superuser
+    assert "/delete/" not in html
+
+
+def test_job_search_by_id_kind_and_idempotency_key(admin_client):
+    keyed = JobFactory(kind="shop.jobs.a", idempotency_key="order-17")
+    other = JobFactory(kind="shop.jobs.b")
+    for term, expected in [(str(keyed.pk), keyed), ("order-17", keyed), ("jobs.b", other)]:
+        response = admin_client.get(JOBS_URL, {"q": term})
+        assert list(response.context["cl"].result_list) == [expected], term
+    assert admin_client.get(JOBS_URL, {"q": "no such thing"}).status_code == 200
+
+
+def test_dead_letter_list_and_detail_render(admin_client):
+    dead = DeadLetterFactory(
+        kind="shop.jobs.charge",
+        payload={"amount": "12.50"},
+        last_error="CardDeclined: insufficient funds\nsecond line",
+        traceback='Traceback (most recent call last):\n  File "shop/jobs.py", line 3',
+    )
+
+    listing = admin_client.get(DEAD_LETTERS_URL)
+    assert listing.status_code == 200
+    assert b"CardDeclined: insufficient funds" in listing.content
+    assert b"second line" not in listing.content  # only the first line in the list
+
+    detail = admin_client.get(dead_letter_url(dead))
+    html = detail.content.decode()
+    assert detail.status_code == 200
+    assert f"{PRE}{{\n  &quot;amount&quot;: &quot;12.50&quot;\n}}</pre>" in html
+    assert f"{PRE}Traceback (most recent call last):\n  File &quot;shop/jobs.py&quot;" in html
+    assert 'name="_save"' not in html
+    assert "/delete/" in html  # deleting a dead letter stays possible
+
+
+def test_dead_letter_list_filters_by_kind_reason_and_searches_errors(admin_client):
+    a = DeadLetterFactory(kind="shop.jobs.a", reason="failed: card declined")
+    b = DeadLetterFactory(kind="shop.jobs.b", last_error="TimeoutError: partner API")
+
+    def listed(params):
+        return list(admin_client.get(DEAD_LETTERS_URL, params).context["cl"].result_list)
+
+    assert listed({"kind": "shop.jobs.a"}) == [a]
+    assert listed({"reason": "failed: card declined"}) == [a]
+    assert listed({"q": "partner API"}) == [b]
+    assert listed({"q": str(a.job_id)}) == [a]
+
+
+def test_payload_and_traceback_are_escaped_on_both_admin_pages(admin_client):
+    job = JobFactory(kind="shop.jobs.x", payload={"note": SCRIPT}, last_error=SCRIPT)
+    dead = DeadLetterFactory(payload={"note": SCRIPT}, last_error=SCRIPT, traceback=SCRIPT)
+
+    for url in [JOBS_URL, job_url(job), DEAD_LETTERS_URL, dead_letter_url(dead)]:
+        html = admin_client.get(url).content.decode()
+        assert SCRIPT not in html, url
+    for url in [job_url(job), DEAD_LETTERS_URL, dead_letter_url(dead)]:
+        assert ESCAPED_SCRIPT in admin_client.get(url).content.decode(), url
+
+
+# -- redrive -------------------------------------------------------------------------------
+
+
+def test_bulk_redrive_redrives_exactly_the_selected(admin_client):
+    dead = DeadLetterFactory.create_batch(5)
+
+    response = post_action(admin_client, DEAD_LETTERS_URL, "redrive_selected", dead[1:3])
+
+    assert b"2 dead letters redriven as new jobs." in response.content
+    assert set(DeadLetter.objects.values_list("id", flat=True)) == {
+        dead[0].pk,
+        dead[3].pk,
+        dead[4].pk,
+    }
+    assert sorted(Job.objects.values_list("payload", flat=True), key=str) == sorted(
+        [dead[1].payload, dead[2].payload], key=str
+    )
+
+
+def redrive_all_filtered(client, rows):
+    """Dead letters of kind a (``rows`` of them) and b; "select all" on the list filtered to
+    kind a, then redrive. Returns the statements the request ran."""
+    DeadLetterFactory.create_batch(rows, kind="shop.jobs.a")
+    DeadLetterFactory.create_batch(3, kind="shop.jobs.b")
+    one_visible = DeadLetter.objects.filter(kind="shop.jobs.a")[:1]
+    with CaptureQueriesContext(connection) as queries:
+        response = post_action(
+            client,
+            f"{DEAD_LETTERS_URL}?kind=shop.jobs.a",
+            "redrive_selected",
+            one_visible,
+            select_across=True,
+            follow=False,
+        )
+    assert response.status_code == 302
+    return queries
+
+
+def test_select_all_on_a_filtered_list_redrives_exactly_the_filtered(admin_client):
+    few = len(redrive_all_filtered(admin_client, 5))
+    assert set(Job.objects.values_list("kind", flat=True)) == {"shop.jobs.a"}
+    assert Job.objects.count() == 5
+    assert set(DeadLetter.objects.values_list("kind", flat=True)) == {"shop.jobs.b"}
+
+    Job.objects.all().delete()
+    DeadLetter.objects.all().delete()
+    many = len(redrive_all_filtered(admin_client, 200))
+    assert Job.objects.count() == 200
+    assert many == few  # set-based: the statements do not grow with the rows
+
+
+def test_redrive_round_trips_the_job_exactly(admin_client):
+    payload = {"order": 7, "lines": [{"sku": "ä-1", "qty": 2}], "note": None, "ok": True}
+    dead = DeadLetterFactory(
+        kind="shop.jobs.charge",
+        queue="payments",
+        payload=payload,
+        priority=-3,
+        attempts=4,
+        max_attempts=4,
+        visibility_timeout=timedelta(seconds=90),
+        idempotency_key="charge-7",
+    )
+
+    post_action(admin_client, DEAD_LETTERS_URL, "redrive_selected", [dead])
+
+    job = Job.objects.get()
+    assert (job.kind, job.queue, job.payload, job.priority) == (
+        "shop.jobs.charge",
+        "payments",
+        payload,
+        -3,
+    )
+    assert (job.max_attempts, job.visibility_timeout, job.idempotency_key) == (
+        4,
+        timedelta(seconds=90),
+        "charge-7",
+    )
+    assert (job.status, job.attempts, job.expires_at, job.last_error) == ("ready", 0, None, "")
+    assert job.run_at <= timezone.now()
+    assert not DeadLetter.objects.exists()
+
+
+def test_detail_redrive_button_is_a_csrf_protected_post_form(django_user_model):
+    dead = DeadLetterFactory()
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "pw")
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(admin)
+
+    html = client.get(dead_letter_url(dead)).content.decode()
+    form_start = html.index(f'<form method="post" action="{redrive_button_url(dead)}">')
+    assert 'name="csrfmiddlewaretoken"' in html[form_start : html.index("</form>", form_start)]
+
+    assert client.get(redrive_button_url(dead)).status_code == 405
+    assert client.post(redrive_button_url(dead)).status_code == 403  # no CSRF token
+    assert DeadLetter.objects.filter(pk=dead.pk).exists()
+    assert not Job.objects.exists()
+
+
+def test_detail_redrive_button_redirects_to_the_list_naming_the_new_job(admin_client):
+    dead = DeadLetterFactory(payload={"label": "again"})
+
+    response = admin_client.post(redrive_button_url(dead))
+
+    assert response.status_code == 302
+    assert response.url == DEAD_LETTERS_URL
+    job = Job.objects.get()
+    assert job.payload == {"label": "again"}
+    assert not DeadLetter.objects.exists()
+    page = admin_client.get(response.url).content.decode()
+    assert f'Dead letter {dead.pk} redriven as job <a href="{job_url(job)}">{job.pk}</a>.' in page
+
+
+def test_detail_redrive_leaves_a_dead_letter_whose_key_a_live_job_holds(admin_client):
+    live = JobFactory(kind="shop.jobs.charge", idempotency_key="charge-7")
+    dead = DeadLetterFactory(kind="shop.jobs.charge", idempotency_key="charge-7")
+
+    response = admin_client.post(redrive_button_url(dead), follow=True)
+
+    assert response.redirect_chain[-1][0] == dead_letter_url(dead)
+    assert b"Not redriven: a live job of kind shop.jobs.charge holds" in response.content
+    assert list(Job.objects.all()) == [live]
+    assert DeadLetter.objects.filter(pk=dead.pk).exists()
+
+
+def test_staff_without_the_redrive_permission_cannot_redrive(staff_client):
+    client = staff_client("view_deadletter", "delete_deadletter")
+    dead = DeadLetterFactory.create_batch(2)
+
+    listing = client.get(DEAD_LETTERS_URL)
+    assert listing.status_code == 200
+    actions = dict(listing.context["action_form"].fields["action"].choices)
+    assert "delete_selected" in actions
+    assert "redrive_selected" not in actions
+    detail = client.get(dead_letter_url(dead[0]))
+    assert detail.status_code == 200
+    assert redrive_button_url(dead[0]).encode() not in detail.content
+
+    forged_action = post_action(client, DEAD_LETTERS_URL, "redrive_selected", dead)
+    assert b"No action selected." in forged_action.content
+    assert client.post(redrive_button_url(dead[0])).status_code == 403
+    assert DeadLetter.objects.count() == 2
+    assert not Job.objects.exists()
+
+
+def test_redrive_permission_alone_grants_both_redrive_paths(staff_client):
+    client = staff_client("view_deadletter", "redrive_deadletter")
+    dead = DeadLetterFactory.create_batch(2)
+
+    assert b"redrive_selected" in client.get(DEAD_LETTERS_URL).content
+    assert redrive_button_url(dead[0]).encode() in client.get(dead_letter_url(dead[0])).content
+    post_action(client, DEAD_LETTERS_URL, "redrive_selected", dead[:1])
+    assert client.post(redrive_button_url(dead[1])).status_code == 302
+    assert Job.objects.count() == 2
+    assert not DeadLetter.objects.exists()
+
+
+def test_view_only_staff_can_look_but_not_change(staff_client):
+    client = staff_client("view_job", "view_deadletter")
+    job = JobFactory()
+    dead = DeadLetterFactory()
+
+    for url in [JOBS_URL, job_url(job), DEAD_LETTERS_URL, dead_letter_url(dead)]:
+        assert client.get(url).status_code == 200, url
+    assert client.get(JOBS_URL).context["action_form"] is None  # no actions at all
+    assert client.get(DEAD_LETTERS_URL).context["action_form"] is None
+    assert client.post(job_url(job), {"priority": 9}).status_code == 403
+    assert client.post(dead_letter_url(dead), {"reason": "x"}).status_code == 403
+    assert post_action(client, JOBS_URL, "cancel", [job]).status_code == 200
+    assert client.get(reverse("admin:django_jobq_job_add")).status_code == 403
+    assert (
+        client.get(reverse("admin:django_jobq_deadletter_delete", args=[dead.pk])).status_code
+        == 403
+    )
+    assert Job.objects.get().priority == 0
+    assert DeadLetter.objects.get().reason == dead.reason
+
+
+# -- jobs: run now, cancel -----------------------------------------------------------------
+
+
+def test_run_now_makes_scheduled_ready_jobs_due_and_skips_running_ones(staff_client):
+    client = staff_client("view_job", "change_job")
+    later = timezone.now() + timedelta(hours=1)
+    scheduled = JobFactory.create_batch(2, run_at=later)
+    running = running_job(run_at=later)
+
+    response = post_action(client, JOBS_URL, "run_now", [*scheduled, running])
+
+    assert b"2 jobs made due now. 1 skipped: running jobs, and ready jobs already due." in (
+        response.content
+    )
+    now = timezone.now()
+    assert all(job.run_at <= now for job in Job.objects.filter(status="ready"))
+    running.refresh_from_db()
+    assert (running.run_at, running.status) == (later, "running")
+
+
+def test_cancel_deletes_ready_jobs_and_leaves_running_ones(staff_client):
+    client = staff_client("view_job", "change_job")
+    ready = JobFactory.create_batch(3)
+    running = running_job()
+
+    response = post_action(client, JOBS_URL, "cancel", [*ready, running])
+
+    assert b"3 ready jobs cancelled. 1 skipped: running jobs cannot be cancelled" in (
+        response.content
+    )
+    assert list(Job.objects.all()) == [running]
+
+
+# -- query counts --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "make_rows"),
+    [
+        (JOBS_URL, lambda n: JobFactory.create_batch(n, kind="shop.jobs.k")),
+        (DEAD_LETTERS_URL, lambda n: DeadLetterFactory.create_batch(n)),
+    ],
+    ids=["jobs", "dead letters"],
+)
+def test_changelist_queries_do_not_grow_with_rows(admin_client, url, make_rows):
+    def queries_for_page():
+        with CaptureQueriesContext(connection) as queries:
+            assert admin_client.get(url).status_code == 200
+        return len(queries)
+
+    make_rows(5)
+    five = queries_for_page()
+    make_rows(45)
+    assert queries_for_page() == five
+
+
+# -- set-up --------------------------------------------------------------------------------
+
+
+def test_a_missing_django_object_actions_app_is_e005(settings):
+    assert check_admin() == []
+    settings.INSTALLED_APPS = [
+        app for app in settings.INSTALLED_APPS if app != "django_object_actions"
+    ]
+    (error,) = check_admin()
+    assert error.id == "django_jobq.E005"

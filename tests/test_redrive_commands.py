@@ -1,0 +1,179 @@
+"""``manage.py jobq_redrive`` and ``manage.py jobq_deadletters``."""
+
+import json
+import shlex
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.utils import timezone
+
+from django_jobq.models import DeadLetter, Job
+from tests.conftest import REPO_ROOT
+from tests.factories import DeadLetterFactory, JobFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def run(command, *args):
+    out = StringIO()
+    call_command(command, *args, stdout=out)
+    return out.getvalue()
+
+
+def remaining_kinds():
+    return sorted(DeadLetter.objects.values_list("kind", flat=True))
+
+
+@pytest.fixture
+def dead_letters():
+    now = timezone.now()
+    return {
+        "a_failed": DeadLetterFactory(kind="shop.jobs.a", reason="failed: card declined"),
+        "a_max": DeadLetterFactory(kind="shop.jobs.a", queue="emails"),
+        "b_old": DeadLetterFactory(kind="shop.jobs.b", died_at=now - timedelta(days=3)),
+        "c_unknown": DeadLetterFactory(
+            kind="shop.jobs.c", reason="unknown kind", died_at=now - timedelta(hours=3)
+        ),
+    }
+
+
+# -- jobq_redrive --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "left"),
+    [
+        (["--kind", "shop.jobs.a"], ["shop.jobs.b", "shop.jobs.c"]),
+        (["--kind", "shop.jobs.a", "--kind", "shop.jobs.c"], ["shop.jobs.b"]),
+        (["--queue", "emails"], ["shop.jobs.a", "shop.jobs.b", "shop.jobs.c"]),
+        (["--reason", "failed"], ["shop.jobs.a", "shop.jobs.b", "shop.jobs.c"]),
+        (["--since", "1d"], ["shop.jobs.b"]),
+        (["--since", "2h"], ["shop.jobs.b", "shop.jobs.c"]),
+        (
+            ["--kind", "shop.jobs.a", "--reason", "max attempts"],
+            ["shop.jobs.a", "shop.jobs.b", "shop.jobs.c"],
+        ),
+        (["--all"], []),
+    ],
+)
+def test_filters_choose_what_is_redriven(dead_letters, args, left):
+    before = DeadLetter.objects.count()
+
+    output = run("jobq_redrive", *args)
+
+    redriven = before - len(left)
+    assert remaining_kinds() == left
+    assert Job.objects.count() == redriven
+    assert f"{redriven} dead letter" in output
+
+
+def test_since_accepts_an_iso_datetime(dead_letters):
+    since = (timezone.now() - timedelta(days=1)).isoformat()
+    run("jobq_redrive", "--since", since)
+    assert remaining_kinds() == ["shop.jobs.b"]
+
+
+def test_id_redrives_those_dead_letters(dead_letters):
+    output = run(
+        "jobq_redrive", "--id", str(dead_letters["b_old"].pk), "--id", str(dead_letters["a_max"].pk)
+    )
+    assert output == "2 dead letters redriven as new jobs.\n"
+    assert remaining_kinds() == ["shop.jobs.a", "shop.jobs.c"]
+
+
+def test_dry_run_counts_and_changes_nothing(dead_letters):
+    output = run("jobq_redrive", "--kind", "shop.jobs.a", "--dry-run")
+    assert output == "2 dead letters would be redriven (dry run: nothing changed).\n"
+    assert DeadLetter.objects.count() == 4
+    assert not Job.objects.exists()
+
+
+def test_no_filter_redrives_nothing_without_all(dead_letters):
+    with pytest.raises(CommandError, match="No filter given"):
+        run("jobq_redrive")
+    with pytest.raises(CommandError, match="--all redrives every dead letter"):
+        run("jobq_redrive", "--all", "--kind", "shop.jobs.a")
+    assert DeadLetter.objects.count() == 4
+
+
+def test_bad_since_is_refused(dead_letters):
+    with pytest.raises(CommandError, match="neither a duration"):
+        run("jobq_redrive", "--since", "yesterday")
+
+
+def test_reports_dead_letters_left_for_a_held_idempotency_key():
+    JobFactory(kind="shop.jobs.charge", idempotency_key="charge-7")
+    DeadLetterFactory(kind="shop.jobs.charge", idempotency_key="charge-7")
+    DeadLetterFactory(kind="shop.jobs.charge")
+
+    output = run("jobq_redrive", "--kind", "shop.jobs.charge")
+
+    assert output == (
+        "1 dead letter redriven as new jobs.\n"
+        "1 left in place: a live job of the same kind holds the idempotency key.\n"
+    )
+    assert DeadLetter.objects.get().idempotency_key == "charge-7"
+
+
+# -- jobq_deadletters ----------------------------------------------------------------------
+
+
+def test_summary_counts_by_queue_kind_and_reason():
+    newest = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    DeadLetterFactory(kind="shop.jobs.a", died_at=newest - timedelta(hours=1))
+    DeadLetterFactory(kind="shop.jobs.a", died_at=newest)
+    DeadLetterFactory(kind="shop.jobs.a", reason="unknown kind", died_at=newest)
+    DeadLetterFactory(kind="shop.jobs.b", queue="emails", died_at=newest)
+
+    assert run("jobq_deadletters").splitlines() == [
+        "QUEUE    KIND         REASON                 COUNT  LAST DIED",
+        "default  shop.jobs.a  max attempts exceeded      2  2026-11-29T12:00:00+00:00",
+        "default  shop.jobs.a  unknown kind               1  2026-11-29T12:00:00+00:00",
+        "emails   shop.jobs.b  max attempts exceeded      1  2026-11-29T12:00:00+00:00",
+        "4 dead letters in 3 groups.",
+    ]
+
+    assert json.loads(run("jobq_deadletters", "--json"))[0] == {
+        "queue": "default",
+        "kind": "shop.jobs.a",
+        "reason": "max attempts exceeded",
+        "count": 2,
+        "last_died": "2026-11-29T12:00:00+00:00",
+    }
+
+
+def test_summary_of_no_dead_letters():
+    assert run("jobq_deadletters") == "No dead letters.\n"
+    assert json.loads(run("jobq_deadletters", "--json")) == []
+
+
+# -- the examples in docs/retries-and-dead-letters.md ----------------------------------------
+
+DOC = (REPO_ROOT / "docs" / "retries-and-dead-letters.md").read_text()
+
+
+def test_the_documented_redrive_commands_parse(dead_letters):
+    lines = [line for line in DOC.splitlines() if line.startswith("python manage.py jobq_redrive")]
+    assert len(lines) == 6
+    for line in lines:
+        args = shlex.split(line, comments=True)[3:]
+        output = run("jobq_redrive", *args, *([] if "--dry-run" in args else ["--dry-run"]))
+        assert "would be redriven" in output, line
+    assert DeadLetter.objects.count() == 4
+
+
+def test_the_documented_summary_is_what_the_command_prints():
+    died = datetime(2026, 11, 29, 15, 23, 7, tzinfo=UTC)
+    DeadLetterFactory.create_batch(120, kind="shop.jobs.award_loyalty_points", died_at=died)
+    DeadLetterFactory.create_batch(
+        4,
+        kind="shop.jobs.notify_order_webhook",
+        queue="webhooks",
+        reason="unknown kind",
+        died_at=died,
+    )
+    documented = DOC.split("$ python manage.py jobq_deadletters\n", 1)[1].split("```", 1)[0]
+    assert run("jobq_deadletters") == documented
