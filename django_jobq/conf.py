@@ -11,6 +11,7 @@ Users configure django-jobq with one dictionary in their settings module::
         "RETRY_BACKOFF_CAP": 3600,    # seconds: no retry waits longer
         "POLL_INTERVAL": 1.0,         # seconds a worker sleeps when it found nothing
         "DEAD_LETTER_RETENTION": None,  # seconds (or timedelta) to keep dead letters; None: forever
+        "DEDUP_RETENTION": 30 * 86400,  # seconds (or timedelta) to keep dedup keys; None: forever
     }
 
 Durations are seconds (int or float) or ``datetime.timedelta``.
@@ -52,6 +53,7 @@ class JobqSettings:
     RETRY_BACKOFF_CAP: float = 3600.0
     POLL_INTERVAL: float = 1.0
     DEAD_LETTER_RETENTION: float | None = None
+    DEDUP_RETENTION: float | None = 30 * 86400.0
 
 
 _KNOWN_KEYS = frozenset(f.name for f in fields(JobqSettings))
@@ -71,7 +73,9 @@ _DURATION_KEYS = (
     "RETRY_BACKOFF_CAP",
     "POLL_INTERVAL",
     "DEAD_LETTER_RETENTION",
+    "DEDUP_RETENTION",
 )
+_MAY_BE_NONE = ("DEAD_LETTER_RETENTION", "DEDUP_RETENTION")
 
 
 def duration_seconds(value: object) -> float | None:
@@ -118,7 +122,7 @@ def validate(raw: Any) -> list[tuple[str, str]]:
     durations = {}
     for key in _DURATION_KEYS:
         value = raw.get(key, getattr(JobqSettings, key))
-        if value is None and key == "DEAD_LETTER_RETENTION":
+        if value is None and key in _MAY_BE_NONE:
             continue
         seconds = duration_seconds(value)
         if seconds is None or not 0 < seconds <= MAX_DURATION:

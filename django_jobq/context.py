@@ -17,9 +17,16 @@ step that may outlast a third of the visibility timeout between two automatic he
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING
+
+from django.db import connections, transaction
+
+from . import leases
+from .conf import get_settings
+from .idempotency import LeaseLost, idempotent
 
 if TYPE_CHECKING:
     from .worker.held import HeldJob
@@ -61,3 +68,39 @@ class JobContext:
             true) or the database could not be reached (logged; the worker keeps trying).
         """
         return self._extend(self._held)
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """A transaction on the queue's database that also completes the job.
+
+        The block's writes and the job's fenced ack commit together; afterwards the job is
+        done (the worker records nothing more). Use it for jobs whose effect is a database
+        write: a crash before the commit leaves neither the effect nor the ack, a crash after
+        it leaves both, so a redelivery never repeats the effect.
+
+        Raises:
+            LeaseLost: the ack matched nothing (another attempt holds the job); the block's
+                writes were rolled back.
+            RuntimeError: called inside another transaction on the queue's database (the
+                ack would then commit only with that outer transaction), or twice.
+        """
+        alias = get_settings().DATABASE
+        if connections[alias].in_atomic_block or self._held.acked:
+            raise RuntimeError(
+                "ctx.atomic() opens the job's transaction itself: it cannot run inside "
+                "another transaction on the queue's database, nor twice."
+            )
+        with transaction.atomic(using=alias):
+            yield
+            with connections[alias].cursor() as cursor:
+                if not leases.ack(cursor, self.job_id, self.attempt):
+                    raise LeaseLost(
+                        f"job {self.job_id} attempt {self.attempt}: lease lost before commit; "
+                        f"this attempt's writes were rolled back"
+                    )
+        self._held.acked = True
+
+    def idempotent(self, key: str | None = None) -> AbstractContextManager[bool]:
+        """:func:`django_jobq.idempotency.idempotent` with this job's kind as namespace and
+        ``key`` defaulting to the job id (``"job-<id>"``); yields whether it is new."""
+        return idempotent(key or f"job-{self.job_id}", kind=self.kind, job_id=self.job_id)

@@ -224,3 +224,27 @@ WHERE id IN (
 #: Maintenance runs on one worker at a time: a transaction-scoped advisory lock, taken
 #: without waiting (the other workers skip this round).
 TRY_MAINTENANCE_LOCK = "SELECT pg_try_advisory_xact_lock(%(key)s)"
+
+# -- idempotency ---------------------------------------------------------------------------
+
+#: Record a dedup key in the caller's transaction. Returns a row only if the key is new. A
+#: concurrent transaction inserting the same key waits on the unique index until this one
+#: ends, then conflicts (and returns nothing) if it committed.
+INSERT_DEDUP_KEY = """
+INSERT INTO jobq_dedup_key (kind, key, job_id)
+VALUES (%(kind)s, %(key)s, %(job_id)s)
+ON CONFLICT (kind, key) DO NOTHING
+RETURNING id
+"""
+
+#: Retention: delete dedup keys created before ``%(older_than)s`` seconds ago, at most
+#: ``%(limit)s`` per statement.
+PRUNE_DEDUP_KEYS = """
+DELETE FROM jobq_dedup_key
+WHERE id IN (
+    SELECT id FROM jobq_dedup_key
+    WHERE created_at < now() - make_interval(secs => %(older_than)s)
+    ORDER BY created_at
+    LIMIT %(limit)s
+)
+"""

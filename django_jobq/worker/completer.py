@@ -49,6 +49,11 @@ class Completer:
                 )
                 self._log(outcome, "failed", f", retrying in {outcome.retry_delay:.3g} s", applied)
                 self.tally.retried += applied
+            elif outcome.action is Action.ACKED_BY_HANDLER:
+                self._log(outcome, "succeeded", " (acked in its transaction)", applied=True)
+                self.tally.succeeded += 1
+            elif outcome.action is Action.LEASE_LOST:
+                self._log(outcome, "rolled back", "", applied=False)
             elif outcome.action is Action.DEAD_LETTER:
                 applied = leases.dead_letter(
                     self._cursor,

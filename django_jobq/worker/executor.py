@@ -23,6 +23,7 @@ from ..backoff import ExponentialBackoff
 from ..conf import get_settings
 from ..context import JobContext
 from ..exceptions import PermanentError, Retry
+from ..idempotency import LeaseLost
 from ..leases import ClaimedJob
 from ..models import DeadLetter
 from ..registry import JobDefinition
@@ -37,6 +38,8 @@ class Action(enum.Enum):
     ACK = "ack"
     RETRY = "retry"
     DEAD_LETTER = "dead letter"
+    ACKED_BY_HANDLER = "acked by handler"  # in its transaction (JobContext.atomic)
+    LEASE_LOST = "lease lost"  # the handler's transaction found another attempt in charge
 
 
 #: Error messages and tracebacks are stored up to this many characters (the tail is cut).
@@ -145,10 +148,17 @@ def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
         else:
             definition.func(**job.payload)
     except BaseException as exc:  # any failure of user code is the job's outcome
-        return _verdict_on_failure(job, definition, exc, time.monotonic() - started)
+        duration = time.monotonic() - started
+        error = storable(f"{type(exc).__name__}: {exc}")
+        if held.acked:  # raised after its transaction committed: the job is done anyway
+            return Outcome(job, Action.ACKED_BY_HANDLER, duration=duration, error=error)
+        if isinstance(exc, LeaseLost):
+            return Outcome(job, Action.LEASE_LOST, duration=duration, error=error)
+        return _verdict_on_failure(job, definition, exc, duration)
     finally:
         close_old_connections()
-    return Outcome(job, Action.ACK, duration=time.monotonic() - started)
+    duration = time.monotonic() - started
+    return Outcome(job, Action.ACKED_BY_HANDLER if held.acked else Action.ACK, duration=duration)
 
 
 class ExecutorPool:

@@ -26,6 +26,7 @@ class HeldJob:
     started: float | None = None
     lease_lost: bool = False
     overran: bool = False
+    acked: bool = False  # by the handler, in its transaction (JobContext.atomic)
 
     def __post_init__(self) -> None:
         self.deadline = self.job.lease_deadline

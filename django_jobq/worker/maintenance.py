@@ -2,7 +2,8 @@
 
 Every :data:`INTERVAL` seconds each worker tries a transaction-scoped advisory lock
 (``TRY_MAINTENANCE_LOCK``); the one that gets it runs the sweeps, the others skip the round.
-Today's sweep: delete dead letters older than ``JOBQ['DEAD_LETTER_RETENTION']``.
+The sweeps delete dead letters older than ``JOBQ['DEAD_LETTER_RETENTION']`` and dedup keys
+older than ``JOBQ['DEDUP_RETENTION']``.
 """
 
 from __future__ import annotations
@@ -40,9 +41,16 @@ class Maintenance:
         if time.monotonic() < self._next_round:
             return
         self._next_round = time.monotonic() + INTERVAL
-        retention = get_settings().DEAD_LETTER_RETENTION
-        if retention is None:
-            return
+        config = get_settings()
+        for what, statement, retention in (
+            ("dead letters", sql.PRUNE_DEAD_LETTERS, config.DEAD_LETTER_RETENTION),
+            ("dedup keys", sql.PRUNE_DEDUP_KEYS, config.DEDUP_RETENTION),
+        ):
+            if retention is not None and not self._prune(what, statement, retention):
+                return  # another worker holds the maintenance lock this round
+
+    def _prune(self, what: str, statement: str, retention: float) -> bool:
+        """Delete rows past ``retention`` seconds; ``False`` if another worker is at it."""
         pruned = 0
         for _ in range(BATCHES_PER_ROUND):
             with self._connection.transaction():
@@ -50,12 +58,11 @@ class Maintenance:
                 cursor.execute(sql.TRY_MAINTENANCE_LOCK, {"key": LOCK_KEY})
                 row = cursor.fetchone()
                 if not (row and row[0]):
-                    break  # another worker is doing this round
-                cursor.execute(
-                    sql.PRUNE_DEAD_LETTERS, {"older_than": retention, "limit": BATCH_SIZE}
-                )
+                    return False
+                cursor.execute(statement, {"older_than": retention, "limit": BATCH_SIZE})
                 pruned += cursor.rowcount
                 if cursor.rowcount < BATCH_SIZE:
                     break
         if pruned:
-            logger.info("maintenance: deleted %s dead letters past their retention", pruned)
+            logger.info("maintenance: deleted %s %s past their retention", pruned, what)
+        return True
