@@ -1,8 +1,10 @@
 """Handlers used by the tests (autodiscovered like any app's ``jobs`` module)."""
 
+import os
+import signal
 from datetime import timedelta
 
-from django.db import connection
+from django.db import connection, transaction
 
 from django_jobq import job
 from django_jobq.backoff import FixedBackoff
@@ -96,3 +98,47 @@ def send_reminder(label: str) -> None:
 def raise_unstorable_error(size: int) -> None:
     """Fail with a message PostgreSQL text cannot hold as is: a NUL byte, and long."""
     raise RuntimeError("bad\x00byte " + "x" * size)
+
+
+def _wait_for_advisory_lock(lock_id: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [lock_id])
+        cursor.execute("SELECT pg_advisory_unlock(%s)", [lock_id])
+
+
+@job(queue="idempotency", takes_context=True, visibility_timeout=1)
+def complete_in_transaction(
+    ctx: JobContext, label: str, lock_id: int = 0, crash_after_commit: bool = False
+) -> None:
+    """Mechanism 1. Attempt 1 can be made to wait for a test's advisory lock inside its
+    transaction (after the effect), or to SIGKILL its own worker right after committing."""
+    with ctx.atomic():
+        Effect.objects.create(label=f"{label} attempt {ctx.attempt}")
+        if lock_id and ctx.attempt == 1:
+            _wait_for_advisory_lock(lock_id)
+    if crash_after_commit and ctx.attempt == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@job(queue="idempotency", takes_context=True, visibility_timeout=1, backoff=FixedBackoff(0))
+def record_once(
+    ctx: JobContext,
+    order_id: int,
+    fail_after_effect: bool = False,
+    crash_after_commit: bool = False,
+) -> None:
+    """Mechanism 2: the effect and its dedup key commit together; the worker acks after."""
+    with transaction.atomic(), ctx.idempotent(f"order-{order_id}") as first_time:
+        if first_time:
+            Effect.objects.create(label=f"order {order_id}")
+            if fail_after_effect and ctx.attempt == 1:
+                raise RuntimeError("failed after the effect, before the commit")
+    if crash_after_commit and ctx.attempt == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@job(queue="idempotency", takes_context=True, max_attempts=1)
+def nested_complete(ctx: JobContext) -> None:
+    """Misuse: ctx.atomic() inside the handler's own transaction."""
+    with transaction.atomic(), ctx.atomic():
+        Effect.objects.create(label="never")
