@@ -15,6 +15,7 @@ from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 
 from django_jobq import job
+from django_jobq.context import JobContext
 
 from .models import Invoice, Order
 
@@ -44,19 +45,22 @@ def invoice_number(order_id: int) -> str:
     return f"INV-{order_id:08d}"
 
 
-@job
-def generate_invoice(order_id: int) -> None:
-    """Create the order's invoice.
+@job(takes_context=True)
+def generate_invoice(ctx: JobContext, order_id: int) -> None:
+    """Create the order's invoice, completing the job in the same transaction.
 
-    Safe on redelivery: ``Invoice.order`` is a one-to-one field (a unique constraint), and
-    ``get_or_create`` returns the existing invoice instead of making a second one, even when
-    two runs race (the loser's insert violates the constraint and it reads the winner's
-    row). A duplicate run therefore changes nothing.
+    ``ctx.atomic()`` commits the invoice and the job's ack together (mechanism 1 of
+    docs/idempotency.md): a crash before the commit leaves neither, so the redelivery
+    creates the invoice once; a crash after it leaves no job to redeliver. If this attempt
+    lost its lease (another worker took the job over), the block raises ``LeaseLost`` and
+    the invoice is rolled back. ``get_or_create`` on the one-to-one ``Invoice.order`` is a
+    second line of defence, should the invoice be created elsewhere too.
     """
-    order = Order.objects.get(pk=order_id)
-    Invoice.objects.get_or_create(
-        order=order, defaults={"number": invoice_number(order.pk), "amount": order.total}
-    )
+    with ctx.atomic():
+        order = Order.objects.get(pk=order_id)
+        Invoice.objects.get_or_create(
+            order=order, defaults={"number": invoice_number(order.pk), "amount": order.total}
+        )
 
 
 def webhook_idempotency_key(order_id: int) -> str:
@@ -67,10 +71,11 @@ def webhook_idempotency_key(order_id: int) -> str:
 def notify_order_webhook(order_id: int) -> None:
     """POST an ``order.created`` event to the partner at ``settings.SHOP_WEBHOOK_URL``.
 
-    Any non-2xx answer (or a network error or the 5 s timeout) raises, so the job is
-    retried. Duplicate delivery: the partner receives a second POST with the same
-    ``Idempotency-Key: order-<id>-created`` header and dedups it: the event is processed
-    once.
+    An external effect: no database transaction can make it happen once (mechanism 4 of
+    docs/idempotency.md). Any non-2xx answer (or a network error or the 5 s timeout) raises,
+    so the job is retried. Duplicate delivery: the partner receives a second POST with the
+    same ``Idempotency-Key: order-<id>-created`` header, a key derived from the order and so
+    stable across attempts, and dedups it: the event is processed once.
     """
     order = Order.objects.get(pk=order_id)
     body = {

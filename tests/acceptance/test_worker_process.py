@@ -45,6 +45,8 @@ def test_burst_worker_drains_jobs_enqueued_through_the_views(client, manage):
         assert stub.stats().unique_keys == len(order_ids)
         assert "35 succeeded" in stderr
         assert stderr.count("succeeded in") == 35  # one DEBUG line per job at -v 2
+        # The invoice job completes in its own transaction (docs/idempotency.md, mechanism 1).
+        assert stderr.count("(acked in its transaction)") == 10
     assert Order.objects.count() == 10
 
 
