@@ -6,7 +6,7 @@ import pytest
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_jobq.models import DeadLetter
+from django_jobq.models import DeadLetter, DedupKey
 from django_jobq.worker.maintenance import LOCK_KEY, Maintenance
 from tests.factories import DeadLetterFactory
 
@@ -52,3 +52,12 @@ def test_a_round_runs_at_most_once_per_interval(connect):
     dead_letters_aged(timedelta(hours=1))
     maintenance.run_if_due()  # too soon: nothing happens
     assert DeadLetter.objects.count() == 1
+
+
+@override_settings(JOBQ={"DEDUP_RETENTION": timedelta(days=30)})
+def test_dedup_keys_past_their_retention_are_deleted(connect):
+    old = DedupKey.objects.create(kind="tests", key="old")
+    recent = DedupKey.objects.create(kind="tests", key="recent")
+    DedupKey.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=31))
+    Maintenance(connect()).run_if_due()
+    assert list(DedupKey.objects.values_list("pk", flat=True)) == [recent.pk]
