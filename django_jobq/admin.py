@@ -26,7 +26,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils.html import format_html
@@ -223,6 +223,8 @@ class DeadLetterAdmin(DjangoObjectActions, _JobFieldsDisplay, DeadLetterAdminBas
     def redrive(self, request: HttpRequest, obj: DeadLetter) -> HttpResponse | None:
         if not self.has_redrive_permission(request):  # django-object-actions does not check
             raise PermissionDenied
+        if not isinstance(obj, DeadLetter):  # the library also routes the list's URL here
+            raise Http404("Redrive is a button of one dead letter's page.")
         job_id = operations.redrive_one(obj.pk)
         if job_id is None:
             self.message_user(

@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+from .conf import MAX_DURATION
+
 
 class Retry(Exception):
     """Retry this job after ``delay`` seconds instead of the backoff policy's delay.
@@ -25,8 +27,8 @@ class Retry(Exception):
     """
 
     def __init__(self, delay: float | None = None, message: str = "") -> None:
-        if delay is not None and not delay >= 0:
-            raise ValueError(f"Retry delay must be >= 0 seconds, got {delay!r}.")
+        if delay is not None and not 0 <= delay <= MAX_DURATION:  # also refuses NaN
+            raise ValueError(f"Retry delay must be 0 to {MAX_DURATION:g} seconds, got {delay!r}.")
         self.delay = delay
         super().__init__(message or (f"retry in {delay:g} s" if delay is not None else "retry"))
 

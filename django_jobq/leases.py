@@ -145,12 +145,20 @@ def retry(cursor: Cursor, job_id: int, attempt: int, *, delay: float, error: str
 
 
 def dead_letter(
-    cursor: Cursor, job_id: int, attempt: int, *, reason: str, error: str = "", traceback: str = ""
+    cursor: Cursor,
+    job_id: int,
+    attempt: int,
+    *,
+    reason: str,
+    error: str = "",
+    traceback: str = "",
+    ran: bool = True,
 ) -> bool:
     """Move a job to the dead letters with ``reason``, ``error`` and ``traceback``.
 
-    The copy and the delete are one statement. Returns ``False`` (and moves nothing) if
-    ``attempt`` no longer holds the lease.
+    ``ran`` says whether this attempt ran the handler; the dead letter's ``attempts``
+    counts only attempts that ran. The copy and the delete are one statement. Returns
+    ``False`` (and moves nothing) if ``attempt`` no longer holds the lease.
     """
     cursor.execute(
         sql.DEAD_LETTER_JOB,
@@ -160,6 +168,7 @@ def dead_letter(
             "reason": reason,
             "error": error,
             "traceback": traceback,
+            "ran": ran,
         },
     )
     return bool(cursor.fetchall())

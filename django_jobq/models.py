@@ -130,6 +130,12 @@ class DeadLetter(models.Model):
         indexes = [
             models.Index(fields=["queue", "kind"], name="jobq_dead_queue_kind_idx"),
             models.Index(fields=["died_at"], name="jobq_dead_died_at_idx"),
+            # Serves redrive's "oldest dead letter per idempotency key" check.
+            models.Index(
+                fields=["kind", "idempotency_key"],
+                name="jobq_dead_idempotency_idx",
+                condition=models.Q(idempotency_key__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

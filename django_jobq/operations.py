@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from itertools import islice
 
-from django.db import connections
+from django.db import IntegrityError, connections, transaction
 from django.db.models import QuerySet
 
 from . import sql
@@ -53,7 +53,7 @@ def run_now(job_ids: Iterable[int]) -> int:
 def redrive_one(dead_letter_id: int) -> int | None:
     """Redrive one dead letter as :func:`redrive` does; return the new job's id, or ``None``
     if it was left in place (a live job holds its idempotency key) or no longer exists."""
-    ids = _execute_returning_ids(sql.REDRIVE_DEAD_LETTERS, {"ids": [dead_letter_id]})
+    ids = _redrive_batch([dead_letter_id])
     return ids[0] if ids else None
 
 
@@ -82,7 +82,24 @@ def redrive(
         ids: Iterable[int] = list(dead_letters.order_by("id").values_list("id", flat=True))
     else:
         ids = dead_letters
-    created = 0
-    for batch in _batches(ids, batch_size):
-        created += len(_execute_returning_ids(sql.REDRIVE_DEAD_LETTERS, {"ids": batch}))
-    return created
+    return sum(len(_redrive_batch(batch)) for batch in _batches(ids, batch_size))
+
+
+#: Tries per batch: a retry happens only if a live job takes a redriven idempotency key
+#: between the statement's check and its insert (see ``sql.REDRIVE_DEAD_LETTERS``).
+_REDRIVE_TRIES = 3
+
+
+def _redrive_batch(ids: list[int]) -> list[int]:
+    """Run ``REDRIVE_DEAD_LETTERS`` for one batch in a savepoint, retrying the rare race
+    above (the retry's check then sees the new live job and leaves that dead letter)."""
+    alias = get_settings().DATABASE
+    tries = 1
+    while True:
+        try:
+            with transaction.atomic(using=alias):
+                return _execute_returning_ids(sql.REDRIVE_DEAD_LETTERS, {"ids": ids})
+        except IntegrityError:
+            if tries == _REDRIVE_TRIES:
+                raise
+            tries += 1

@@ -130,7 +130,8 @@ RETURNING id
 
 #: Dead-letter: move a job to the dead letters (copy + reason + error) and delete it, in one
 #: statement and so one transaction: the job is in exactly one of the two tables. Fenced.
-#: ``attempts`` records the attempts that ran: a reclaim past the last one does not count.
+#: ``attempts`` records the attempts that ran: not the current one when ``%(ran)s`` is false
+#: (expired, unknown kind, or a reclaim past the last attempt: dead-lettered unrun).
 DEAD_LETTER_JOB = """
 WITH moved AS (
     DELETE FROM jobq_job
@@ -140,7 +141,8 @@ WITH moved AS (
 INSERT INTO jobq_dead_letter (job_id, queue, kind, payload, priority, attempts, max_attempts,
                               visibility_timeout, idempotency_key, created_at, reason,
                               last_error, traceback, died_at)
-SELECT id, queue, kind, payload, priority, LEAST(attempts, max_attempts), max_attempts,
+SELECT id, queue, kind, payload, priority,
+       CASE WHEN %(ran)s THEN attempts ELSE attempts - 1 END, max_attempts,
        visibility_timeout,
        idempotency_key, created_at, %(reason)s, %(error)s, %(traceback)s, now()
 FROM moved

@@ -268,6 +268,13 @@ def test_detail_redrive_button_redirects_to_the_list_naming_the_new_job(admin_cl
     assert f'Dead letter {dead.pk} redriven as job <a href="{job_url(job)}">{job.pk}</a>.' in page
 
 
+def test_the_redrive_button_url_on_the_list_is_not_found_not_a_crash(admin_client):
+    dead = DeadLetterFactory()
+    response = admin_client.post(DEAD_LETTERS_URL + "actions/redrive/")
+    assert response.status_code == 404
+    assert DeadLetter.objects.filter(pk=dead.pk).exists()
+
+
 def test_detail_redrive_leaves_a_dead_letter_whose_key_a_live_job_holds(admin_client):
     live = JobFactory(kind="shop.jobs.charge", idempotency_key="charge-7")
     dead = DeadLetterFactory(kind="shop.jobs.charge", idempotency_key="charge-7")

@@ -60,6 +60,11 @@ def test_run_now_makes_scheduled_ready_jobs_due_keeping_attempts():
     assert running.run_at == later
 
 
+def statements(queries):
+    """The captured queries, less savepoint bookkeeping (each batch runs in a savepoint)."""
+    return [q for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
+
+
 def test_redrive_of_10000_dead_letters_is_one_statement():
     DeadLetter.objects.bulk_create(DeadLetterFactory.build() for _ in range(10_000))
     ids = list(DeadLetter.objects.values_list("id", flat=True))
@@ -67,7 +72,7 @@ def test_redrive_of_10000_dead_letters_is_one_statement():
     with CaptureQueriesContext(connection) as queries:
         assert operations.redrive(ids) == 10_000
 
-    assert len(queries) == 1
+    assert len(statements(queries)) == 1
     assert Job.objects.count() == 10_000
     assert not DeadLetter.objects.exists()
 
@@ -80,7 +85,7 @@ def test_redrive_of_a_queryset_reads_the_ids_then_runs_one_statement_per_batch()
         created = operations.redrive(DeadLetter.objects.filter(kind="shop.jobs.a"), batch_size=10)
 
     assert created == 25
-    assert len(queries) == 1 + 3  # the ids, then batches of 10, 10 and 5
+    assert len(statements(queries)) == 1 + 3  # the ids, then batches of 10, 10 and 5
     assert list(DeadLetter.objects.values_list("kind", flat=True)) == ["shop.jobs.b"]
 
 

@@ -17,10 +17,13 @@ from django_jobq.models import DeadLetter, Job
 from django_jobq.operations import cancel
 from django_jobq.worker import Worker
 from tests.testapp.jobs import (
+    broken_backoff,
     call_partner,
     charge_card,
     give_up,
+    infinite_backoff,
     poison,
+    raise_unprintable,
     raise_unstorable_error,
     record,
     retry_later,
@@ -172,3 +175,41 @@ def test_error_text_postgres_cannot_store_is_made_storable():
     assert dead.last_error.startswith("RuntimeError: bad\\x00byte xxx")
     assert len(dead.last_error) < 70_000
     assert dead.last_error.endswith("more characters]")
+
+
+def test_an_exception_that_cannot_be_printed_is_still_retried():
+    raise_unprintable.enqueue()
+    run_burst()
+    job = Job.objects.get()
+    assert (job.status, job.attempts) == ("ready", 1)
+    assert job.last_error == "Unprintable (its message could not be formatted)"
+
+
+@pytest.mark.parametrize("handler", [infinite_backoff, broken_backoff], ids=["inf", "raises"])
+def test_a_broken_backoff_policy_falls_back_to_the_default(handler, caplog):
+    with override_settings(JOBQ={"RETRY_BACKOFF_BASE": 600, "RETRY_BACKOFF_CAP": 600}):
+        handler.enqueue()
+        run_burst()
+    job = Job.objects.get()
+    assert (job.status, job.attempts) == ("ready", 1)
+    now = timezone.now()
+    assert now + timedelta(minutes=4) < job.run_at < now + timedelta(minutes=11)
+    assert "backoff policy" in caplog.text
+
+
+def test_retry_refuses_delays_beyond_ten_years():
+    for bad in (float("inf"), float("nan"), -1, 1e12):
+        with pytest.raises(ValueError):
+            Retry(delay=bad)
+
+
+def test_dead_letters_count_only_attempts_that_ran():
+    from tests.factories import JobFactory
+
+    JobFactory(kind="no.such.kind")
+    record.using(expires_at=timezone.now() - timedelta(seconds=1)).enqueue("late")
+    run_burst()
+    assert sorted(DeadLetter.objects.values_list("reason", "attempts")) == [
+        ("expired", 0),
+        ("unknown kind", 0),
+    ]

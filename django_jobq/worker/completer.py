@@ -61,6 +61,7 @@ class Completer:
                     reason=outcome.reason,
                     error=outcome.error,
                     traceback=outcome.traceback,
+                    ran=outcome.ran,
                 )
                 self._log(outcome, "dead-lettered", f" ({outcome.reason})", applied)
                 self.tally.dead_lettered += applied

@@ -20,7 +20,7 @@ from django.db import close_old_connections, connections
 
 from .. import registry
 from ..backoff import ExponentialBackoff
-from ..conf import get_settings
+from ..conf import MAX_DURATION, get_settings
 from ..context import JobContext
 from ..exceptions import PermanentError, Retry
 from ..idempotency import LeaseLost
@@ -67,6 +67,7 @@ class Outcome:
     reason: str = ""
     error: str = ""
     traceback: str = ""
+    ran: bool = True  # False: dead-lettered without running this attempt
 
 
 def _dead(
@@ -77,18 +78,58 @@ def _dead(
     )
 
 
+def _refused(job: ClaimedJob, reason: str, error: str) -> Outcome:
+    return Outcome(job, Action.DEAD_LETTER, reason=reason, error=error, ran=False)
+
+
 def _refusal(job: ClaimedJob) -> Outcome | None:
     """The dead-letter verdict for a job that must not run any more, or ``None``."""
-    if job.expired:
-        return _dead(job, DeadLetter.Reason.EXPIRED, "not started before its expires_at")
     if job.attempts_exhausted:
-        return _dead(
+        return _refused(
             job,
             DeadLetter.Reason.LEASE_EXPIRED_ON_FINAL_ATTEMPT,
             f"the lease of attempt {job.max_attempts} of {job.max_attempts} lapsed before it "
             f"was acked (worker crashed, stalled or overran)",
         )
+    if job.expired:
+        return _refused(
+            job,
+            DeadLetter.Reason.EXPIRED,
+            f"attempt {job.attempt} would have started after the job's expires_at",
+        )
     return None
+
+
+def describe(exc: BaseException) -> tuple[str, str]:
+    """``(error, traceback)`` of an exception, as storable text; never raises (an
+    exception's ``__str__`` is user code too)."""
+    try:
+        error = f"{type(exc).__name__}: {exc}"
+    except Exception:
+        error = f"{type(exc).__name__} (its message could not be formatted)"
+    try:
+        tb = "".join(traceback.format_exception(exc))
+    except Exception:
+        tb = ""
+    return storable(error), storable(tb)
+
+
+def _retry_delay(job: ClaimedJob, definition: JobDefinition, exc: BaseException) -> float:
+    """Seconds until the next attempt: ``Retry(delay=...)``, else the kind's policy. A policy
+    that raises or returns something other than 0 to 10 years of seconds is a bug: it is
+    logged and the default policy decides instead."""
+    if isinstance(exc, Retry) and exc.delay is not None:
+        return exc.delay
+    policy = definition.backoff or default_backoff()
+    try:
+        delay = policy(job.attempt)
+        valid = isinstance(delay, int | float) and not isinstance(delay, bool)
+        if valid and 0 <= delay <= MAX_DURATION:  # also refuses NaN
+            return float(delay)
+        raise ValueError(f"returned {delay!r}, not 0 to {MAX_DURATION:g} seconds")
+    except Exception as problem:
+        logger.error("job %s %s: backoff policy %r failed: %s", job.id, job.kind, policy, problem)
+        return default_backoff()(job.attempt)
 
 
 def _verdict_on_failure(
@@ -96,10 +137,10 @@ def _verdict_on_failure(
 ) -> Outcome:
     """Retry, or dead-letter: a permanent error, an exception outside ``retry_on``, or the
     final attempt."""
-    error = storable(f"{type(exc).__name__}: {exc}")
-    tb = storable(traceback.format_exc())
+    error, tb = describe(exc)
     if isinstance(exc, PermanentError):
-        return _dead(job, storable(f"{DeadLetter.Reason.FAILED}: {exc}"), error, duration, tb)
+        reason = error.partition(": ")[2] or error
+        return _dead(job, f"{DeadLetter.Reason.FAILED}: {reason}", error, duration, tb)
     retryable = (
         isinstance(exc, Retry)
         or definition.retry_on is None
@@ -109,10 +150,7 @@ def _verdict_on_failure(
         return _dead(job, storable(f"{DeadLetter.Reason.FAILED}: {error}"), error, duration, tb)
     if job.is_final_attempt:
         return _dead(job, DeadLetter.Reason.MAX_ATTEMPTS_EXCEEDED, error, duration, tb)
-    if isinstance(exc, Retry) and exc.delay is not None:
-        delay = exc.delay
-    else:
-        delay = (definition.backoff or default_backoff())(job.attempt)
+    delay = _retry_delay(job, definition, exc)
     return Outcome(
         job, Action.RETRY, duration=duration, retry_delay=delay, error=error, traceback=tb
     )
@@ -135,7 +173,7 @@ def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
         return refusal
     definition = registry.get(job.kind)
     if definition is None:
-        return _dead(
+        return _refused(
             job,
             DeadLetter.Reason.UNKNOWN_KIND,
             f"no handler is registered for kind {job.kind!r} in this worker",
@@ -149,7 +187,7 @@ def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
             definition.func(**job.payload)
     except BaseException as exc:  # any failure of user code is the job's outcome
         duration = time.monotonic() - started
-        error = storable(f"{type(exc).__name__}: {exc}")
+        error = describe(exc)[0]
         if held.acked:  # raised after its transaction committed: the job is done anyway
             return Outcome(job, Action.ACKED_BY_HANDLER, duration=duration, error=error)
         if isinstance(exc, LeaseLost):
@@ -214,6 +252,14 @@ class ExecutorPool:
     def _run(self) -> None:
         try:
             while (held := self._jobs.get()) is not None:
-                self._report(execute(held, self._extend))
+                try:
+                    outcome = execute(held, self._extend)
+                except Exception as exc:  # a bug here must not wedge the job or the thread
+                    logger.exception("job %s: could not decide its outcome", held.job.id)
+                    error, tb = describe(exc)
+                    outcome = Outcome(
+                        held.job, Action.RETRY, retry_delay=60.0, error=error, traceback=tb
+                    )
+                self._report(outcome)
         finally:
             connections.close_all()

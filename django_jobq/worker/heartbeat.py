@@ -106,7 +106,9 @@ class Heartbeater:
         except psycopg.Error as exc:
             logger.warning("heartbeat failed, retrying in %g s: %s", _RECONNECT_DELAY, exc)
             for held in due:
-                held.next_heartbeat = time.monotonic() + _RECONNECT_DELAY
+                # Retry well within the lease, even for short visibility timeouts.
+                retry_in = min(_RECONNECT_DELAY, held.heartbeat_interval / 2)
+                held.next_heartbeat = time.monotonic() + retry_in
             with self._lock:
                 if self._connection is not None:
                     self._connection.close()

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..leases import ClaimedJob
+from ..leases import ClaimedJob, Lease
 
 
 @dataclass(eq=False)
@@ -40,22 +40,24 @@ class HeldJob:
 
 
 class HeldJobs:
-    """Thread-safe set of :class:`HeldJob`, keyed by job id. ``changed`` is set whenever a
-    job is added, so the heartbeater can plan its next wake-up."""
+    """Thread-safe set of :class:`HeldJob`, keyed by lease (job id and attempt): after a
+    stall a worker may reclaim a job whose lapsed attempt it still runs, and then holds two
+    attempts of one job. ``changed`` is set whenever a job is added, so the heartbeater can
+    plan its next wake-up."""
 
     def __init__(self) -> None:
-        self._jobs: dict[int, HeldJob] = {}
+        self._jobs: dict[Lease, HeldJob] = {}
         self._lock = threading.Lock()
         self.changed = threading.Event()
 
     def add(self, held: HeldJob) -> None:
         with self._lock:
-            self._jobs[held.job.id] = held
+            self._jobs[held.job.lease] = held
         self.changed.set()
 
-    def discard(self, job_id: int) -> None:
+    def discard(self, lease: Lease) -> None:
         with self._lock:
-            self._jobs.pop(job_id, None)
+            self._jobs.pop(lease, None)
 
     def snapshot(self) -> list[HeldJob]:
         with self._lock:

@@ -150,6 +150,7 @@ class Worker:
         started = time.monotonic()
         capacity = self.concurrency + self.batch_size
         outstanding = claimed_total = released = abandoned = 0
+        failed = False
         heartbeater = Heartbeater(self._held, worker_id=self.worker_id)
         pool = ExecutorPool(
             self.concurrency,
@@ -176,13 +177,13 @@ class Worker:
                     outcomes = self._take_outcomes()
                     completer.complete(outcomes)
                     for outcome in outcomes:
-                        self._held.discard(outcome.job.id)
+                        self._held.discard(outcome.job.lease)
                     outstanding -= len(outcomes)
                     if self._stopping.is_set():
                         unstarted = pool.take_unstarted()
                         released += len(leases.release(cursor, [h.job.lease for h in unstarted]))
                         for held in unstarted:
-                            self._held.discard(held.job.id)
+                            self._held.discard(held.job.lease)
                         outstanding -= len(unstarted)
                         time_left = self._shutdown_time_left()
                         if outstanding == 0:
@@ -207,12 +208,17 @@ class Worker:
                         break
                     # Sleep until an outcome frees room, or the poll interval passes.
                     self._wake.wait(self.poll_interval)
+            except BaseException:
+                failed = True
+                raise
             finally:
-                # Normally nothing is left here. After a database error or the shutdown
-                # timeout, held jobs are left to lapse: another worker reclaims them.
+                # Normally nothing is left here. After an error or the shutdown timeout, held
+                # jobs are left to lapse and other workers reclaim them: stop heartbeating and
+                # do not wait for running handlers (the process is about to exit; a handler
+                # running on without its lease would overlap the next attempt).
                 heartbeater.stop()
                 pool.take_unstarted()
-                pool.stop(wait=abandoned == 0)
+                pool.stop(wait=not (failed or abandoned))
         stats = WorkerStats(
             worker_id=self.worker_id,
             elapsed=time.monotonic() - started,

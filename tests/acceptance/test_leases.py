@@ -13,7 +13,7 @@ from django.db import connection
 from django_jobq import leases
 from django_jobq.models import DeadLetter, Job
 from tests.conftest import wait_until
-from tests.testapp.jobs import hold_lock
+from tests.testapp.jobs import hold_lock, hold_lock_per_attempt
 from tests.testapp.models import Effect
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
@@ -149,3 +149,35 @@ def test_shutdown_timeout_leaves_the_running_job_to_lapse_and_exits_1(manage, lo
     assert worker.returncode == 1, stderr
     assert "shutdown timeout" in stderr
     assert running(job.pk)  # still leased by the gone worker, until its lease lapses
+
+
+def test_a_worker_that_reclaims_its_own_stalled_job_keeps_the_new_attempts_lease(manage):
+    """After a stall past the deadline a worker may reclaim the job whose lapsed attempt it
+    still runs. When that old attempt ends, the new one must stay leased (heartbeated)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s), pg_advisory_lock(%s)", [LOCK + 1, LOCK + 2])
+    job = hold_lock_per_attempt.using(visibility_timeout=1).enqueue(lock_id=LOCK)
+    worker = manage(
+        "jobq_worker", "--queue", "leases", "--concurrency", "2", "--poll-interval", "0.1"
+    )
+    wait_until(lambda: running(job.pk), what="attempt 1 to start")
+    worker.send_signal(signal.SIGSTOP)
+    deadline = Job.objects.get(pk=job.pk).lease_deadline
+    wait_until(lambda: db_now() > deadline, what="attempt 1's lease to lapse")
+    worker.send_signal(signal.SIGCONT)
+    wait_until(lambda: running(job.pk, attempt=2), what="the worker to reclaim its own job")
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_unlock(%s)", [LOCK + 1])  # attempt 1 ends
+    wait_until(lambda: Effect.objects.filter(label="attempt 1").exists(), what="attempt 1")
+    # For three visibility timeouts attempt 2 keeps its lease: nobody may reclaim it.
+    end = time.monotonic() + 3
+    while time.monotonic() < end:
+        assert running(job.pk, attempt=2), "attempt 2 lost its lease"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_unlock(%s)", [LOCK + 2])
+    wait_until(lambda: not Job.objects.filter(pk=job.pk).exists(), what="attempt 2's ack")
+    worker.send_signal(signal.SIGTERM)
+    _, stderr = worker.communicate(timeout=TIMEOUT)
+    assert worker.returncode == 0, stderr
+    assert not DeadLetter.objects.exists()

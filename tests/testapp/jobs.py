@@ -142,3 +142,30 @@ def nested_complete(ctx: JobContext) -> None:
     """Misuse: ctx.atomic() inside the handler's own transaction."""
     with transaction.atomic(), ctx.atomic():
         Effect.objects.create(label="never")
+
+
+@job(queue="leases", takes_context=True)
+def hold_lock_per_attempt(ctx: JobContext, lock_id: int) -> None:
+    """Attempt N waits for advisory lock ``lock_id + N``, so a test can end attempts apart."""
+    _wait_for_advisory_lock(lock_id + ctx.attempt)
+    Effect.objects.create(label=f"attempt {ctx.attempt}")
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ is broken too")
+
+
+@job(max_attempts=2, backoff=FixedBackoff(3600))
+def raise_unprintable() -> None:
+    raise Unprintable
+
+
+@job(backoff=lambda attempt: float("inf"))
+def infinite_backoff() -> None:
+    raise RuntimeError("retry me")
+
+
+@job(backoff=lambda attempt: 1 / 0)
+def broken_backoff() -> None:
+    raise RuntimeError("retry me")

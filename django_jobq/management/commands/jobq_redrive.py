@@ -22,7 +22,10 @@ _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 def parse_since(text: str) -> datetime:
     """``30m``, ``2h``, ``7d`` (that long ago) or an ISO 8601 date/time (naive: local time)."""
     if match := _DURATION_RE.match(text):
-        return timezone.now() - timedelta(**{_UNITS[match[2]]: int(match[1])})
+        try:
+            return timezone.now() - timedelta(**{_UNITS[match[2]]: int(match[1])})
+        except OverflowError:
+            raise ArgumentTypeError(f"{text!r} reaches back before year 1") from None
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
