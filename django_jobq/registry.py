@@ -46,7 +46,9 @@ class JobDefinition:
     backoff: BackoffPolicy | None = None
     retry_on: tuple[type[BaseException], ...] | None = None
     expires_after: float | None = None
-    options: _enqueue.EnqueueOptions = field(default_factory=_enqueue.EnqueueOptions)
+    # A plain dict at run time; ``dict`` rather than ``EnqueueOptions`` as the factory because
+    # this class is defined while ``enqueueing`` (which imports this module) may still load.
+    options: _enqueue.EnqueueOptions = field(default_factory=dict)  # type: ignore[assignment]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)

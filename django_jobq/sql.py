@@ -49,7 +49,9 @@ RETURNING *, (xmax = 0) AS inserted
 #   - ready and due, in claim order: priority DESC, run_at, id.
 # Expired rows come first; the ready arm takes what is left of ``limit``. Each selection is
 # a MATERIALIZED CTE so it runs exactly once: as a plain subquery the planner may re-run a
-# LIMIT subquery inside a nested loop and lease more than ``limit`` rows.
+# LIMIT subquery inside a nested loop and lease more than ``limit`` rows. The UPDATE finds
+# its rows with ``id = ANY(ARRAY(...))``, a primary-key lookup: joined to the CTEs instead,
+# the planner cannot estimate the computed LIMIT and may scan the whole table.
 # Each claim consumes an attempt; the new attempt number is the lease's fencing token. A
 # reclaimed job whose lapsed attempt was its last comes back with attempts > max_attempts,
 # and a job past its ``expires_at`` comes back with ``expired``: the worker dead-letters
@@ -74,8 +76,7 @@ SET status = 'running',
     worker_id = %(worker_id)s,
     started_at = now(),
     lease_deadline = now() + job.visibility_timeout
-FROM (SELECT id FROM expired UNION ALL SELECT id FROM ready) AS claimable
-WHERE job.id = claimable.id
+WHERE job.id = ANY(ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM ready))
 RETURNING job.id, job.queue, job.kind, job.payload, job.priority, job.run_at, job.attempts,
           job.max_attempts, job.visibility_timeout, job.lease_deadline,
           COALESCE(job.expires_at <= now(), false) AS expired

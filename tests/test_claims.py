@@ -172,6 +172,9 @@ def test_claim_uses_its_partial_index_on_a_large_table(connect, statement, param
     )
     assert f"Index Scan using {index}" in plan, plan
     assert "Sort" not in plan, plan
+    # The UPDATE finds the claimed rows by primary key, never by scanning the table.
+    assert "Seq Scan" not in plan, plan
+    assert "Index Scan using jobq_job_pkey" in plan, plan
 
 
 def test_sql_names_the_model_tables():

@@ -6,9 +6,10 @@ from django.db import migrations, models
 
 # The jobs table is small but hot: every job is inserted, updated and deleted within seconds.
 # Vacuum it after 1% of rows change (the default waits for 20%) and without cost-based
-# throttling, so dead tuples do not pile up in front of the claim index; fillfactor 80 leaves
-# room on each page for same-page (HOT) updates. PostgreSQL only: on another database (a
-# project's secondary alias, say) the tables are created but never used by django-jobq.
+# throttling, so dead tuples do not pile up in front of the claim index. Fillfactor 80 keeps
+# free space on each page so that a row's next version (a claim, heartbeat or retry) can
+# usually stay on the same page. PostgreSQL only: on another database (a project's secondary
+# alias, say) the tables are created but never used by django-jobq.
 STORAGE_PARAMETERS = (
     "fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01, "
     "autovacuum_vacuum_threshold = 1000, autovacuum_analyze_scale_factor = 0.02, "
