@@ -145,6 +145,23 @@ def test_summary_counts_by_queue_kind_and_reason():
     }
 
 
+def test_list_shows_the_newest_dead_letters_one_per_line():
+    newest = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    old = DeadLetterFactory(kind="shop.jobs.a", died_at=newest - timedelta(hours=1))
+    new = DeadLetterFactory(
+        kind="shop.jobs.a", died_at=newest, last_error="ValueError: bad order\nsecond line"
+    )
+    DeadLetterFactory(kind="shop.jobs.b", died_at=newest)
+
+    lines = run("jobq_deadletters", "--list", "--kind", "shop.jobs.a").splitlines()
+    assert lines[0].split() == ["ID", "JOB", "QUEUE", "KIND", "REASON", "DIED", "ERROR"]
+    assert [int(line.split()[0]) for line in lines[1:]] == [new.pk, old.pk]
+    assert lines[1].endswith("ValueError: bad order")
+    assert len(run("jobq_deadletters", "--list", "--limit", "1").splitlines()) == 2
+    listed = json.loads(run("jobq_deadletters", "--list", "--json"))
+    assert {row["id"] for row in listed} == set(DeadLetter.objects.values_list("id", flat=True))
+
+
 def test_summary_of_no_dead_letters():
     assert run("jobq_deadletters") == "No dead letters.\n"
     assert json.loads(run("jobq_deadletters", "--json")) == []

@@ -1,10 +1,11 @@
-"""``manage.py jobq_deadletters``: how many dead letters, by queue, kind and reason."""
+"""``manage.py jobq_deadletters``: the dead letters, summarised by queue, kind and reason,
+or listed one per line with ``--list``."""
 
 from __future__ import annotations
 
 import json
 from argparse import ArgumentParser
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.management.base import BaseCommand
@@ -16,23 +17,38 @@ from django.utils.text import Truncator
 from ...conf import get_settings
 from ...models import DeadLetter
 
-_HEADER = ("QUEUE", "KIND", "REASON", "COUNT", "LAST DIED")
-_COUNT_COLUMN = 3  # right-aligned
+_SUMMARY_HEADER = ("QUEUE", "KIND", "REASON", "COUNT", "LAST DIED")
+_LIST_HEADER = ("ID", "JOB", "QUEUE", "KIND", "REASON", "DIED", "ERROR")
+
+
+def _when(moment: Any) -> str:
+    return str(timezone.localtime(moment).isoformat(timespec="seconds"))
 
 
 class Command(BaseCommand):
     help = (
         "Summarise the dead letters: one line per queue, kind and reason with the count and "
-        "the newest died_at. --json prints the same as a JSON list (reasons untruncated)."
+        "the newest died_at. --list prints the newest dead letters one per line instead. "
+        "--json prints either as JSON (reasons and errors untruncated)."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
+        parser.add_argument(
+            "--list", action="store_true", help="One line per dead letter, newest first."
+        )
+        parser.add_argument("--kind", help="With --list: only this kind.")
+        parser.add_argument(
+            "--limit", type=int, default=50, help="With --list: at most this many (default 50)."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        dead_letters = DeadLetter.objects.using(get_settings().DATABASE)
+        if options["list"]:
+            self._list(dead_letters, options)
+            return
         groups = list(
-            DeadLetter.objects.using(get_settings().DATABASE)
-            .values("queue", "kind", "reason")
+            dead_letters.values("queue", "kind", "reason")
             .annotate(count=Count("id"), last_died=Max("died_at"))
             .order_by("queue", "kind", "reason")
         )
@@ -42,27 +58,66 @@ class Command(BaseCommand):
         elif not groups:
             self.stdout.write("No dead letters.")
         else:
-            self._write_table(groups)
-
-    def _write_table(self, groups: Sequence[Mapping[str, Any]]) -> None:
-        table = [_HEADER] + [
-            (
-                group["queue"],
-                group["kind"],
-                Truncator(group["reason"]).chars(60),
-                str(group["count"]),
-                timezone.localtime(group["last_died"]).isoformat(timespec="seconds"),
+            self._write_table(
+                _SUMMARY_HEADER,
+                [
+                    (
+                        group["queue"],
+                        group["kind"],
+                        Truncator(group["reason"]).chars(60),
+                        str(group["count"]),
+                        _when(group["last_died"]),
+                    )
+                    for group in groups
+                ],
+                right_aligned={3},
             )
-            for group in groups
-        ]
-        widths = [max(len(row[column]) for row in table) for column in range(len(_HEADER))]
+            total = sum(group["count"] for group in groups)
+            groups_count = len(groups)
+            self.stdout.write(
+                f"{total} dead letter{pluralize(total)} in "
+                f"{groups_count} group{pluralize(groups_count)}."
+            )
+
+    def _list(self, dead_letters: Any, options: dict[str, Any]) -> None:
+        if options["kind"]:
+            dead_letters = dead_letters.filter(kind=options["kind"])
+        fields = ("id", "job_id", "queue", "kind", "reason", "died_at", "last_error")
+        rows = list(dead_letters.order_by("-died_at", "-id").values(*fields)[: options["limit"]])
+        if options["json"]:
+            self.stdout.write(
+                json.dumps(
+                    [{**row, "died_at": row["died_at"].isoformat()} for row in rows], indent=2
+                )
+            )
+        elif not rows:
+            self.stdout.write("No dead letters.")
+        else:
+            self._write_table(
+                _LIST_HEADER,
+                [
+                    (
+                        str(row["id"]),
+                        str(row["job_id"]),
+                        row["queue"],
+                        row["kind"],
+                        Truncator(row["reason"]).chars(40),
+                        _when(row["died_at"]),
+                        Truncator(row["last_error"].strip().partition("\n")[0]).chars(60),
+                    )
+                    for row in rows
+                ],
+                right_aligned={0, 1},
+            )
+
+    def _write_table(
+        self, header: Sequence[str], rows: Sequence[Sequence[str]], right_aligned: set[int]
+    ) -> None:
+        table = [tuple(header), *rows]
+        widths = [max(len(row[column]) for row in table) for column in range(len(header))]
         for row in table:
             cells = [
-                cell.rjust(width) if column == _COUNT_COLUMN else cell.ljust(width)
+                cell.rjust(width) if column in right_aligned else cell.ljust(width)
                 for column, (cell, width) in enumerate(zip(row, widths, strict=True))
             ]
             self.stdout.write("  ".join(cells).rstrip())
-        total = sum(group["count"] for group in groups)
-        self.stdout.write(
-            f"{total} dead letter{pluralize(total)} in {len(groups)} group{pluralize(len(groups))}."
-        )
