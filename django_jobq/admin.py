@@ -19,7 +19,7 @@ library does not check permissions itself, so the button's action does.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
@@ -119,31 +119,40 @@ class JobAdmin(_JobFieldsDisplay, JobAdminBase):
 
     @admin.action(permissions=["operate"], description="Run selected jobs now")
     def run_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        ids = list(queryset.values_list("id", flat=True))
-        changed = operations.run_now(ids)
-        self._report(
+        self._operate(
             request,
-            f"{changed} job{pluralize(changed)} made due now.",
-            len(ids) - changed,
+            queryset,
+            operations.run_now,
+            "job{s} made due now.",
             "running jobs, and ready jobs already due.",
         )
 
     @admin.action(permissions=["operate"], description="Cancel selected ready jobs")
     def cancel(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        ids = list(queryset.values_list("id", flat=True))
-        cancelled = operations.cancel_many(ids)
-        self._report(
+        self._operate(
             request,
-            f"{cancelled} ready job{pluralize(cancelled)} cancelled.",
-            len(ids) - cancelled,
+            queryset,
+            operations.cancel_many,
+            "ready job{s} cancelled.",
             "running jobs cannot be cancelled (their worker holds a lease).",
         )
 
-    def _report(self, request: HttpRequest, done: str, skipped: int, why: str) -> None:
+    def _operate(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Job],
+        operation: Callable[[list[int]], int],
+        done: str,
+        why_skipped: str,
+    ) -> None:
+        """Apply a set-based operation to the selected jobs and say what it did."""
+        ids = list(queryset.values_list("id", flat=True))
+        changed = operation(ids)
+        message = f"{changed} {done.format(s=pluralize(changed))}"
+        skipped = len(ids) - changed
         if skipped:
-            self.message_user(request, f"{done} {skipped} skipped: {why}", messages.WARNING)
-        else:
-            self.message_user(request, done, messages.SUCCESS)
+            message = f"{message} {skipped} skipped: {why_skipped}"
+        self.message_user(request, message, messages.WARNING if skipped else messages.SUCCESS)
 
 
 @admin.register(DeadLetter)

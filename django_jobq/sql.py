@@ -212,17 +212,23 @@ ORDER BY id
 RETURNING id
 """
 
-#: Retention: delete dead letters that died before ``%(older_than)s`` seconds ago, at most
-#: ``%(limit)s`` per statement so a large backlog never holds one long transaction.
-PRUNE_DEAD_LETTERS = """
-DELETE FROM jobq_dead_letter
+# Retention: delete rows of ``{table}`` whose ``{column}`` is older than ``%(older_than)s``
+# seconds, at most ``%(limit)s`` per statement so a large backlog never holds one long
+# transaction (the maintenance round repeats it).
+_PRUNE_TEMPLATE = """
+DELETE FROM {table}
 WHERE id IN (
-    SELECT id FROM jobq_dead_letter
-    WHERE died_at < now() - make_interval(secs => %(older_than)s)
-    ORDER BY died_at
+    SELECT id FROM {table}
+    WHERE {column} < now() - make_interval(secs => %(older_than)s)
+    ORDER BY {column}
     LIMIT %(limit)s
 )
 """
+
+#: Retention of dead letters (``JOBQ['DEAD_LETTER_RETENTION']``), by ``died_at``.
+PRUNE_DEAD_LETTERS = _PRUNE_TEMPLATE.format(table="jobq_dead_letter", column="died_at")
+#: Retention of dedup keys (``JOBQ['DEDUP_RETENTION']``), by ``created_at``.
+PRUNE_DEDUP_KEYS = _PRUNE_TEMPLATE.format(table="jobq_dedup_key", column="created_at")
 
 #: Maintenance runs on one worker at a time: a transaction-scoped advisory lock, taken
 #: without waiting (the other workers skip this round).
@@ -238,16 +244,4 @@ INSERT INTO jobq_dedup_key (kind, key, job_id)
 VALUES (%(kind)s, %(key)s, %(job_id)s)
 ON CONFLICT (kind, key) DO NOTHING
 RETURNING id
-"""
-
-#: Retention: delete dedup keys created before ``%(older_than)s`` seconds ago, at most
-#: ``%(limit)s`` per statement.
-PRUNE_DEDUP_KEYS = """
-DELETE FROM jobq_dedup_key
-WHERE id IN (
-    SELECT id FROM jobq_dedup_key
-    WHERE created_at < now() - make_interval(secs => %(older_than)s)
-    ORDER BY created_at
-    LIMIT %(limit)s
-)
 """
