@@ -123,6 +123,9 @@ def test_a_job_past_max_runtime_is_no_longer_heartbeated(caplog, queue_cursor):
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock(%s)", [lock_id])
     job = overrun.using(visibility_timeout=1).enqueue(lock_id=lock_id)
+    # Prefetched behind it, this job fills the worker (concurrency 1 + batch 1), so the worker
+    # claims nothing more and "other" is the one to reclaim the lapsed lease.
+    record.using(queue="leases").enqueue("prefetched")
     worker = Worker(queues=["leases"], poll_interval=0.05)
     thread = threading.Thread(target=worker.run)
     thread.start()
