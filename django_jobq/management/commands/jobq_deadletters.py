@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from argparse import ArgumentParser
-from collections.abc import Sequence
 from typing import Any
 
 from django.core.management.base import BaseCommand
@@ -16,6 +15,7 @@ from django.utils.text import Truncator
 
 from ...conf import get_settings
 from ...models import DeadLetter
+from ..tables import write_table
 
 _SUMMARY_HEADER = ("QUEUE", "KIND", "REASON", "COUNT", "LAST DIED")
 _LIST_HEADER = ("ID", "JOB", "QUEUE", "KIND", "REASON", "DIED", "ERROR")
@@ -58,7 +58,8 @@ class Command(BaseCommand):
         elif not groups:
             self.stdout.write("No dead letters.")
         else:
-            self._write_table(
+            write_table(
+                self.stdout,
                 _SUMMARY_HEADER,
                 [
                     (
@@ -93,7 +94,8 @@ class Command(BaseCommand):
         elif not rows:
             self.stdout.write("No dead letters.")
         else:
-            self._write_table(
+            write_table(
+                self.stdout,
                 _LIST_HEADER,
                 [
                     (
@@ -109,15 +111,3 @@ class Command(BaseCommand):
                 ],
                 right_aligned={0, 1},
             )
-
-    def _write_table(
-        self, header: Sequence[str], rows: Sequence[Sequence[str]], right_aligned: set[int]
-    ) -> None:
-        table = [tuple(header), *rows]
-        widths = [max(len(row[column]) for row in table) for column in range(len(header))]
-        for row in table:
-            cells = [
-                cell.rjust(width) if column in right_aligned else cell.ljust(width)
-                for column, (cell, width) in enumerate(zip(row, widths, strict=True))
-            ]
-            self.stdout.write("  ".join(cells).rstrip())
