@@ -2,7 +2,7 @@
 
 Public API::
 
-    from django_jobq import job, enqueue, enqueue_many, prepare_job
+    from django_jobq import job, enqueue, enqueue_many, prepare_job, Schedule
 
 The names are imported on first use, so ``INSTALLED_APPS`` can load this package before
 the models are ready. See docs/quickstart.md.
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .enqueueing import PreparedJob, enqueue, enqueue_many, prepare_job
     from .registry import JobDefinition, job
+    from .schedules import Schedule
 
 _EXPORTS = {
     "enqueue": "enqueueing",
@@ -24,9 +25,18 @@ _EXPORTS = {
     "PreparedJob": "enqueueing",
     "job": "registry",
     "JobDefinition": "registry",
+    "Schedule": "schedules",
 }
 
-__all__ = ["JobDefinition", "PreparedJob", "enqueue", "enqueue_many", "job", "prepare_job"]
+__all__ = [
+    "JobDefinition",
+    "PreparedJob",
+    "Schedule",
+    "enqueue",
+    "enqueue_many",
+    "job",
+    "prepare_job",
+]
 
 
 def __getattr__(name: str) -> Any:

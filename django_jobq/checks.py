@@ -8,6 +8,13 @@ id                        meaning
 ``django_jobq.E003``      a ``JOBQ`` value has the wrong type or range
 ``django_jobq.E004``      ``JOBQ['DATABASE']`` names an alias missing from ``DATABASES``
 ``django_jobq.E005``      the admin is installed but ``django_object_actions`` is not
+``django_jobq.E006``      a schedule is malformed: ``JOBQ['SCHEDULES']`` is not a dict of
+                          dicts with known keys, or a name, kind, payload or ``catch_up``
+                          is invalid (the payload must fit the handler)
+``django_jobq.E007``      a schedule's cron expression is invalid
+``django_jobq.E008``      a schedule's timezone is not an IANA timezone
+``django_jobq.E009``      two schedules have the same name
+``django_jobq.W001``      a ``JOBQ['SCHEDULES']`` entry's kind has no handler in this process
 ========================  ==============================================================
 """
 
@@ -17,10 +24,10 @@ from typing import Any
 
 from django.apps import apps
 from django.conf import settings
-from django.core.checks import CheckMessage, Error
+from django.core.checks import CheckMessage, Error, Warning
 from django.db import connections
 
-from . import conf
+from . import conf, schedules
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
@@ -63,3 +70,13 @@ def check_admin(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             )
         ]
     return []
+
+
+def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Report invalid schedules, declared with ``@job(schedule=...)`` or in settings."""
+    if conf.validate(getattr(settings, "JOBQ", {})):
+        return []  # check_settings reports those, and the schedules cannot be read
+    _, problems = schedules.declared()
+    return [
+        (Warning if ".W" in check_id else Error)(msg, id=check_id) for check_id, msg in problems
+    ]

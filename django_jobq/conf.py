@@ -12,9 +12,12 @@ Users configure django-jobq with one dictionary in their settings module::
         "POLL_INTERVAL": 1.0,         # seconds a worker sleeps when it found nothing
         "DEAD_LETTER_RETENTION": None,  # seconds (or timedelta) to keep dead letters; None: forever
         "DEDUP_RETENTION": 30 * 86400,  # seconds (or timedelta) to keep dedup keys; None: forever
+        "SCHEDULES": {},              # name -> {"kind", "cron", "timezone", "payload", "catch_up"}
     }
 
-Durations are seconds (int or float) or ``datetime.timedelta``.
+Durations are seconds (int or float) or ``datetime.timedelta``. ``SCHEDULES`` declares
+recurring jobs (see :mod:`django_jobq.schedules`); :func:`validate` checks its shape (E006),
+and the schedules' system check its values (cron, timezone, payload: E006-E009).
 
 Every key is optional. :func:`get_settings` is read on each call (cheap), so
 ``override_settings(JOBQ=...)`` in tests takes effect at once. :func:`validate`
@@ -26,7 +29,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any
 
@@ -39,6 +43,10 @@ QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$")
 #: Kind names: a dotted Python path such as ``shop.jobs.send_receipt`` or any name given
 #: with ``@job(name=...)`` made of letters, digits and ``_ . : -``; at most 200 characters.
 KIND_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:\-]{0,199}$")
+#: The keys of one ``JOBQ['SCHEDULES']`` entry; ``kind`` and ``cron`` are required.
+SCHEDULE_KEYS = frozenset({"kind", "cron", "timezone", "payload", "catch_up"})
+#: The most missed ticks of one schedule enqueued at once (a schedule's ``catch_up``).
+MAX_CATCH_UP = 1000
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,7 @@ class JobqSettings:
     POLL_INTERVAL: float = 1.0
     DEAD_LETTER_RETENTION: float | None = None
     DEDUP_RETENTION: float | None = 30 * 86400.0
+    SCHEDULES: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
 
 
 _KNOWN_KEYS = frozenset(f.name for f in fields(JobqSettings))
@@ -142,6 +151,31 @@ def validate(raw: Any) -> list[tuple[str, str]]:
         problems.append(
             ("django_jobq.E003", "JOBQ['RETRY_BACKOFF_CAP'] must not be below RETRY_BACKOFF_BASE.")
         )
+    problems.extend(_schedules_shape(raw.get("SCHEDULES", {})))
+    return problems
+
+
+def _schedules_shape(schedules: Any) -> list[tuple[str, str]]:
+    """Problems in the shape of ``JOBQ['SCHEDULES']``: a dict of name -> dict with known keys,
+    including ``kind`` and ``cron``. The values are the schedules check's business."""
+    if not isinstance(schedules, dict):
+        return [("django_jobq.E006", "JOBQ['SCHEDULES'] must be a dict of name -> schedule dict.")]
+    problems: list[tuple[str, str]] = []
+    for name, spec in schedules.items():
+        where = f"JOBQ['SCHEDULES'][{name!r}]"
+        if not isinstance(spec, dict):
+            problems.append(("django_jobq.E006", f"{where} must be a dict."))
+            continue
+        for key in sorted(set(spec) - SCHEDULE_KEYS, key=repr):
+            problems.append(
+                (
+                    "django_jobq.E006",
+                    f"{where} has an unknown key {key!r}; known keys: "
+                    f"{', '.join(sorted(SCHEDULE_KEYS))}.",
+                )
+            )
+        for key in sorted({"kind", "cron"} - set(spec)):
+            problems.append(("django_jobq.E006", f"{where} lacks the required key {key!r}."))
     return problems
 
 

@@ -2,7 +2,8 @@
 
 ``Job`` holds live jobs (ready or running); a finished job is deleted by its ack. A job that
 cannot succeed moves to ``DeadLetter`` in the same transaction that deletes it. ``DedupKey``
-records business effects that must happen once (see the idempotency docs).
+records business effects that must happen once (see the idempotency docs). ``Schedule``
+records the last tick enqueued for each recurring schedule.
 """
 
 from __future__ import annotations
@@ -160,3 +161,32 @@ class DedupKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.key}"
+
+
+class Schedule(models.Model):
+    """The state of one recurring schedule: the last tick whose job was enqueued.
+
+    Schedules are declared in code (``@job(schedule=...)``) or in ``JOBQ['SCHEDULES']``, not
+    here. A scheduler creates the row the first time it sees a schedule and advances
+    ``last_tick`` by compare-and-set in the transaction that enqueues the tick's job. A row
+    whose schedule is no longer declared is ignored, and kept (deleting it is safe).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=200, unique=True)
+    kind = models.CharField(max_length=200, help_text="The kind each tick enqueues.")
+    cron = models.CharField(max_length=200)
+    timezone = models.CharField(max_length=100)
+    defined_at = models.DateTimeField(
+        help_text="When this cron and timezone were first seen; no earlier tick is enqueued."
+    )
+    last_tick = models.DateTimeField(
+        null=True, blank=True, help_text="The latest tick whose job was enqueued."
+    )
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "jobq_schedule"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.cron}, {self.timezone})"

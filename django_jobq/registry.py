@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
 
 from . import enqueueing as _enqueue
+from . import schedules as _schedules
 from .backoff import BackoffPolicy
 
 if TYPE_CHECKING:
@@ -30,7 +31,8 @@ class JobDefinition:
 
     ``queue``, ``max_attempts`` and ``visibility_timeout`` of ``None`` fall back to the
     ``JOBQ`` setting at enqueue time. ``visibility_timeout``, ``max_runtime`` and
-    ``expires_after`` are in seconds; ``backoff`` and ``retry_on`` are used by the worker.
+    ``expires_after`` are in seconds; ``backoff`` and ``retry_on`` are used by the worker;
+    ``schedules`` by the schedulers (see :mod:`django_jobq.schedules`).
     With ``takes_context`` the handler's first parameter receives a
     :class:`~django_jobq.context.JobContext` and is not part of the payload.
     """
@@ -46,6 +48,7 @@ class JobDefinition:
     backoff: BackoffPolicy | None = None
     retry_on: tuple[type[BaseException], ...] | None = None
     expires_after: float | None = None
+    schedules: tuple[_schedules.Schedule, ...] = ()
     # A plain dict at run time; ``dict`` rather than ``EnqueueOptions`` as the factory because
     # this class is defined while ``enqueueing`` (which imports this module) may still load.
     options: _enqueue.EnqueueOptions = field(default_factory=dict)  # type: ignore[assignment]
@@ -136,6 +139,8 @@ class JobOptions(TypedDict, total=False):
     backoff: BackoffPolicy
     retry_on: tuple[type[BaseException], ...]
     expires_after: timedelta | float
+    schedule: str | _schedules.Schedule | Sequence[str | _schedules.Schedule]
+    timezone: str
 
 
 @overload
@@ -163,6 +168,10 @@ def job(
             once. Default: every exception retries (except ``PermanentError``).
         expires_after: seconds (or a timedelta) from enqueue after which a job that has not
             started is dead-lettered as "expired" instead of running late.
+        schedule: run the job on a schedule: a cron expression (``"*/5 * * * *"``), a
+            :class:`~django_jobq.schedules.Schedule` (with a payload, a name, ``catch_up``),
+            or a list of them. Every worker's scheduler enqueues one job per tick.
+        timezone: IANA name the schedules' cron fields are read in (default ``"UTC"``).
 
     Returns:
         A :class:`JobDefinition` wrapping the function.
@@ -172,6 +181,10 @@ def job(
             function.
         TypeError: an option of the wrong type, or a function with positional-only or
             ``*args`` parameters.
+
+    An invalid cron expression or timezone, or a schedule payload the handler cannot take,
+    is reported by ``manage.py check`` (``django_jobq.E006``-``E009``) and stops workers
+    from starting.
     """
     unknown = set(options) - set(JobOptions.__annotations__)
     if unknown:
@@ -218,6 +231,7 @@ def job(
             backoff=backoff,
             retry_on=retry_on,
             expires_after=expires_after,
+            schedules=_schedules.from_job_options(options.get("schedule"), options.get("timezone")),
         )
         existing = _registry.get(kind)
         if existing is not None and _origin(existing.func) != _origin(func):
@@ -244,3 +258,8 @@ def _origin(func: Callable[..., Any]) -> str:
 def get(kind: str) -> JobDefinition | None:
     """Return the definition registered under ``kind``, or ``None``."""
     return _registry.get(kind)
+
+
+def definitions() -> list[JobDefinition]:
+    """Every registered definition, in registration order."""
+    return list(_registry.values())

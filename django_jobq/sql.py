@@ -245,3 +245,105 @@ VALUES (%(kind)s, %(key)s, %(job_id)s)
 ON CONFLICT (kind, key) DO NOTHING
 RETURNING id
 """
+
+# -- worker wake-up ------------------------------------------------------------------------
+
+# Seconds (on the database clock) until the next ready job's ``run_at`` or the next lease
+# deadline of a job another worker holds (``%(worker_id)s`` is the asking worker's: it
+# heartbeats its own), whichever is first; NULL when neither exists. An idle worker sleeps
+# that long (at most its poll interval) instead of polling blindly. Only times not yet
+# claimable count (``run_at > now()``, ``lease_deadline >= now()``: the claim's complements):
+# due jobs were just claimed, or are locked by another claimer.
+# The earliest future ``run_at`` is found with one index seek per distinct priority among
+# the ready jobs (a loose index scan of ``jobq_job_claim_idx`` / ``jobq_job_claim_all_idx``,
+# whose order is priority DESC, run_at): the recursive CTE walks the priorities, the
+# LATERAL takes each one's first future ``run_at``. A backlog of scheduled jobs therefore
+# costs a few seeks, not a scan. The deadline comes first from ``jobq_job_lease_idx``.
+_SECONDS_UNTIL_DUE_TEMPLATE = """
+WITH RECURSIVE priorities AS (
+    (SELECT priority FROM jobq_job
+     WHERE status = 'ready'{queue_filter}
+     ORDER BY priority DESC
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT job.priority FROM jobq_job AS job
+            WHERE job.status = 'ready' AND job.priority < priorities.priority{queue_filter}
+            ORDER BY job.priority DESC
+            LIMIT 1)
+    FROM priorities
+    WHERE priorities.priority IS NOT NULL
+)
+SELECT EXTRACT(EPOCH FROM LEAST(
+    (SELECT min(next.run_at)
+     FROM priorities, LATERAL (
+         SELECT job.run_at FROM jobq_job AS job
+         WHERE job.status = 'ready' AND job.priority = priorities.priority
+           AND job.run_at > now(){queue_filter}
+         ORDER BY job.priority DESC, job.run_at
+         LIMIT 1
+     ) AS next),
+    (SELECT min(lease_deadline) FROM jobq_job
+     WHERE status = 'running' AND lease_deadline >= now()
+       AND worker_id <> %(worker_id)s{queue_filter})
+) - now())::float8
+"""
+
+#: Seconds until something is due in one queue (see the template above).
+SECONDS_UNTIL_DUE_ONE_QUEUE = _SECONDS_UNTIL_DUE_TEMPLATE.format(
+    queue_filter=" AND queue = %(queue)s"
+)
+#: Seconds until something is due in any of several queues.
+SECONDS_UNTIL_DUE_QUEUES = _SECONDS_UNTIL_DUE_TEMPLATE.format(
+    queue_filter=" AND queue = ANY(%(queues)s::text[])"
+)
+#: Seconds until something is due in any queue.
+SECONDS_UNTIL_DUE_ANY_QUEUE = _SECONDS_UNTIL_DUE_TEMPLATE.format(queue_filter="")
+
+# -- schedules -----------------------------------------------------------------------------
+
+#: The rows of the named schedules (rows of schedules no longer declared are never read).
+SELECT_SCHEDULES = """
+SELECT name, kind, cron, timezone, defined_at, last_tick
+FROM jobq_schedule
+WHERE name = ANY(%(names)s::text[])
+"""
+
+#: Record schedules a scheduler sees for the first time, or with a changed definition, in
+#: one statement. A new cron or timezone moves ``defined_at`` to ``%(now)s``: ticks up to
+#: then are not enqueued (a change takes effect at the new definition's next tick); a new
+#: kind alone does not. Rows that already match are left alone (not even rewritten). The
+#: caller sorts the input by name, so concurrent syncs lock rows in the same order and
+#: cannot deadlock.
+SYNC_SCHEDULES = """
+INSERT INTO jobq_schedule AS schedule (name, kind, cron, timezone, defined_at)
+SELECT name, kind, cron, timezone, %(now)s
+FROM unnest(%(name)s::text[], %(kind)s::text[], %(cron)s::text[], %(timezone)s::text[])
+     AS input(name, kind, cron, timezone)
+ON CONFLICT (name) DO UPDATE
+SET kind = EXCLUDED.kind,
+    cron = EXCLUDED.cron,
+    timezone = EXCLUDED.timezone,
+    defined_at = CASE
+        WHEN (schedule.cron, schedule.timezone) IS DISTINCT FROM (EXCLUDED.cron, EXCLUDED.timezone)
+        THEN EXCLUDED.defined_at
+        ELSE schedule.defined_at
+    END,
+    updated_at = now()
+WHERE (schedule.kind, schedule.cron, schedule.timezone)
+      IS DISTINCT FROM (EXCLUDED.kind, EXCLUDED.cron, EXCLUDED.timezone)
+"""
+
+#: Compare-and-set: advance a schedule's ``last_tick`` to ``%(tick)s`` only if it still
+#: holds the ``last_tick`` and ``defined_at`` the scheduler read. Run in the transaction
+#: that inserts the tick's job, before the insert: of concurrent schedulers, the first
+#: locks the row and the others, once it commits, match nothing (READ COMMITTED re-checks
+#: the condition on the new row version) and roll back without inserting. Returns the row
+#: only when this scheduler won.
+ADVANCE_SCHEDULE = """
+UPDATE jobq_schedule
+SET last_tick = %(tick)s, updated_at = now()
+WHERE name = %(name)s
+  AND last_tick IS NOT DISTINCT FROM %(last_tick)s::timestamptz
+  AND defined_at = %(defined_at)s
+RETURNING id
+"""

@@ -10,8 +10,10 @@ from django.utils import timezone
 
 from django_jobq import enqueue_many, leases, sql
 from django_jobq.models import Job
+from django_jobq.worker import Worker
 from tests.factories import JobFactory
 from tests.testapp.jobs import record
+from tests.testapp.models import Effect
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -121,6 +123,30 @@ def test_claim_order_is_priority_then_run_at_then_id(queue_cursor):
         one_at_a_time[1],
         one_at_a_time[2],
         one_at_a_time[0],
+    ]
+
+
+def test_a_worker_runs_jobs_in_priority_then_run_at_then_id_order():
+    now = timezone.now()
+    for label, priority, minutes_ago in [
+        ("low", 0, 5),
+        ("high, later", 5, 1),
+        ("high, earlier", 5, 2),
+        ("high, earlier, enqueued after", 5, 2),
+        ("negative", -1, 60),
+        ("middle", 3, 0),
+    ]:
+        JobFactory(
+            priority=priority, run_at=now - timedelta(minutes=minutes_ago), payload={"label": label}
+        )
+    Worker(concurrency=1, batch_size=1, burst=True, poll_interval=0.05, scheduler=False).run()
+    assert list(Effect.objects.order_by("id").values_list("label", flat=True)) == [
+        "high, earlier",
+        "high, earlier, enqueued after",
+        "high, later",
+        "middle",
+        "low",
+        "negative",
     ]
 
 

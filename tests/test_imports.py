@@ -18,7 +18,7 @@ print({name}.__name__)
 """
 
 
-@pytest.mark.parametrize("name", ["enqueue", "enqueue_many", "prepare_job", "job"])
+@pytest.mark.parametrize("name", ["enqueue", "enqueue_many", "prepare_job", "job", "Schedule"])
 def test_each_public_name_imports_first(name):
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT.format(name=name)],

@@ -20,13 +20,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .. import db, leases, registry
+from django.utils import timezone
+
+from .. import db, leases, registry, sql
 from ..conf import get_settings
 from .completer import Completer, Tally
 from .executor import ExecutorPool, Outcome
 from .heartbeat import Heartbeater
 from .held import HeldJob, HeldJobs
 from .maintenance import Maintenance
+from .scheduler import Scheduler
 
 logger = logging.getLogger("django_jobq.worker")
 
@@ -71,6 +74,12 @@ class Worker:
         burst: return as soon as no job is due and none is in flight.
         shutdown_timeout: seconds running jobs may take to finish after :meth:`stop`;
             ``None`` waits for them however long they take.
+        scheduler: run the scheduler, which enqueues the jobs of due schedule ticks
+            (:mod:`django_jobq.schedules`); on by default.
+
+    Raises:
+        ValueError: an option out of range.
+        ImproperlyConfigured: with the scheduler, a declared schedule is invalid.
     """
 
     def __init__(
@@ -83,6 +92,7 @@ class Worker:
         worker_id: str | None = None,
         burst: bool = False,
         shutdown_timeout: float | None = None,
+        scheduler: bool = True,
     ) -> None:
         if not 1 <= concurrency <= MAX_CONCURRENCY:
             raise ValueError(f"concurrency must be 1 to {MAX_CONCURRENCY}, not {concurrency}.")
@@ -111,6 +121,7 @@ class Worker:
         self._outcomes: list[Outcome] = []
         self._outcomes_lock = threading.Lock()
         self._held = HeldJobs()
+        self._scheduler = Scheduler() if scheduler else None
 
     def stop(self) -> None:
         """Ask the worker to stop: no new claims, prefetched jobs released, running jobs
@@ -144,6 +155,24 @@ class Worker:
         if self.shutdown_timeout is None or self._stop_requested_at is None:
             return None
         return self._stop_requested_at + self.shutdown_timeout - time.monotonic()
+
+    def _idle_timeout(self, cursor: leases.Cursor) -> float:
+        """Seconds to sleep when nothing is due: until the next ready job's ``run_at``, the
+        next lease deadline (of another worker's job) or the next schedule tick, and at most
+        the poll interval."""
+        params = {"worker_id": self.worker_id}
+        if self.queues is None:
+            cursor.execute(sql.SECONDS_UNTIL_DUE_ANY_QUEUE, params)
+        elif len(self.queues) == 1:
+            cursor.execute(sql.SECONDS_UNTIL_DUE_ONE_QUEUE, {**params, "queue": self.queues[0]})
+        else:
+            cursor.execute(sql.SECONDS_UNTIL_DUE_QUEUES, {**params, "queues": self.queues})
+        ((until_due,),) = cursor.fetchall()  # None: no future run_at and no lease
+        timeout = min(self.poll_interval, math.inf if until_due is None else until_due)
+        next_tick = self._scheduler.next_due if self._scheduler is not None else None
+        if next_tick is not None:
+            timeout = min(timeout, (next_tick - timezone.now()).total_seconds())
+        return max(timeout, 0.0)
 
     def run(self) -> WorkerStats:
         """Run until stopped; return what was done. Raises on database errors."""
@@ -194,6 +223,8 @@ class Worker:
                         self._wake.wait(time_left)
                         continue
                     maintenance.run_if_due()
+                    if self._scheduler is not None:
+                        self._scheduler.run_if_due()
                     limit = min(self.batch_size, capacity - outstanding)
                     jobs = leases.claim(
                         cursor, worker_id=self.worker_id, limit=limit, queues=self.queues
@@ -206,8 +237,11 @@ class Worker:
                         continue  # more may be waiting: claim again at once
                     if not jobs and outstanding == 0 and self.burst:
                         break
-                    # Sleep until an outcome frees room, or the poll interval passes.
-                    self._wake.wait(self.poll_interval)
+                    # Sleep until an outcome frees room, or the poll interval passes; when the
+                    # claim took every due job, at most until the next one falls due.
+                    self._wake.wait(
+                        self._idle_timeout(cursor) if len(jobs) < limit else self.poll_interval
+                    )
             except BaseException:
                 failed = True
                 raise

@@ -107,6 +107,12 @@ class Command(BaseCommand):
             action="store_true",
             help="Exit with status 0 once no job is due and none is running.",
         )
+        parser.add_argument(
+            "--no-scheduler",
+            action="store_false",
+            dest="scheduler",
+            help="Do not enqueue the jobs of schedule ticks (other workers' schedulers do).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         for queue in options["queues"] or []:
@@ -126,6 +132,7 @@ class Command(BaseCommand):
             worker_id=options["worker_id"],
             burst=options["burst"],
             shutdown_timeout=options["shutdown_timeout"],
+            scheduler=options["scheduler"],
         )
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
