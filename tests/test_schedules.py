@@ -13,6 +13,7 @@ import threading
 from collections import Counter
 from datetime import UTC, date, datetime, time, timedelta
 from io import StringIO
+from types import SimpleNamespace
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -23,7 +24,7 @@ from django.db import connection, connections
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_jobq import Schedule, job, leases, registry, schedules, sql
+from django_jobq import Schedule, enqueue, job, leases, registry, schedules, sql
 from django_jobq.checks import check_schedules, check_settings
 from django_jobq.conf import get_settings
 from django_jobq.models import Job
@@ -38,7 +39,7 @@ from django_jobq.schedules import (
 )
 from django_jobq.worker import Worker
 from django_jobq.worker.scheduler import Scheduler
-from tests.conftest import wait_until
+from tests.conftest import REPO_ROOT, wait_until
 from tests.testapp.jobs import record
 from tests.testapp.models import Effect
 
@@ -722,3 +723,87 @@ def test_jobq_schedules_lists_next_ticks_and_last_ticks(temp_registry):
 @needs_db
 def test_jobq_schedules_without_schedules():
     assert run_command() == "No schedules.\n"
+
+
+# -- the examples in docs/scheduling.md ------------------------------------------------------
+
+DOC = (REPO_ROOT / "docs" / "scheduling.md").read_text()
+PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", DOC, re.DOTALL)
+
+
+def send_reminder(order_id: int) -> None: ...
+
+
+def purge_sessions() -> None: ...
+
+
+def sync_catalogue(region: str) -> None: ...
+
+
+def nightly_report() -> None: ...
+
+
+@needs_db
+def test_the_documented_delays_enqueue_delayed_jobs(temp_registry):
+    job(name="shop.jobs.send_reminder")(send_reminder)
+    ends_at = timezone.now() + timedelta(days=3)
+    namespace = {
+        "send_reminder": registry.get("shop.jobs.send_reminder"),
+        "enqueue": enqueue,
+        "order": SimpleNamespace(pk=12),
+        "auction": SimpleNamespace(ends_at=ends_at),
+    }
+    before = timezone.now()
+    exec(PYTHON_BLOCKS[0], namespace)  # noqa: S102 (the docs' own example)
+    reminder, auction = Job.objects.order_by("id")
+    assert reminder.payload == {"order_id": 12}
+    assert before + timedelta(hours=24) <= reminder.run_at <= timezone.now() + timedelta(hours=24)
+    assert (auction.kind, auction.payload, auction.run_at) == (
+        "shop.jobs.close_auction",
+        {"auction_id": 7},
+        ends_at,
+    )
+
+
+def test_the_documented_schedules_are_valid(temp_registry):
+    exec(PYTHON_BLOCKS[1], {"__name__": "shop.jobs"})  # noqa: S102 (the docs' own example)
+    by_name = {schedule.name: schedule for schedule in collect()}
+    assert {name: (s.timetable.cron, s.timetable.timezone) for name, s in by_name.items()} == {
+        "shop.jobs.refresh_exchange_rates": ("*/5 * * * *", "UTC"),
+        "shop.jobs.nightly_report": ("30 2 * * *", "Europe/Paris"),
+        "digest-eu": ("0 7 * * 1-5", "Europe/Paris"),
+        "digest-us": ("0 7 * * 1-5", "America/New_York"),
+    }
+    assert by_name["digest-us"].payload == {"region": "us"}
+    settings_block = {}
+    exec(PYTHON_BLOCKS[2], settings_block)  # noqa: S102 (the docs' own example)
+    job(name="shop.jobs.purge_sessions")(purge_sessions)
+    job(name="shop.jobs.sync_catalogue")(sync_catalogue)
+    with override_settings(JOBQ=settings_block["JOBQ"]):
+        assert schedule_check_ids() == []
+        assert {s.name: s.catch_up for s in collect()}.items() >= {
+            "purge-sessions": 1,
+            "sync-eu": 4,
+        }.items()
+
+
+@needs_db
+def test_the_documented_listing_is_what_jobq_schedules_prints(temp_registry, monkeypatch):
+    job(name="shop.jobs.nightly_report", schedule=Schedule(
+        "30 2 * * *", timezone="Europe/Paris", name="nightly-report"
+    ))(nightly_report)  # fmt: skip
+    job(name="shop.jobs.purge_sessions")(purge_sessions)
+    ScheduleRow.objects.create(
+        name="nightly-report", kind="shop.jobs.nightly_report", cron="30 2 * * *",
+        timezone="Europe/Paris", defined_at=utc(2026, 11, 1), last_tick=utc(2026, 11, 29, 1, 30),
+    )  # fmt: skip
+    ScheduleRow.objects.create(
+        name="old-export", kind="shop.jobs.export", cron="0 5 * * *", timezone="UTC",
+        defined_at=utc(2026, 9, 1), last_tick=utc(2026, 10, 2, 5),
+    )  # fmt: skip
+    monkeypatch.setattr(timezone, "now", lambda: utc(2026, 11, 29, 15, 23))
+    purge = {"kind": "shop.jobs.purge_sessions", "cron": "0 4 * * *"}
+    with override_settings(JOBQ={"SCHEDULES": {"purge-sessions": purge}}):
+        output = run_command()
+    documented = DOC.split("$ python manage.py jobq_schedules\n", 1)[1].split("```", 1)[0]
+    assert output == documented
