@@ -73,8 +73,10 @@ def idempotent(key: str, *, kind: str, job_id: int | None = None) -> Iterator[bo
         ValueError: an empty or over-long key or kind.
     """
     for name, value in (("key", key), ("kind", kind)):
-        if not isinstance(value, str) or not 0 < len(value) <= 200:
-            raise ValueError(f"{name} must be a non-empty str of at most 200 characters.")
+        if not isinstance(value, str) or not 0 < len(value) <= 200 or "\x00" in value:
+            raise ValueError(
+                f"{name} must be a non-empty str of at most 200 characters, without NUL."
+            )
     alias = _queue_connection_in_transaction("idempotent()")
     with connections[alias].cursor() as cursor:
         cursor.execute(sql.INSERT_DEDUP_KEY, {"kind": kind, "key": key, "job_id": job_id})

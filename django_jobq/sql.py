@@ -335,15 +335,20 @@ WHERE (schedule.kind, schedule.cron, schedule.timezone)
 
 #: Compare-and-set: advance a schedule's ``last_tick`` to ``%(tick)s`` only if it still
 #: holds the ``last_tick`` and ``defined_at`` the scheduler read. Run in the transaction
-#: that inserts the tick's job, before the insert: of concurrent schedulers, the first
-#: locks the row and the others, once it commits, match nothing (READ COMMITTED re-checks
-#: the condition on the new row version) and roll back without inserting. Returns the row
-#: only when this scheduler won.
+#: that inserts the tick's job, before the insert. Of concurrent schedulers the first locks
+#: the row; the others skip it (SKIP LOCKED: a scheduler never waits, so a stalled one cannot
+#: hold up the claims of every worker) and insert nothing. If the first rolls back, the
+#: tick is still due at the next round; once it commits, the row no longer matches. Returns
+#: the row only when this scheduler won.
 ADVANCE_SCHEDULE = """
 UPDATE jobq_schedule
 SET last_tick = %(tick)s, updated_at = now()
-WHERE name = %(name)s
-  AND last_tick IS NOT DISTINCT FROM %(last_tick)s::timestamptz
-  AND defined_at = %(defined_at)s
+WHERE id = (
+    SELECT id FROM jobq_schedule
+    WHERE name = %(name)s
+      AND last_tick IS NOT DISTINCT FROM %(last_tick)s::timestamptz
+      AND defined_at = %(defined_at)s
+    FOR UPDATE SKIP LOCKED
+)
 RETURNING id
 """

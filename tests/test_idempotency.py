@@ -111,3 +111,20 @@ def test_twenty_concurrent_enqueuers_with_one_key_create_one_job():
     assert len(set(ids)) == 1
     assert Job.objects.count() == 1
     assert connection.is_usable()
+
+
+def test_idempotent_refuses_keys_postgres_cannot_store():
+    for key in ("", "k" * 201, "a\x00b"):
+        with pytest.raises(ValueError), transaction.atomic(), idempotent(key, kind="tests"):
+            pass
+    assert not DedupKey.objects.exists()
+
+
+def test_no_heartbeat_is_sent_for_a_job_acked_in_its_transaction(caplog):
+    """After ctx.atomic() committed, the job row is gone: a heartbeat would be refused and
+    the handler told its lease was lost, which is false."""
+    complete_in_transaction.using(visibility_timeout=0.3).enqueue(label="x", linger=1.0)
+    stats = run_burst()
+    assert stats.heartbeats_refused == 0
+    assert "lease lost" not in caplog.text
+    assert Effect.objects.get().label == "x attempt 1 lease_lost=False"

@@ -59,7 +59,7 @@ class Heartbeater:
                 upcoming = [
                     h.next_heartbeat
                     for h in self._held.snapshot()
-                    if not (h.lease_lost or h.overran)
+                    if not (h.lease_lost or h.overran or h.acked)
                 ]
                 timeout = max(0.0, min(upcoming) - time.monotonic()) if upcoming else None
                 self._held.changed.wait(timeout)
@@ -70,7 +70,7 @@ class Heartbeater:
                     self._connection.close()
 
     def _should_extend(self, held: HeldJob, now: float) -> bool:
-        if held.lease_lost or held.overran:
+        if held.lease_lost or held.overran or held.acked:  # acked: the job row is gone
             return False
         max_runtime = held.max_runtime
         if (

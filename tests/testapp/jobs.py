@@ -2,6 +2,7 @@
 
 import os
 import signal
+import time
 from datetime import timedelta
 
 from django.db import connection, transaction
@@ -108,16 +109,27 @@ def _wait_for_advisory_lock(lock_id: int) -> None:
 
 @job(queue="idempotency", takes_context=True, visibility_timeout=1)
 def complete_in_transaction(
-    ctx: JobContext, label: str, lock_id: int = 0, crash_after_commit: bool = False
+    ctx: JobContext,
+    label: str,
+    lock_id: int = 0,
+    crash_after_commit: bool = False,
+    linger: float = 0.0,
 ) -> None:
     """Mechanism 1. Attempt 1 can be made to wait for a test's advisory lock inside its
-    transaction (after the effect), or to SIGKILL its own worker right after committing."""
+    transaction (after the effect), or to SIGKILL its own worker right after committing.
+    With ``linger`` (seconds) the handler keeps running after the commit, then records
+    whether it was told its lease was lost."""
     with ctx.atomic():
-        Effect.objects.create(label=f"{label} attempt {ctx.attempt}")
+        effect = Effect.objects.create(label=f"{label} attempt {ctx.attempt}")
         if lock_id and ctx.attempt == 1:
             _wait_for_advisory_lock(lock_id)
     if crash_after_commit and ctx.attempt == 1:
         os.kill(os.getpid(), signal.SIGKILL)
+    if linger:
+        time.sleep(linger)  # the point: outlive several heartbeat intervals after the ack
+        Effect.objects.filter(pk=effect.pk).update(
+            label=f"{label} attempt {ctx.attempt} lease_lost={ctx.lease_lost}"
+        )
 
 
 @job(queue="idempotency", takes_context=True, visibility_timeout=1, backoff=FixedBackoff(0))
