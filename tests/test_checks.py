@@ -63,7 +63,8 @@ def test_invalid_settings_have_an_error_id(jobq, expected):
                 get_settings()
 
 
-@pytest.mark.django_db
+# Django 6.1's model checks query every database alias, "other" (SQLite) included.
+@pytest.mark.django_db(databases=["default", "other"])
 def test_manage_py_check_reports_the_error():
     from django.core.management.base import SystemCheckError
 

@@ -620,7 +620,8 @@ def test_code_schedules_are_checked_too(temp_registry):
     Worker(scheduler=False)  # a worker without a scheduler does not read schedules
 
 
-@pytest.mark.django_db
+# Django 6.1's model checks query every database alias, "other" (SQLite) included.
+@pytest.mark.django_db(databases=["default", "other"])
 def test_manage_py_check_fails_on_an_invalid_schedule(temp_registry):
     job(name="tests.bad_cron", schedule=Schedule("every day", payload={"label": "x"}))(record.func)
     with pytest.raises(SystemCheckError, match=r"django_jobq\.E007"):
