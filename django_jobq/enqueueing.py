@@ -388,16 +388,24 @@ def _insert(alias: str, jobs: Sequence[PreparedJob]) -> list[Job]:
     with connection.cursor() as cursor:
         cursor.execute(sql.INSERT_JOBS, columns)
         names = [column.name for column in cursor.description][:-1]  # drop "inserted"
-        saved = [_job_from_row(alias, names, row[:-1]) for row in cursor.fetchall()]
+        rows = cursor.fetchall()
+    saved = _jobs_from_rows(alias, names, [row[:-1] for row in rows])
     return [saved[index] for index in position]
 
 
-def _job_from_row(alias: str, names: Sequence[str], row: Sequence[Any]) -> Job:
-    """Build a :class:`Job` from a ``RETURNING *`` row, converting values as the ORM does."""
+def _jobs_from_rows(alias: str, names: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[Job]:
+    """Build :class:`Job` objects from ``RETURNING *`` rows, converting values as the ORM
+    does (each column's ``from_db_value``, looked up once for all rows)."""
     connection = connections[alias]
-    values = []
-    for name, value in zip(names, row, strict=True):
-        field = Job._meta.get_field(name)
-        from_db_value = getattr(field, "from_db_value", None)
-        values.append(from_db_value(value, None, connection) if from_db_value else value)
-    return Job.from_db(alias, list(names), values)
+    converters = [getattr(Job._meta.get_field(name), "from_db_value", None) for name in names]
+    return [
+        Job.from_db(
+            alias,
+            list(names),
+            [
+                convert(value, None, connection) if convert else value
+                for convert, value in zip(converters, row, strict=True)
+            ],
+        )
+        for row in rows
+    ]

@@ -97,3 +97,28 @@ def wait_until(predicate: Callable[[], Any], *, timeout: float = 20.0, what: str
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
         time.sleep(0.02)
+
+
+def run_together(count: int, action: Callable[[int], Any]) -> list[Any]:
+    """Run ``action(n)`` for n in 0..count-1 on as many threads, released at once by a
+    barrier; return their results in order. Each thread closes its Django connections."""
+    import threading
+
+    from django.db import connections
+
+    results: list[Any] = [None] * count
+    start = threading.Barrier(count)
+
+    def run(n: int) -> None:
+        start.wait()
+        try:
+            results[n] = action(n)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results

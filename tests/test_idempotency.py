@@ -1,13 +1,12 @@
 """Exactly one business effect per job, although delivery is at least once."""
 
-import threading
-
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 
 from django_jobq.idempotency import idempotent
 from django_jobq.models import DeadLetter, DedupKey, Job
 from django_jobq.worker import Worker
+from tests.conftest import run_together
 from tests.testapp.jobs import complete_in_transaction, nested_complete, record, record_once
 from tests.testapp.models import Effect
 
@@ -58,22 +57,13 @@ def test_idempotent_outside_a_transaction_is_refused():
 
 
 def test_concurrent_holders_of_one_key_get_one_first_time():
-    """Two transactions race for one key: the second waits for the first to commit."""
-    results = []
-    start = threading.Barrier(5)
+    """Five transactions race for one key: the others wait for the first to commit."""
 
-    def worker():
-        start.wait()
+    def hold_key(_):
         with transaction.atomic(), idempotent("race", kind="tests") as first:
-            results.append(first)
-        connections.close_all()
+            return first
 
-    threads = [threading.Thread(target=worker) for _ in range(5)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert sorted(results) == [False, False, False, False, True]
+    assert sorted(run_together(5, hold_key)) == [False, False, False, False, True]
 
 
 def test_complete_in_transaction_commits_effect_and_ack_together():
@@ -93,20 +83,11 @@ def test_ctx_atomic_refuses_to_nest_in_another_transaction():
 
 
 def test_twenty_concurrent_enqueuers_with_one_key_create_one_job():
-    ids = []
-    start = threading.Barrier(20)
-
-    def enqueuer():
-        start.wait()
+    def enqueue_welcome(_):
         with transaction.atomic():
-            ids.append(record.using(idempotency_key="welcome-42").enqueue("hi").pk)
-        connections.close_all()
+            return record.using(idempotency_key="welcome-42").enqueue("hi").pk
 
-    threads = [threading.Thread(target=enqueuer) for _ in range(20)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    ids = run_together(20, enqueue_welcome)
     assert len(ids) == 20
     assert len(set(ids)) == 1
     assert Job.objects.count() == 1
