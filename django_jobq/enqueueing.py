@@ -11,9 +11,10 @@ Usage::
 
 Transactions: when the queue's database (``JOBQ['DATABASE']``) is in an ``atomic`` block,
 the job row is written in that transaction: rolled back with it, invisible to workers until
-it commits. When it is not, but another database is (the caller's data lives elsewhere), the
-insert is deferred with ``transaction.on_commit`` on that database; a crash between that
-commit and the insert loses the job (see docs/concepts.md, "Two databases").
+it commits, when the workers are also woken (``NOTIFY``, one per queue and transaction).
+When it is not, but another database is (the caller's data lives elsewhere), the insert is
+deferred with ``transaction.on_commit`` on that database; a crash between that commit and
+the insert loses the job (see docs/concepts.md, "Two databases").
 """
 
 from __future__ import annotations
@@ -386,7 +387,7 @@ def _insert(alias: str, jobs: Sequence[PreparedJob]) -> list[Job]:
     }
     connection = connections[alias]
     with connection.cursor() as cursor:
-        cursor.execute(sql.INSERT_JOBS, columns)
+        cursor.execute(sql.INSERT_JOBS, {**columns, "channel": sql.WAKE_CHANNEL})
         names = [column.name for column in cursor.description][:-1]  # drop "inserted"
         rows = cursor.fetchall()
     saved = _jobs_from_rows(alias, names, [row[:-1] for row in rows])
