@@ -429,8 +429,8 @@ def _jobs_from_rows(alias: str, names: Sequence[str], rows: Sequence[Sequence[An
     """
     connection = connections[alias]
     fields = Job._meta.concrete_fields
-    position = {name: index for index, name in enumerate(names)}
-    order = [position[field.get_attname_column()[1]] for field in fields]
+    position: dict[str | None, int] = {name: index for index, name in enumerate(names)}
+    order = [position[field.column] for field in fields]
     converters = [getattr(field, "from_db_value", None) for field in fields]
     attnames = [field.attname for field in fields]
     return [
