@@ -46,6 +46,9 @@ MAX_CONCURRENCY = 1000
 MAX_BATCH_SIZE = 10_000
 MAX_POLL_INTERVAL = 3600.0
 MAX_WORKER_ID_LENGTH = 200  # Job.worker_id's max_length
+#: Seconds a finished job's outcome may wait for others to share its ack statement (one
+#: commit for many jobs instead of one each). Short, so acks are still recorded promptly.
+ACK_FLUSH_DELAY = 0.005
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,8 @@ class Worker:
         self._stop_requested_at: float | None = None
         self._wake = threading.Event()
         self._outcomes: list[Outcome] = []
-        self._outcomes_lock = threading.Lock()
+        self._outcomes_changed = threading.Condition()
+        self._first_outcome_at = 0.0  # time.monotonic() of the oldest untaken outcome
         self._held = HeldJobs()
         self._scheduler = Scheduler() if scheduler else None
         self._listener = (
@@ -150,6 +154,7 @@ class Worker:
         self._completer = Completer(on_applied=self._applied)
         self._maintenance = Maintenance()
         self._capacity = self.concurrency + self.batch_size
+        self._refill_at = max(1, self.batch_size // 2)
         self._outstanding = 0  # claimed and not yet recorded (prefetched, running, reported)
         self._to_release: list[HeldJob] = []
         self._claimed = self._released = self._abandoned = self._reconnects = 0
@@ -167,12 +172,24 @@ class Worker:
         return self._stopping.is_set()
 
     def _report(self, outcome: Outcome) -> None:
-        with self._outcomes_lock:
+        with self._outcomes_changed:
+            if not self._outcomes:
+                self._first_outcome_at = time.monotonic()
             self._outcomes.append(outcome)
+            self._outcomes_changed.notify()
         self._wake.set()
 
     def _take_outcomes(self) -> list[Outcome]:
-        with self._outcomes_lock:
+        """Take the reported outcomes, first letting others arrive for up to
+        :data:`ACK_FLUSH_DELAY` after the oldest (unless every thread has reported, or the
+        worker is stopping), so that one ack statement records many jobs."""
+        with self._outcomes_changed:
+            if self._outcomes and not self._stopping.is_set():
+                deadline = self._first_outcome_at + ACK_FLUSH_DELAY
+                self._outcomes_changed.wait_for(
+                    lambda: len(self._outcomes) >= self.concurrency or self._stopping.is_set(),
+                    timeout=max(0.0, deadline - time.monotonic()),
+                )
             taken, self._outcomes = self._outcomes, []
         return taken
 
@@ -229,7 +246,10 @@ class Worker:
         self._maintenance.run_if_due(connection)
         if self._scheduler is not None:
             self._scheduler.run_if_due()
-        limit = min(self.batch_size, self._capacity - self._outstanding)
+        # Refill the prefetch only once half a batch of room is free: small claims would
+        # cost a statement (and a commit) for a job or two.
+        room = self._capacity - self._outstanding
+        limit = min(self.batch_size, room) if room >= self._refill_at else 0
         jobs = leases.claim(cursor, worker_id=self.worker_id, limit=limit, queues=self.queues)
         for job in jobs:
             self._pool.submit(self._hold(job))
