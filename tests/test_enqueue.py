@@ -31,6 +31,16 @@ def test_handler_enqueue_writes_a_ready_job_with_the_call_as_payload():
     assert row.run_at <= timezone.now()
 
 
+def test_the_returned_job_holds_every_column_as_stored():
+    """RETURNING * yields the table's column order, not the model's (expires_at was added
+    by a later migration): each value must still land in its own field."""
+    saved = record.using(expires_at=timezone.now() + timedelta(hours=1)).enqueue("x")
+    row = Job.objects.get()
+    for field in Job._meta.concrete_fields:
+        assert getattr(saved, field.attname) == getattr(row, field.attname), field.name
+    assert saved.expires_at > saved.created_at
+
+
 def test_defaults_come_from_the_job_decorator_then_the_setting():
     assert wait_for_lock.enqueue(lock_id=1, label="x").queue == "slow"
     assert always_fails.enqueue().max_attempts == 2

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from .. import db, leases, registry, sql
+from .. import db, leases, registry, sql, task_results
 from ..conf import get_settings
 from .completer import Completer, Tally
 from .executor import ExecutorPool, Outcome
@@ -80,6 +80,10 @@ class Worker:
     Raises:
         ValueError: an option out of range.
         ImproperlyConfigured: with the scheduler, a declared schedule is invalid.
+        ImportError: ``TASKS`` uses ``JobqBackend`` but Django's Tasks framework is missing.
+
+    Construction imports every installed app's ``tasks`` module when ``TASKS`` uses
+    ``JobqBackend``, so the worker knows their tasks (:func:`django_jobq.task_results.discover`).
     """
 
     def __init__(
@@ -122,6 +126,7 @@ class Worker:
         self._outcomes_lock = threading.Lock()
         self._held = HeldJobs()
         self._scheduler = Scheduler() if scheduler else None
+        task_results.discover()
 
     def stop(self) -> None:
         """Ask the worker to stop: no new claims, prefetched jobs released, running jobs
