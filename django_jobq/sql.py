@@ -176,11 +176,25 @@ RETURNING job.id
 # -- operators (admin, management commands) ------------------------------------------------
 
 #: Cancel: delete ready jobs. A running job is never cancelled this way (its worker holds a
-#: lease; deleting the row under it would only turn its ack into a refused write).
+#: lease; deleting the row under it would only turn its ack into a refused write). The job
+#: of a Django task (see ``INSERT_TASK_JOBS``) makes its result FAILED in the same statement,
+#: with a ``django_jobq.task_results.TaskNotRun`` error saying it was cancelled.
 CANCEL_JOBS = """
-DELETE FROM jobq_job
-WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
-RETURNING id
+WITH cancelled AS (
+    DELETE FROM jobq_job
+    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
+    RETURNING id, kind, payload
+), failed AS (
+    UPDATE jobq_task_result AS result
+    SET status = 'FAILED',
+        finished_at = now(),
+        errors = result.errors || jsonb_build_array(jsonb_build_object(
+            'exception_class_path', 'django_jobq.task_results.TaskNotRun',
+            'traceback', 'cancelled: the ready job was deleted by an operator'))
+    FROM cancelled
+    WHERE result.id = cancelled.payload->>'result_id' AND result.task_path = cancelled.kind
+)
+SELECT id FROM cancelled
 """
 
 #: Run now: make ready jobs due at once (scheduled or backing off), keeping their attempts.

@@ -42,9 +42,10 @@ logger = logging.getLogger("django_jobq.worker")
 
 
 class TaskNotRun(Exception):
-    """The error a task's result records when its job was dead-lettered without running
-    the attempt: its task is not registered in the worker ("unknown kind"), or the lease of
-    its final attempt lapsed (the worker died). The error's traceback holds the reason."""
+    """The error a task's result records when its job ended without running the attempt:
+    dead-lettered because its task is not registered in the worker ("unknown kind") or the
+    lease of its final attempt lapsed (the worker died), or cancelled by an operator
+    (``sql.CANCEL_JOBS`` names this class). The error's traceback holds the reason."""
 
 
 class TaskJobHandler:
@@ -161,10 +162,12 @@ def complete(
         The other outcomes, for the caller to record; and each task outcome with whether
         it applied (``False``: the lease was lost, nothing was written).
     """
-    tasks = [outcome for outcome in outcomes if _is_task_outcome(outcome)]
+    tasks: list[Outcome] = []
+    others: list[Outcome] = []
+    for outcome in outcomes:
+        (tasks if _is_task_outcome(outcome) else others).append(outcome)
     if not tasks:
-        return list(outcomes), []
-    others = [outcome for outcome in outcomes if not _is_task_outcome(outcome)]
+        return others, []
     recorded: list[tuple[Outcome, bool]] = []
     finished: list[StoredTaskResult] = []
     acks = [outcome for outcome in tasks if outcome.action is Action.ACK]

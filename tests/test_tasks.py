@@ -5,21 +5,25 @@ venv) and on Django 6.1's own ``django.tasks`` (scripts/test's second stage). Th
 are in tests/testapp/tasks.py, written against the standard API. See docs/tasks.md.
 """
 
+import re
 import signal
 import subprocess
 import sys
 import textwrap
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.db import connection, transaction
 from django.test.utils import override_settings
 from django.utils import timezone
 
 from django_jobq import leases, registry
 from django_jobq.checks import check_tasks_backends
+from django_jobq.conf import validate_tasks_backend
 from django_jobq.models import DeadLetter, Job, StoredTaskResult
-from django_jobq.operations import redrive
+from django_jobq.operations import cancel, redrive
 from django_jobq.task_framework import (
     InvalidTask,
     InvalidTaskBackend,
@@ -30,6 +34,7 @@ from django_jobq.task_framework import (
     task_finished,
     task_started,
 )
+from django_jobq.task_results import TaskNotRun
 from django_jobq.tasks_backend import JobqBackend
 from django_jobq.worker import Worker
 from django_jobq.worker.maintenance import Maintenance
@@ -199,6 +204,13 @@ def test_arguments_must_be_json_and_fit_the_task(args, kwargs, message):
     assert not StoredTaskResult.objects.exists()
 
 
+def test_enqueue_and_get_result_have_async_forms():
+    result = async_to_sync(tasks.add.aenqueue)(2, 3)
+    assert Job.objects.get().payload["args"] == [2, 3]
+    fetched = async_to_sync(tasks.add.aget_result)(result.id)
+    assert (fetched.id, fetched.status) == (result.id, TaskResultStatus.READY)
+
+
 def test_an_unknown_result_id_raises_the_frameworks_error():
     with pytest.raises(TaskResultDoesNotExist):
         tasks.add.get_result("no-such-result")
@@ -277,6 +289,16 @@ def test_a_dead_lettered_task_fails_with_every_error_and_a_redrive_makes_it_read
     assert len(result.errors) == result.attempts == 4  # the history is kept across redrives
 
 
+def test_a_cancelled_task_fails_with_a_task_not_run_error():
+    result = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 2)
+    assert cancel(Job.objects.get().pk)
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    (error,) = result.errors
+    assert error.exception_class is TaskNotRun
+    assert error.traceback.startswith("cancelled")
+
+
 def test_a_return_value_that_is_not_json_fails_the_task_at_once():
     result = run_until_finished(tasks.returns_a_set.enqueue())
     assert result.status == TaskResultStatus.FAILED
@@ -343,6 +365,13 @@ def test_invalid_backend_settings_are_django_jobq_e010(params, message):
         with pytest.raises(InvalidTaskBackend, match=r"django_jobq\.E010"):
             tasks.add.enqueue(1, 2)
     assert check_tasks_backends() == []
+
+
+def test_naming_the_backend_without_the_tasks_framework_is_django_jobq_e011(monkeypatch):
+    monkeypatch.setitem(sys.modules, "django_jobq.tasks_backend", None)  # cannot be imported
+    (error,) = check_tasks_backends()
+    assert error.id == "django_jobq.E011"
+    assert "django-tasks" in error.hint
 
 
 def test_finished_results_are_pruned_after_their_retention(connect):
@@ -462,3 +491,62 @@ def _core_tasks():
     import importlib.util
 
     return importlib.util.find_spec("django.tasks") is not None
+
+
+# -- the examples in docs/tasks.md ---------------------------------------------------------
+
+DOC = (REPO_ROOT / "docs" / "tasks.md").read_text()
+PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", DOC, re.DOTALL)
+
+
+@pytest.mark.parametrize("index", [0, 1, 6], ids=["Django 6", "Django 5.2", "Django 6.0 alias"])
+def test_the_documented_settings_are_valid(index):
+    namespace = {}
+    exec(PYTHON_BLOCKS[index], namespace)  # noqa: S102 (the docs' own example)
+    for alias, params in namespace["TASKS"].items():
+        assert params["BACKEND"] == "django_jobq.tasks_backend.JobqBackend"
+        assert validate_tasks_backend(alias, params) == []
+    assert "django_jobq" in namespace.get("INSTALLED_APPS", ["django_jobq"])
+
+
+@pytest.fixture
+def docs_tasks(monkeypatch):
+    """Run the docs' ``shop/tasks.py`` example with the standard imports it shows."""
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))  # forget them after
+    if not _core_tasks():
+        import django_tasks
+
+        monkeypatch.setitem(sys.modules, "django.tasks", django_tasks)
+    namespace = {"__name__": "shop.tasks"}
+    with override_settings(TASKS={"default": {**BACKEND, "QUEUES": ["default", "emails"]}}):
+        exec(PYTHON_BLOCKS[2], namespace)  # noqa: S102 (the docs' own example)
+        yield namespace
+
+
+def test_the_documented_tasks_run_and_report_their_results(docs_tasks):
+    orders = SimpleNamespace(create=lambda total: SimpleNamespace(pk=7, total=total))
+    usage = {**docs_tasks, "Order": SimpleNamespace(objects=orders)}
+    exec(PYTHON_BLOCKS[3], usage)  # noqa: S102 (the docs' own example)
+    assert Job.objects.get().queue == "emails"
+    assert usage["result"].status == TaskResultStatus.READY
+    stock = docs_tasks["sync_stock"].enqueue("sku-1")
+    run_burst()
+    exec(PYTHON_BLOCKS[4], usage)  # noqa: S102 (the docs' own example)
+    assert (usage["result"].status, usage["result"].return_value) == (
+        TaskResultStatus.SUCCESSFUL,
+        "receipt for order 7 sent",
+    )
+    assert docs_tasks["sync_stock"].get_result(stock.id).return_value == 1
+
+
+@pytest.mark.skipif(
+    not tasks.TASK_OPTIONS_SUPPORTED, reason="Django 6.0's @task refuses extra keywords"
+)
+def test_the_documented_task_options_reach_the_job(docs_tasks):
+    namespace = {"__name__": "shop.tasks"}
+    exec(PYTHON_BLOCKS[5], namespace)  # noqa: S102 (the docs' own example)
+    namespace["import_catalogue"].enqueue("https://example.com/catalogue.csv")
+    job = Job.objects.get()
+    assert (job.max_attempts, job.visibility_timeout) == (10, timedelta(minutes=5))
+    definition = registry.get("shop.tasks.import_catalogue")
+    assert definition.backoff(1) == definition.backoff(7) == 30
