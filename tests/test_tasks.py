@@ -289,6 +289,21 @@ def test_a_dead_lettered_task_fails_with_every_error_and_a_redrive_makes_it_read
     assert len(result.errors) == result.attempts == 4  # the history is kept across redrives
 
 
+def test_a_task_whose_final_attempt_lapsed_fails_without_running_again(queue_cursor):
+    with with_options(MAX_ATTEMPTS=1):
+        result = tasks.record.enqueue("once")
+    (claimed,) = leases.claim(queue_cursor, worker_id="died", limit=1)  # then it crashed
+    Job.objects.update(lease_deadline=timezone.now() - timedelta(seconds=1))
+    run_burst()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    (error,) = result.errors
+    assert error.exception_class is TaskNotRun
+    assert error.traceback.startswith("lease expired on final attempt: the lease of attempt 1")
+    assert DeadLetter.objects.get().job_id == claimed.id
+    assert not Effect.objects.exists()
+
+
 def test_a_cancelled_task_fails_with_a_task_not_run_error():
     result = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 2)
     assert cancel(Job.objects.get().pk)
