@@ -75,13 +75,23 @@ class Outcome:
     returned: Any = None
 
 
-def _dead(
-    job: ClaimedJob, reason: str, error: str, duration: float, tb: str, exc: BaseException
+def _failed(
+    job: ClaimedJob,
+    exc: BaseException,
+    described: tuple[str, str],
+    duration: float,
+    *,
+    reason: str = "",
+    retry_delay: float = 0.0,
 ) -> Outcome:
+    """The verdict on an attempt that raised ``exc`` (``described``: its error and
+    traceback): a dead letter with ``reason`` or, without one, a retry in ``retry_delay`` s."""
+    error, tb = described
     return Outcome(
         job,
-        Action.DEAD_LETTER,
+        Action.DEAD_LETTER if reason else Action.RETRY,
         duration=duration,
+        retry_delay=retry_delay,
         reason=reason,
         error=error,
         traceback=tb,
@@ -153,10 +163,13 @@ def _verdict_on_failure(
 ) -> Outcome:
     """Retry, or dead-letter: a permanent error, an exception outside ``retry_on``, or the
     final attempt."""
-    error, tb = describe(exc)
+    described = describe(exc)
+    error = described[0]
     if isinstance(exc, PermanentError):
         reason = error.partition(": ")[2] or error
-        return _dead(job, f"{DeadLetter.Reason.FAILED}: {reason}", error, duration, tb, exc)
+        return _failed(
+            job, exc, described, duration, reason=f"{DeadLetter.Reason.FAILED}: {reason}"
+        )
     retryable = (
         isinstance(exc, Retry)
         or definition.retry_on is None
@@ -164,19 +177,12 @@ def _verdict_on_failure(
     )
     if not retryable:
         reason = storable(f"{DeadLetter.Reason.FAILED}: {error}")
-        return _dead(job, reason, error, duration, tb, exc)
+        return _failed(job, exc, described, duration, reason=reason)
     if job.is_final_attempt:
-        return _dead(job, DeadLetter.Reason.MAX_ATTEMPTS_EXCEEDED, error, duration, tb, exc)
+        reason = DeadLetter.Reason.MAX_ATTEMPTS_EXCEEDED
+        return _failed(job, exc, described, duration, reason=reason)
     delay = _retry_delay(job, definition, exc)
-    return Outcome(
-        job,
-        Action.RETRY,
-        duration=duration,
-        retry_delay=delay,
-        error=error,
-        traceback=tb,
-        exception_class_path=class_path(exc),
-    )
+    return _failed(job, exc, described, duration, retry_delay=delay)
 
 
 def default_backoff() -> ExponentialBackoff:
