@@ -104,6 +104,12 @@ def start_attempt(job_id: int, attempt: int) -> StoredTaskResult | None:
     """Mark the result of a task's job RUNNING for attempt ``attempt`` (appending the
     worker's id), on Django's connection to the queue database; return the result.
 
+    Its commit does not wait for the disk (see ``sql.START_TASK_ATTEMPT``): a durable commit
+    per task would cap each handler thread at a few hundred tasks per second (2-3 ms each,
+    FACTS.md), and this write only informs (status, start time, worker id). Only a crash of
+    the database server can lose it, and then only the last such writes; every outcome is
+    written durably. Outside a transaction (a worker's handler thread is) it is one round trip.
+
     Returns ``None`` (and writes nothing) if that attempt no longer holds the job's lease.
     """
     alias = get_settings().DATABASE
