@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .. import leases
 from .executor import Action, Outcome
+from .observer import Observer, log_fields, outcome_name
 
 logger = logging.getLogger("django_jobq.worker")
 
@@ -29,8 +30,9 @@ class Tally:
 class Completer:
     """Records outcomes on the worker's own connection."""
 
-    def __init__(self, cursor: leases.Cursor) -> None:
+    def __init__(self, cursor: leases.Cursor, observer: Observer) -> None:
         self._cursor = cursor
+        self._observer = observer
         self.tally = Tally()
 
     def complete(self, outcomes: Sequence[Outcome]) -> None:
@@ -67,8 +69,12 @@ class Completer:
                 self.tally.dead_lettered += applied
 
     def _log(self, outcome: Outcome, what: str, detail: str, applied: bool) -> None:
-        """One line per job: ``job 12 shop.jobs.x attempt 1/5 succeeded in 3.1 ms``."""
+        """One line per job: ``job 12 shop.jobs.x attempt 1/5 succeeded in 3.1 ms``, with
+        structured fields (``extra``, see :func:`.observer.log_fields`); then the observer
+        records the outcome (metrics, rollup, signal)."""
         job = outcome.job
+        name = outcome_name(outcome, applied)
+        fields = log_fields(outcome, name)
         if not applied:
             self.tally.lease_lost += 1
             logger.warning(
@@ -78,7 +84,9 @@ class Completer:
                 job.attempt,
                 what,
                 detail,
+                extra=fields,
             )
+            self._observer.record(outcome, name)
             return
         logger.debug(
             "job %s %s attempt %s/%s %s in %.1f ms%s%s",
@@ -90,4 +98,6 @@ class Completer:
             outcome.duration * 1000,
             detail,
             f": {outcome.error[:500]}" if outcome.error else "",
+            extra=fields,
         )
+        self._observer.record(outcome, name)

@@ -2,8 +2,10 @@
 
 Every :data:`INTERVAL` seconds each worker tries a transaction-scoped advisory lock
 (``TRY_MAINTENANCE_LOCK``); the one that gets it runs the sweeps, the others skip the round.
-The sweeps delete dead letters older than ``JOBQ['DEAD_LETTER_RETENTION']`` and dedup keys
-older than ``JOBQ['DEDUP_RETENTION']``.
+The sweeps delete dead letters older than ``JOBQ['DEAD_LETTER_RETENTION']``, dedup keys
+older than ``JOBQ['DEDUP_RETENTION']``, per-minute statistics (outcome rollups and queue
+samples) older than ``JOBQ['STATS_RETENTION']``, and the rows of workers not seen for an
+hour (:data:`.registration.PRUNE_AFTER`: crashed without deregistering).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import psycopg
 
 from .. import sql
 from ..conf import get_settings
+from .registration import PRUNE_AFTER
 
 logger = logging.getLogger("django_jobq.worker")
 
@@ -45,6 +48,9 @@ class Maintenance:
         for what, statement, retention in (
             ("dead letters", sql.PRUNE_DEAD_LETTERS, config.DEAD_LETTER_RETENTION),
             ("dedup keys", sql.PRUNE_DEDUP_KEYS, config.DEDUP_RETENTION),
+            ("outcome rollups", sql.PRUNE_OUTCOME_ROLLUPS, config.STATS_RETENTION),
+            ("queue samples", sql.PRUNE_QUEUE_SAMPLES, config.STATS_RETENTION),
+            ("stale workers", sql.PRUNE_WORKER_PROCESSES, PRUNE_AFTER),
         ):
             if retention is not None and not self._prune(what, statement, retention):
                 return  # another worker holds the maintenance lock this round

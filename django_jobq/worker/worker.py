@@ -29,6 +29,7 @@ from .executor import ExecutorPool, Outcome
 from .heartbeat import Heartbeater
 from .held import HeldJob, HeldJobs
 from .maintenance import Maintenance
+from .observer import Observer
 from .scheduler import Scheduler
 
 logger = logging.getLogger("django_jobq.worker")
@@ -122,6 +123,9 @@ class Worker:
         self._outcomes_lock = threading.Lock()
         self._held = HeldJobs()
         self._scheduler = Scheduler() if scheduler else None
+        self._observer = Observer(
+            worker_id=self.worker_id, queues=self.queues, concurrency=concurrency
+        )
 
     def stop(self) -> None:
         """Ask the worker to stop: no new claims, prefetched jobs released, running jobs
@@ -172,6 +176,7 @@ class Worker:
         next_tick = self._scheduler.next_due if self._scheduler is not None else None
         if next_tick is not None:
             timeout = min(timeout, (next_tick - timezone.now()).total_seconds())
+        timeout = min(timeout, self._observer.seconds_until_due())
         return max(timeout, 0.0)
 
     def run(self) -> WorkerStats:
@@ -196,8 +201,9 @@ class Worker:
         )
         with db.connect(application_name=f"jobq worker {self.worker_id}") as connection:
             cursor = connection.cursor()
-            completer = Completer(cursor)
+            completer = Completer(cursor, self._observer)
             maintenance = Maintenance(connection)
+            self._observer.start(cursor)
             heartbeater.start()
             pool.start()
             try:
@@ -208,6 +214,7 @@ class Worker:
                     for outcome in outcomes:
                         self._held.discard(outcome.job.lease)
                     outstanding -= len(outcomes)
+                    self._observer.tick(cursor)
                     if self._stopping.is_set():
                         unstarted = pool.take_unstarted()
                         released += len(leases.release(cursor, [h.job.lease for h in unstarted]))
@@ -229,6 +236,7 @@ class Worker:
                     jobs = leases.claim(
                         cursor, worker_id=self.worker_id, limit=limit, queues=self.queues
                     )
+                    self._observer.claimed(jobs)
                     for job in jobs:
                         pool.submit(self._hold(job))
                     outstanding += len(jobs)
@@ -253,6 +261,7 @@ class Worker:
                 heartbeater.stop()
                 pool.take_unstarted()
                 pool.stop(wait=not (failed or abandoned))
+                self._observer.stop(cursor)
         stats = WorkerStats(
             worker_id=self.worker_id,
             elapsed=time.monotonic() - started,
