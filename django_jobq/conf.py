@@ -15,7 +15,7 @@ Users configure django-jobq with one dictionary in their settings module::
         "SCHEDULES": {},              # name -> {"kind", "cron", "timezone", "payload", "catch_up"}
         "STATS_RETENTION": 7 * 86400,  # seconds (or timedelta) to keep per-minute statistics
         "METRICS_TOKEN": None,        # bearer token for the metrics view (besides staff sessions)
-        "METRICS_CACHE_TIMEOUT": 5,   # seconds the database-derived gauges are cached per process
+        "METRICS_CACHE_TIMEOUT": 5,   # seconds the database gauges are cached per process (0: not)
         "ALERT_OLDEST_READY_AGE": 300,  # seconds: jobq_stats --check fails above; dashboard in red
         "ALERT_DEAD_LETTERS": 0,      # dead letters: jobq_stats --check fails above; None: no check
     }
@@ -105,6 +105,7 @@ _DURATION_KEYS = (
     "ALERT_OLDEST_READY_AGE",
 )
 _MAY_BE_NONE = ("DEAD_LETTER_RETENTION", "DEDUP_RETENTION", "STATS_RETENTION")
+_MAY_BE_ZERO = ("METRICS_CACHE_TIMEOUT",)  # 0: no cache
 
 
 def duration_seconds(value: object) -> float | None:
@@ -154,12 +155,14 @@ def validate(raw: Any) -> list[tuple[str, str]]:
         if value is None and key in _MAY_BE_NONE:
             continue
         seconds = duration_seconds(value)
-        if seconds is None or not 0 < seconds <= MAX_DURATION:
+        zero_ok = key in _MAY_BE_ZERO and seconds == 0
+        if seconds is None or not (0 < seconds <= MAX_DURATION or zero_ok):
             problems.append(
                 (
                     "django_jobq.E003",
-                    f"JOBQ[{key!r}] = {value!r} must be a positive number of seconds "
-                    f"(or a timedelta) of at most 10 years.",
+                    f"JOBQ[{key!r}] = {value!r} must be a "
+                    f"{'non-negative' if key in _MAY_BE_ZERO else 'positive'} number of "
+                    f"seconds (or a timedelta) of at most 10 years.",
                 )
             )
         else:

@@ -156,6 +156,20 @@ class Snapshot:
         return QueueState(name, 0, 0, 0, 0.0)
 
 
+def format_seconds(seconds: float | None) -> str:
+    """A duration for people: ``"38 ms"``, ``"4.2 s"``, ``"12 min"``, ``"3.5 h"``; ``"-"``
+    for ``None``."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def quantile(
     q: float, counts: Sequence[int], bounds: Sequence[float] = DURATION_BUCKETS
 ) -> float | None:

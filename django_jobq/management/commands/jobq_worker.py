@@ -14,6 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ... import metrics
 from ...conf import QUEUE_NAME_RE
 from ...worker.worker import (
     MAX_BATCH_SIZE,
@@ -113,6 +114,20 @@ class Command(BaseCommand):
             dest="scheduler",
             help="Do not enqueue the jobs of schedule ticks (other workers' schedulers do).",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=_bounded_int(0, 65535),
+            default=None,
+            metavar="PORT",
+            help="Serve this process's Prometheus metrics on http://ADDR:PORT/metrics "
+            "(0: any free port, logged). Default: not served.",
+        )
+        parser.add_argument(
+            "--metrics-addr",
+            default="0.0.0.0",  # noqa: S104 - scraped from other hosts, as exporters are
+            metavar="ADDR",
+            help="Address the metrics server binds (default 0.0.0.0: every interface).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         for queue in options["queues"] or []:
@@ -148,9 +163,24 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-        stats = worker.run()
+        server = self._serve_metrics(options["metrics_port"], options["metrics_addr"])
+        try:
+            stats = worker.run()
+        finally:
+            if server is not None:
+                server.close()
         if stats.abandoned:
             sys.exit(1)
+
+    def _serve_metrics(self, port: int | None, addr: str) -> metrics.MetricsServer | None:
+        if port is None:
+            return None
+        try:
+            server = metrics.serve(port, addr)
+        except OSError as exc:
+            raise CommandError(f"cannot serve metrics on {addr}:{port}: {exc}") from exc
+        logger.info("serving metrics on http://%s:%s/metrics", addr, server.port)
+        return server
 
     def _configure_logging(self, verbosity: int) -> None:
         """Log to stderr unless the project's LOGGING already handles django_jobq.
