@@ -114,7 +114,7 @@ def dashboard_view(request: HttpRequest, model_admin: JobAdmin) -> TemplateRespo
         "dead_letters": dead_letters,
         "total_dead_letters": total_dead,
         "dead_letters_alert": limit is not None and total_dead > limit,
-        "workers": taken.workers,
+        "workers": [(worker, stats.format_seconds(worker.seen_ago)) for worker in taken.workers],
         "live_workers": sum(not worker.stale for worker in taken.workers),
         "alert_oldest_ready_age": stats.format_seconds(config.ALERT_OLDEST_READY_AGE),
         "history_minutes": stats.HISTORY_MINUTES,

@@ -38,3 +38,23 @@ class DeadLetterFactory(factory.django.DjangoModelFactory):
     created_at = factory.LazyFunction(timezone.now)
     reason = DeadLetter.Reason.MAX_ATTEMPTS_EXCEEDED
     last_error = "RuntimeError: boom"
+
+
+def database_now():
+    """The database's ``now()``: inside a test's transaction (``django_db`` without
+    ``transaction=True``) it stays the same for the whole test, as the statistics' windows
+    see it, so tests that place rows in minutes cannot straddle a minute boundary."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        return cursor.fetchone()[0]
+
+
+def waiting_job(seconds, *, now=None, **fields):
+    """A ready job that has been claimable for ``seconds`` as of ``now`` (default: the
+    database's): its ``run_at`` and ``created_at`` both that long ago."""
+    moment = (now or database_now()) - timedelta(seconds=seconds)
+    job = JobFactory(run_at=moment, **fields)
+    Job.objects.filter(pk=job.pk).update(created_at=moment)
+    return job
