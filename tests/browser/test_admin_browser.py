@@ -15,8 +15,8 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.utils import timezone
 
-from django_jobq.models import DeadLetter, Job, OutcomeRollup, QueueSample, WorkerProcess
-from tests.factories import DeadLetterFactory, JobFactory
+from django_jobq.models import DeadLetter, Job
+from tests.factories import DeadLetterFactory, JobFactory, dashboard_scene
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -161,65 +161,10 @@ def test_view_only_staff_sees_no_redrive_action_or_button(log_in, live_server, d
     assert DeadLetter.objects.count() == 3
 
 
-def dashboard_scene():
-    """Three queues with an hour of history: a healthy one, one whose oldest job waits too
-    long (a stuck dependency), one with failures; dead letters; two workers, one stale."""
-    now = timezone.now()
-    minute = now.replace(second=0, microsecond=0)
-    buckets = [0] * 19
-    buckets[6], buckets[7] = 40, 20  # (0.25, 0.5] and (0.5, 1] seconds
-    for ago in range(1, 61):
-        at = minute - timedelta(minutes=ago)
-        OutcomeRollup.objects.create(
-            queue="default",
-            kind="shop.jobs.generate_invoice",
-            minute=at,
-            succeeded=120 + (ago * 7) % 40,
-            duration_buckets=buckets,
-        )
-        OutcomeRollup.objects.create(
-            queue="webhooks",
-            kind="shop.jobs.notify_order_webhook",
-            minute=at,
-            succeeded=30 + ago % 12,
-            retried=6 if 20 <= ago <= 28 else ago % 2,
-            dead_lettered=1 if ago in (22, 25) else 0,
-            duration_buckets=buckets,
-        )
-        for queue, ready, age in (
-            ("default", 3 + ago % 5, 0.4),
-            ("emails", max(0, 260 - 4 * ago), max(0.0, 780.0 - 13 * ago)),
-            ("webhooks", 2 + (9 if 20 <= ago <= 28 else 0), 1.5),
-        ):
-            QueueSample.objects.create(
-                queue=queue, minute=at, ready=ready, scheduled=0, running=2, oldest_ready_age=age
-            )
-    stuck = now - timedelta(minutes=13)
-    for n in range(262):
-        job = JobFactory.build(queue="emails", kind="shop.jobs.send_welcome_email")
-        job.run_at = stuck + timedelta(seconds=n)
-        job.save()
-    Job.objects.filter(queue="emails").update(created_at=stuck)
-    JobFactory.create_batch(4, queue="default", kind="shop.jobs.generate_invoice")
-    JobFactory.create_batch(
-        12, queue="default", kind="shop.jobs.send_reminder", run_at=now + timedelta(hours=3)
-    )
-    make_dead_letters(2, kind="shop.jobs.notify_order_webhook", queue="webhooks")
-    make_dead_letters(5, kind=KIND, queue="default")
-    WorkerProcess.objects.create(
-        worker_id="web-1:4711", host="web-1", pid=4711, queues=["default", "webhooks"],
-        concurrency=8,
-    )  # fmt: skip
-    gone = WorkerProcess.objects.create(
-        worker_id="web-2:802", host="web-2", pid=802, queues=["emails"], concurrency=4
-    )
-    WorkerProcess.objects.filter(pk=gone.pk).update(last_seen=now - timedelta(minutes=14))
-
-
 def test_the_dashboard_shows_the_queue_at_a_glance(
     log_in, live_server, django_user_model, screenshots
 ):
-    dashboard_scene()
+    dashboard_scene(kind=KIND)
     admin = django_user_model.objects.create_superuser("root", "root@example.com", "pw")
     page = log_in(admin)
     page.goto(f"{live_server.url}/admin/django_jobq/")
