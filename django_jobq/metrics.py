@@ -57,49 +57,13 @@ if TYPE_CHECKING:
     from .leases import ClaimedJob
     from .stats import Snapshot
 
-#: Upper bounds (seconds) of the job duration buckets, shared by the histogram and the
-#: per-minute rollups (``OutcomeRollup.duration_buckets`` has one more, past the last
-#: bound). From 5 ms to an hour: handlers range from a cache write to a report.
-DURATION_BUCKETS = (
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    120.0,
-    300.0,
-    600.0,
-    1800.0,
-    3600.0,
-)
-#: Upper bounds (seconds) of the pickup latency buckets: an idle worker claims within
-#: milliseconds of a wake-up, a poll interval (1 s) or two when idle; minutes mean a backlog.
-PICKUP_LATENCY_BUCKETS = (
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    300.0,
-    900.0,
-    3600.0,
-)
+#: Upper bounds (seconds) of the job duration and pickup latency buckets, from 5 ms to an
+#: hour: handlers range from a cache write to a report, and an idle worker claims within
+#: milliseconds of a wake-up while a backlog makes jobs wait minutes. The per-minute
+#: rollups use the same bounds (``OutcomeRollup.duration_buckets`` has one more count, for
+#: values above the last bound).
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                    60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)  # fmt: skip
 
 _JOB_LABELS = ("queue", "kind")
 
@@ -142,7 +106,7 @@ PICKUP_LATENCY = Histogram(
     "Seconds from when a job became claimable (GREATEST(run_at, created_at), or the lapsed "
     "lease deadline of a reclaim) to its claim, on the database clock.",
     ("queue",),
-    buckets=PICKUP_LATENCY_BUCKETS,
+    buckets=DURATION_BUCKETS,
 )
 WORKER_THREADS = Gauge(
     "jobq_worker_threads",
