@@ -8,7 +8,7 @@ handler, on its thread, the executor sends ``job_started`` and counts the thread
 
 Periodically, from the worker's main loop (:meth:`Observer.tick`), on the worker's own
 connection: the registration beat (every 10 s), the rollup flush (every 5 s when outcomes
-wait) and the queue sample (every 60 s, one worker per minute).
+wait) and the queue sample (tried every 20 s; taken by one worker per minute).
 """
 
 from __future__ import annotations
