@@ -360,7 +360,8 @@ def prepare_multiprocess(directory: str | os.PathLike[str]) -> Path:
     The supervisor calls this once, before starting (forking or spawning) any child:
 
     1. creates ``directory`` if needed and deletes the ``*.db`` files a previous run left
-       (their counts would otherwise be added to this run's);
+       (their counts would otherwise be added to this run's): give it a directory of its
+       own, not one another program's processes write to;
     2. sets ``PROMETHEUS_MULTIPROC_DIR`` in ``os.environ``, which spawned children inherit:
        prometheus-client reads it when it is imported;
     3. for forked children, which inherit this process's already-imported prometheus-client,
