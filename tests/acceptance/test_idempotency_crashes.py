@@ -19,7 +19,10 @@ TIMEOUT = 60
 
 def waiting_for_advisory_lock():
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+        cursor.execute(  # this test's database only: the server is shared
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
         return cursor.fetchone()[0] == 1
 
 
