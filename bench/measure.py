@@ -207,9 +207,7 @@ class Records:
         return problems
 
 
-def wait_for(
-    condition: Callable[[], bool], *, timeout: float, interval: float, what: str
-) -> float:
+def wait_for(condition: Callable[[], bool], *, timeout: float, interval: float, what: str) -> float:
     """Poll ``condition`` every ``interval`` seconds; return ``time.monotonic_ns()`` (in ns)
     when it first held.
 

@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg
-
 from measure import HarnessError, summary_ms
 
 QUEUE = "bench"

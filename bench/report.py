@@ -170,9 +170,8 @@ def targets(bench: Bench) -> list[str]:
         )
     if not rows:
         return []
-    return ["", "## django-jobq against the targets of issue #6", ""] + table(
-        ["target", "measured", "status"], rows
-    )
+    head = ["target", "measured", "status"]
+    return ["", "## django-jobq against the targets of issue #6", "", *table(head, rows)]
 
 
 def met(ok: bool) -> str:
@@ -199,9 +198,7 @@ def side_by_side(bench: Bench) -> list[str]:
             found = best(groups_of(bench, scenario), system)
             row.append(f"{fmt_rate(median_rate(found[1]))} ({found[0][2]})" if found else "-")
         for rate in rates:
-            found = best(
-                [(k, r) for k, r in groups_of(bench, "sustained") if k[3] == rate], system
-            )
+            found = best([(k, r) for k, r in groups_of(bench, "sustained") if k[3] == rate], system)
             row.append(f"{fmt_rate(median_rate(found[1]))}" if found else "-")
         found = best(groups_of(bench, "pickup"), system)
         ms = pooled_latency(found[1]) if found else {"p50": math.nan, "p99": math.nan}
@@ -357,8 +354,10 @@ def chart(bench: Bench, path: Path) -> None:
         if not groups:
             ax.set_visible(False)
             return
-        labels = [f"{runs[0].label}\n{key[2]}" + (f"\n@{key[3]}/s" if key[3] else "")
-                  for key, runs in groups]
+        labels = [
+            f"{runs[0].label}\n{key[2]}" + (f"\n@{key[3]}/s" if key[3] else "")
+            for key, runs in groups
+        ]
         values = [median_rate(runs) for _, runs in groups]
         lows = [v - min(r.rate for r in runs) for v, (_, runs) in zip(values, groups, strict=True)]
         highs = [max(r.rate for r in runs) - v for v, (_, runs) in zip(values, groups, strict=True)]

@@ -72,17 +72,15 @@ def ensure_venv(argv: Sequence[str]) -> None:
         subprocess.run(
             [str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"], check=True
         )
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", "-r", str(REQUIREMENTS)]
-            + ["-e", str(REPO_DIR)],
-            check=True,
-        )
+        install = ["-r", str(REQUIREMENTS), "-e", str(REPO_DIR)]
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *install], check=True)
         stamp.write_text(digest)
-    os.execv(str(python), [str(python), str(Path(__file__).resolve()), *argv])
+    os.execv(str(python), [str(python), str(Path(__file__).resolve()), *argv])  # noqa: S606
 
 
 def parse_args(argv: Sequence[str], *, resolve: bool = True) -> argparse.Namespace:
     """The options; with ``resolve`` (in the venv) the worker configs are parsed too."""
+
     def names(allowed: Sequence[str]) -> type:
         def parse(text: str) -> list[str]:
             values = [part.strip() for part in text.split(",") if part.strip()]
@@ -294,9 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     text = report.markdown(bench, setup_lines(facts, args), title)
     print(text)
-    chart = report.save(
-        bench, text, args.results_dir, stamp, {"argv": argv, "elapsed_s": elapsed}
-    )
+    chart = report.save(bench, text, args.results_dir, stamp, {"argv": argv, "elapsed_s": elapsed})
     print(f"report: {chart.with_suffix('.md')}\nchart: {chart}", file=sys.stderr)
     if status == 0:
         import shutil

@@ -278,7 +278,11 @@ class Bench:
         claimers, batch = self.args.ceiling
         with jobq.connect() as monitor:
             result = claims.run_once(
-                multiprocessing.get_context("spawn"), jobq.url, claimers, batch, jobs,
+                multiprocessing.get_context("spawn"),
+                jobq.url,
+                claimers,
+                batch,
+                jobs,
                 monitor=monitor,
             )
         run = Run(
@@ -306,7 +310,9 @@ class Bench:
                 meter = claims.ActivityMeter(conn)
                 meter.start()
                 started = time.monotonic()
-                summary = self.produce(system, "rate", args.enqueue_jobs, args.enqueue_batch, 0, out)
+                summary = self.produce(
+                    system, "rate", args.enqueue_jobs, args.enqueue_batch, 0, out
+                )
                 activity = activity_dict(meter.stop(), time.monotonic() - started)
                 stored = system.unfinished(conn)
                 system.reset(conn)
@@ -408,7 +414,12 @@ class Bench:
 
         def pickup(entry: Entry, rep: int) -> Run:
             return self.run_workers(
-                "tasks-pickup", entry, rep, mode="paced", jobs=jobs, batch=1,
+                "tasks-pickup",
+                entry,
+                rep,
+                mode="paced",
+                jobs=jobs,
+                batch=1,
                 rate=args.pickup_rate,
             )
 

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-
 from claims import ensure_database
 
 BENCH_DIR = Path(__file__).resolve().parent
