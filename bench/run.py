@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -36,10 +37,12 @@ SCENARIOS = ("claims", "enqueue", "burndown", "sustained", "pickup", "million", 
 PEER_SYSTEMS = ("jobq", "procrastinate", "tasksdb")
 DEFAULT_SERVER = "postgres://postgres@127.0.0.1:5432"
 
-#: Worker configurations (PROCESSESxCONCURRENCY[/BATCH]) for burn-down and sustained, and
-#: for pickup latency (an idle-ish single process). django-tasks-db's db_worker runs one
-#: task per process, so it gets as many processes as the others have handler slots.
-DEFAULT_CONFIGS = {"jobq": "2x4/32", "procrastinate": "2x4", "tasksdb": "8x1"}
+#: Worker configurations (PROCESSESxCONCURRENCY[/BATCH], comma-separated: each is a row) for
+#: burn-down and sustained, and for pickup latency (an idle-ish single process). Each was the
+#: best of a small sweep on the reference machine (2 cores): django-jobq 1x4 .. 4x4/32,
+#: procrastinate 1x8, 2x4, 2x8, 4x4; django-tasks-db 2x1 .. 16x1. django-tasks-db's
+#: db_worker runs one task per process, so its slots are processes.
+DEFAULT_CONFIGS = {"jobq": "1x8/64,2x8/64", "procrastinate": "4x4", "tasksdb": "8x1"}
 DEFAULT_PICKUP_CONFIGS = {"jobq": "1x4", "procrastinate": "1x4", "tasksdb": "4x1"}
 
 #: Sizes: (full, --quick).
@@ -254,6 +257,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from measure import HarnessError
     from scenarios import Bench
 
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # runs the cleanup that stops the workers
+
+    signal.signal(signal.SIGTERM, interrupt)
     started = time.monotonic()
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S") + ("-quick" if args.quick else "")
     work_dir = Path(tempfile.mkdtemp(prefix="jobq-bench-"))

@@ -104,6 +104,12 @@ class Bench:
             for config in configs.get(name, configs.get(name.split("-")[0], []))
         ]
 
+    def check_alone(self, system: System, conn: Any) -> None:
+        try:
+            system.check_alone(conn)
+        except RuntimeError as exc:
+            raise HarnessError(str(exc)) from None
+
     # -- one run with workers -------------------------------------------------------------
 
     def run_workers(
@@ -125,6 +131,7 @@ class Bench:
         record_dir.mkdir(parents=True)
         commits_path = run_dir / "commits.txt"
         with system.connect() as conn:
+            self.check_alone(system, conn)
             system.reset(conn)
             group = WorkerGroup(
                 system.worker_commands(config),
@@ -306,6 +313,7 @@ class Bench:
         def measure(system: System, rep: int) -> Run:
             out = self.work_dir / f"enqueue-{system.name}-{rep}.txt"
             with system.connect() as conn:
+                self.check_alone(system, conn)
                 system.reset(conn)
                 meter = claims.ActivityMeter(conn)
                 meter.start()

@@ -116,6 +116,24 @@ class System:
         """Create the database if missing and install the system's schema."""
         ensure_database(self.url)
 
+    def check_alone(self, conn: psycopg.Connection[Any]) -> None:
+        """Refuse to run while anything else is connected to this benchmark database
+        (another harness, or workers of an interrupted one): they would take its jobs.
+
+        Raises:
+            RuntimeError: other sessions are connected; the message lists them.
+        """
+        rows = conn.execute(
+            "SELECT pid, application_name FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+        if rows:
+            sessions = ", ".join(f"{pid} ({name or '?'})" for pid, name in rows[:10])
+            raise RuntimeError(
+                f"{len(rows)} other sessions are connected to {self.database}: {sessions}. "
+                "Is another benchmark (or a leftover worker) running?"
+            )
+
     def reset(self, conn: psycopg.Connection[Any]) -> None:
         """Empty the system's tables (in its own benchmark database only)."""
         raise NotImplementedError
