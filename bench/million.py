@@ -3,7 +3,10 @@
 The table is filled with one ``INSERT ... SELECT generate_series`` statement, categories
 interleaved row by row so the heap is mixed as in a long-lived queue: 40% ready (due now),
 30% scheduled (``run_at`` up to a day ahead), 30% running (leased by a worker that is not
-there, deadlines an hour or more ahead, so nothing is reclaimed during the run). Then
+there, deadlines an hour or more ahead, so nothing is reclaimed during the run). A fifth of
+the ready and scheduled rows belong to another queue with a higher priority, which the
+claimer does not serve: ahead of its jobs in the all-queues claim order, so the one-queue
+claim must seek by queue (``jobq_job_claim_idx``) rather than walk past them. Then
 ``VACUUM ANALYZE`` and a ``CHECKPOINT``: the steady state autovacuum keeps a busy table in.
 
 Measured: the plan of the one-queue claim statement (``EXPLAIN (ANALYZE, BUFFERS)`` in a
@@ -23,13 +26,16 @@ import psycopg
 from measure import HarnessError, summary_ms
 
 QUEUE = "bench"
+OTHER_QUEUE = "bench-other"
 KIND = "bench.noop"
 
-#: Categories by ``n % 10``: 0-3 ready, 4-6 scheduled, 7-9 running.
+#: Categories by ``n % 10``: 0-3 ready, 4-6 scheduled, 7-9 running; ``n % 5 = 0`` (a fifth
+#: of the ready and scheduled rows) on the other queue, at priority 1.
 FILL = """
 INSERT INTO jobq_job (queue, kind, payload, status, run_at, attempts, max_attempts,
-                      visibility_timeout, lease_deadline, worker_id, started_at)
-SELECT %(queue)s, %(kind)s, jsonb_build_object('n', n),
+                      visibility_timeout, lease_deadline, worker_id, started_at, priority)
+SELECT CASE WHEN n %% 5 = 0 THEN %(other_queue)s ELSE %(queue)s END,
+       %(kind)s, jsonb_build_object('n', n),
        CASE WHEN n %% 10 >= 7 THEN 'running' ELSE 'ready' END,
        CASE WHEN n %% 10 BETWEEN 4 AND 6 THEN now() + make_interval(secs => 60 + n %% 86400)
             ELSE now() - make_interval(secs => n %% 3600) END,
@@ -37,7 +43,8 @@ SELECT %(queue)s, %(kind)s, jsonb_build_object('n', n),
        5, interval '30 seconds',
        CASE WHEN n %% 10 >= 7 THEN now() + make_interval(secs => 3600 + n %% 3600) END,
        CASE WHEN n %% 10 >= 7 THEN 'bench-filler' ELSE '' END,
-       CASE WHEN n %% 10 >= 7 THEN now() END
+       CASE WHEN n %% 10 >= 7 THEN now() END,
+       CASE WHEN n %% 5 = 0 THEN 1 ELSE 0 END
 FROM generate_series(1, %(rows)s) AS n
 """
 
@@ -114,8 +121,9 @@ def claim_loop(conn: psycopg.Connection[Any], iterations: int, batch: int) -> di
 
 
 def count_by_status(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    """Rows by ``"<queue> <ready|scheduled|running>"``."""
     rows = conn.execute(
-        "SELECT CASE WHEN status = 'running' THEN 'running'"
+        "SELECT queue || ' ' || CASE WHEN status = 'running' THEN 'running'"
         " WHEN run_at > now() THEN 'scheduled' ELSE 'ready' END, count(*)"
         " FROM jobq_job GROUP BY 1"
     ).fetchall()
@@ -129,18 +137,19 @@ def run(conn: psycopg.Connection[Any], rows: int, iterations: int) -> dict[str, 
     try:
         conn.execute("TRUNCATE jobq_job RESTART IDENTITY")
         started = time.perf_counter()
-        conn.execute(FILL, {"queue": QUEUE, "kind": KIND, "rows": rows})
+        conn.execute(FILL, {"queue": QUEUE, "other_queue": OTHER_QUEUE, "kind": KIND, "rows": rows})
         conn.execute("VACUUM (ANALYZE) jobq_job")
         conn.execute("CHECKPOINT")
         result["fill_seconds"] = time.perf_counter() - started
         result["table"] = count_by_status(conn)
         needed = iterations * sum(batches)
-        if result["table"].get("ready", 0) < needed:
+        ready = f"{QUEUE} ready"
+        if result["table"].get(ready, 0) < needed:
             raise HarnessError(f"{rows:,} rows hold fewer than the {needed:,} ready jobs needed")
         result["explain"] = explain_claim(conn, 10)
         result["large"] = [claim_loop(conn, iterations, batch) for batch in batches]
         after = count_by_status(conn)
-        expected = {**result["table"], "ready": result["table"]["ready"] - needed}
+        expected = {**result["table"], ready: result["table"][ready] - needed}
         if after != expected:
             raise HarnessError(f"after the claims the table holds {after}, not {expected}")
         conn.execute("TRUNCATE jobq_job RESTART IDENTITY")

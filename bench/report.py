@@ -91,6 +91,7 @@ def scenario_tables(bench: Bench) -> list[str]:
         head = ["system", "config"]
         head += ["offered/s"] if scenario == "sustained" else []
         head += ["jobs", "jobs/s median (min-max)"]
+        head += ["producer jobs/s"] if latency else []
         head += ["p50 ms", "p95 ms", "p99 ms", "max ms"] if latency else []
         head += ["cpu", "load", "other tx/s"]
         rows = []
@@ -98,11 +99,22 @@ def scenario_tables(bench: Bench) -> list[str]:
             row = [runs[0].label, config] + ([offered] if scenario == "sustained" else [])
             row += [f"{runs[0].jobs:,}", rate_cell(runs)]
             if latency:
+                row.append(producer_cell(runs))
                 ms = pooled_latency(runs)
                 row += [fmt_ms(ms[p]) for p in ("p50", "p95", "p99", "max")]
             rows.append(row + host_cells(runs))
         out += ["", f"### {title}", "", *table(head, rows)]
     return out
+
+
+def producer_cell(runs: Sequence[Run]) -> str:
+    """The rate the producer achieved (median); marked when it fell behind its schedule (a
+    paced producer more than 5% short of the offered rate: the system under test, sharing
+    the host and server, slowed its own producer's commits)."""
+    rate = statistics.median(run.jobs / run.extra["producer_s"] for run in runs)
+    offered = runs[0].extra.get("offered_rate", 0.0)
+    behind = offered and rate < KEPT_UP * offered
+    return f"{fmt_rate(rate)}{' (behind)' if behind else ''}"
 
 
 def best(groups: Sequence[tuple[Key, list[Run]]], system: str) -> tuple[Key, list[Run]] | None:
@@ -302,6 +314,9 @@ NOTES = [
     "- jobs/s: enqueue = jobs / producer time; burn-down = jobs / (last job finished - first "
     "handler start); sustained = jobs / (last job finished - first enqueue commit). "
     "'Finished' = the system's table reports no unfinished job (acks included).",
+    "- producer jobs/s: the jobs the producer committed per second of its own run; "
+    "'(behind)': a paced producer reached less than 95% of the offered rate, so the system "
+    "was offered less than intended (its enqueue path is slower than the rate).",
     "- Latency: handler start (CLOCK_MONOTONIC, in the handler) minus the producer's "
     "reading of the same clock right after its COMMIT returned; percentiles of every job "
     "of every repetition pooled. In 'sustained' it is the end-to-end lag under load.",
@@ -369,8 +384,9 @@ def chart(bench: Bench, path: Path) -> None:
         if target:
             ax.axhline(target, color="grey", linestyle="--", linewidth=1)
             ax.annotate(f"target {fmt_rate(target)}", (0, target), fontsize=7, color="grey")
+        ax.set_yscale("log")  # the systems differ by orders of magnitude
         ax.set_title(title, fontsize=10)
-        ax.set_ylabel("jobs/s")
+        ax.set_ylabel("jobs/s (log)")
 
     bars(burn, "burndown", "Burn-down (median, min-max)", TARGET_BURNDOWN)
     bars(sustained, "sustained", "Sustained end to end", TARGET_SUSTAINED)

@@ -200,7 +200,8 @@ class Bench:
                 "handler_processes": records.processes(),
                 "producer_s": producer["seconds"],
                 "producer_late_ms": producer["late_ms"],
-                **({"offered": rate or "max"} if scenario == "sustained" else {}),
+                "offered_rate": rate,
+                **({"offered": f"{rate:g}" if rate else "max"} if scenario == "sustained" else {}),
             },
         )
         self.runs.append(run)
@@ -277,6 +278,7 @@ class Bench:
                     self.claim_cells.append(claims.Cell(claimers, batch, results))
             with monitor.cursor() as cursor:
                 cursor.execute("TRUNCATE jobq_job")
+        close_django_connections()
 
     def ceiling_run(self, jobs: int, rep: int) -> Run:
         """The raw-SQL ceiling: claim + ack_many from bench/claims.py's claimers."""
@@ -292,6 +294,7 @@ class Bench:
                 jobs,
                 monitor=monitor,
             )
+        close_django_connections()
         run = Run(
             scenario="burndown",
             system="ceiling",
@@ -434,6 +437,14 @@ class Bench:
         self.interleaved(self.entries(["tasks-jobq", "tasks-db"], pickup_configs), pickup)
 
 
+def close_django_connections() -> None:
+    """Close the harness's own Django connection (bench/claims.py loads jobs through it), so
+    that :meth:`System.check_alone` sees no session but the workers'."""
+    from django.db import connections
+
+    connections.close_all()
+
+
 def activity_dict(activity: claims.Activity, seconds: float) -> dict[str, Any]:
     return {
         "cpu": activity.host_cpu_busy,
@@ -452,7 +463,7 @@ def progress(run: Run, reps: int) -> None:
     cpu = "?" if activity["cpu"] is None else f"{activity['cpu']:.0%}"
     print(
         f"  {run.scenario}: {run.label} {run.config}"
-        f"{' @' + str(run.extra['offered']) + '/s' if 'offered' in run.extra else ''}"
+        f"{' @' + run.extra['offered'] + '/s' if 'offered' in run.extra else ''}"
         f" rep {run.rep}/{reps}: {run.jobs:,} jobs in {run.seconds:.2f} s = "
         f"{run.rate:,.0f} jobs/s{latency}; host CPU {cpu}, load before "
         f"{activity['load_before']:.1f}, other dbs {activity['other_tx_per_s']:,.0f} tx/s, "
