@@ -88,16 +88,21 @@ def scenario_tables(bench: Bench) -> list[str]:
         if not groups:
             continue
         latency = scenario in LATENCY_SCENARIOS
+        sustained = scenario == "sustained"
+        throughput = "pickup" not in scenario  # pickup runs at a fixed, low rate
         head = ["system", "config"]
-        head += ["offered/s"] if scenario == "sustained" else []
-        head += ["jobs", "jobs/s median (min-max)"]
+        head += ["offered/s"] if sustained else []
+        head += ["jobs"] + (["jobs/s median (min-max)"] if throughput else [])
+        head += ["tail s"] if sustained else []
         head += ["producer jobs/s"] if latency else []
         head += ["p50 ms", "p95 ms", "p99 ms", "max ms"] if latency else []
         head += ["cpu", "load", "other tx/s"]
         rows = []
         for (_, _, config, offered), runs in groups:
-            row = [runs[0].label, config] + ([offered] if scenario == "sustained" else [])
-            row += [f"{runs[0].jobs:,}", rate_cell(runs)]
+            row = [runs[0].label, config] + ([offered] if sustained else [])
+            row += [f"{runs[0].jobs:,}"] + ([rate_cell(runs)] if throughput else [])
+            if sustained:
+                row.append(f"{statistics.median(run.extra['tail_s'] for run in runs):.2f}")
             if latency:
                 row.append(producer_cell(runs))
                 ms = pooled_latency(runs)
@@ -118,9 +123,14 @@ def producer_cell(runs: Sequence[Run]) -> str:
 
 
 def best(groups: Sequence[tuple[Key, list[Run]]], system: str) -> tuple[Key, list[Run]] | None:
-    """The configuration of ``system`` with the highest median rate."""
+    """The configuration of ``system`` with the highest median rate (the lowest p99
+    latency for pickup latency)."""
     mine = [(key, runs) for key, runs in groups if key[1] == system]
-    return max(mine, key=lambda item: median_rate(item[1])) if mine else None
+    if not mine:
+        return None
+    if "pickup" in mine[0][0][0]:
+        return min(mine, key=lambda item: pooled_latency(item[1])["p99"])
+    return max(mine, key=lambda item: median_rate(item[1]))
 
 
 def targets(bench: Bench) -> list[str]:
@@ -146,19 +156,18 @@ def targets(bench: Bench) -> list[str]:
             ]
         )
     for (_, system, config, offered), runs in groups_of(bench, "sustained"):
-        if system != "jobq":
-            continue
-        rate = median_rate(runs)
         offered_rate = float(offered) if offered != "max" else 0.0
-        kept_up = rate >= KEPT_UP * offered_rate
-        rows.append(
-            [
-                f"sustained >= {TARGET_SUSTAINED:,.0f} jobs/s (offered {offered}/s)",
-                f"{fmt_rate(rate)} jobs/s ({config})"
-                + ("" if not offered_rate else f", {'kept up' if kept_up else 'fell behind'}"),
-                met(rate >= TARGET_SUSTAINED * (KEPT_UP if offered_rate else 1.0)),
-            ]
-        )
+        if system != "jobq" or 0 < offered_rate < TARGET_SUSTAINED:
+            continue  # a paced run below the target cannot show it
+        rate = median_rate(runs)
+        if offered_rate:  # paced: it must keep up with an offer at or above the target
+            verdict = "kept up" if rate >= KEPT_UP * offered_rate else "fell behind"
+            measured = f"{fmt_rate(rate)} jobs/s ({config}), {verdict}"
+            ok = rate >= KEPT_UP * offered_rate
+        else:  # unpaced producer: the rate itself
+            measured, ok = f"{fmt_rate(rate)} jobs/s ({config})", rate >= TARGET_SUSTAINED
+        target = f"sustained >= {TARGET_SUSTAINED:,.0f} jobs/s (offered {offered}/s)"
+        rows.append([target, measured, met(ok)])
     enqueue = best(groups_of(bench, "enqueue"), "jobq")
     if enqueue:
         rate = median_rate(enqueue[1])
@@ -312,8 +321,12 @@ def markdown(bench: Bench, setup: Sequence[str], title: str) -> str:
 
 NOTES = [
     "- jobs/s: enqueue = jobs / producer time; burn-down = jobs / (last job finished - first "
-    "handler start); sustained = jobs / (last job finished - first enqueue commit). "
-    "'Finished' = the system's table reports no unfinished job (acks included).",
+    "handler start); sustained with a paced producer = handler starts while the producer was "
+    "offering / the producer's first-to-last commit time (a system that keeps up reaches the "
+    "offered rate, less its pickup latency at the start), with an unpaced producer ('max') = "
+    "jobs / (last job finished - first commit). 'Finished' = the system's table reports no "
+    "unfinished job (acks included). tail s: from the producer's last commit until every job "
+    "was finished (the backlog left, plus the pickup latency).",
     "- producer jobs/s: the jobs the producer committed per second of its own run; "
     "'(behind)': a paced producer reached less than 95% of the offered rate, so the system "
     "was offered less than intended (its enqueue path is slower than the rate).",

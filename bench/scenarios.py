@@ -180,9 +180,16 @@ class Bench:
             system.reset(conn)
         commits = read_commits(commits_path)
         starts = records.starts
-        first_start, first_commit = min(starts.values()), min(commits.values())
-        since = first_start if "burndown" in scenario else first_commit
-        seconds = (done_ns - since) / 1e9
+        first_commit, last_commit = min(commits.values()), max(commits.values())
+        if "burndown" in scenario:  # from the first handler start to the last job finished
+            seconds = (done_ns - min(starts.values())) / 1e9
+            done = jobs
+        elif mode == "paced":  # the steady state: handler starts while the producer offered
+            seconds = (last_commit - first_commit) / 1e9
+            done = sum(1 for ns in starts.values() if ns <= last_commit)
+        else:  # an unpaced producer: from its first commit to the last job finished
+            seconds = (done_ns - first_commit) / 1e9
+            done = jobs
         latencies = [starts[n] - commits[n] for n in range(jobs)]
         run = Run(
             scenario=scenario,
@@ -192,7 +199,7 @@ class Bench:
             rep=rep,
             jobs=jobs,
             seconds=seconds,
-            rate=jobs / seconds,
+            rate=done / seconds,
             activity=activity_dict(activity, window),
             latencies_ns=[] if "burndown" in scenario else latencies,
             extra={
@@ -201,6 +208,8 @@ class Bench:
                 "producer_s": producer["seconds"],
                 "producer_late_ms": producer["late_ms"],
                 "offered_rate": rate,
+                #: From the producer's last commit until every job was finished.
+                "tail_s": (done_ns - last_commit) / 1e9,
                 **({"offered": f"{rate:g}" if rate else "max"} if scenario == "sustained" else {}),
             },
         )
