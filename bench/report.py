@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from measure import summary_ms
-from scenarios import Bench, Run, medians
+from scenarios import Bench, Run, grouped
 
 #: The targets of issue #6 for django-jobq (the report marks each met or missed).
 TARGET_PICKUP_P99_MS = 50.0
@@ -78,7 +78,7 @@ def table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def groups_of(bench: Bench, scenario: str) -> list[tuple[Key, list[Run]]]:
-    return [(key, runs) for key, runs in medians(bench.runs).items() if key[0] == scenario]
+    return [(key, runs) for key, runs in grouped(bench.runs).items() if key[0] == scenario]
 
 
 def scenario_tables(bench: Bench) -> list[str]:

@@ -25,6 +25,7 @@ import os
 import signal
 import subprocess
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -205,7 +206,8 @@ def config_map(
         parser.error(str(exc))
 
 
-def setup_lines(facts: Any, args: argparse.Namespace) -> list[str]:
+def setup_lines(facts: Any, args: argparse.Namespace, load: Sequence[float]) -> list[str]:
+    """The report's setup section; ``load`` is the host's load average at the start."""
     from importlib.metadata import version
 
     from systems import jobq_worker_has_processes_option
@@ -217,7 +219,6 @@ def setup_lines(facts: Any, args: argparse.Namespace) -> list[str]:
         else "not supported (the harness starts N jobq_worker processes)"
     )
     packages = ("Django", "psycopg", "procrastinate", "django-tasks", "django-tasks-db")
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (0, 0, 0)
     return [
         f"- machine: {facts.cpu_model}; {facts.logical_cpus} logical CPUs; "
         f"load average at the start {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} "
@@ -262,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, interrupt)
     started = time.monotonic()
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S") + ("-quick" if args.quick else "")
     work_dir = Path(tempfile.mkdtemp(prefix="jobq-bench-"))
     bench = Bench(args, work_dir)
@@ -292,12 +294,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         status = 130
+    except Exception:  # a harness bug: still write the report of what ran
+        traceback.print_exc()
+        status = 1
     elapsed = time.monotonic() - started
     title = (
         f"django-jobq benchmarks, {stamp} ({'--quick' if args.quick else 'full'} run, "
         f"{elapsed / 60:.1f} min{', FAILED' if status else ''})"
     )
-    text = report.markdown(bench, setup_lines(facts, args), title)
+    text = report.markdown(bench, setup_lines(facts, args, load), title)
     print(text)
     chart = report.save(bench, text, args.results_dir, stamp, {"argv": argv, "elapsed_s": elapsed})
     print(f"report: {chart.with_suffix('.md')}\nchart: {chart}", file=sys.stderr)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -98,11 +97,7 @@ class Bench:
         return self.systems[name]
 
     def entries(self, names: Sequence[str], configs: dict[str, list[WorkerConfig]]) -> list[Entry]:
-        return [
-            Entry(self.system(name), config)
-            for name in names
-            for config in configs.get(name, configs.get(name.split("-")[0], []))
-        ]
+        return [Entry(self.system(name), config) for name in names for config in configs[name]]
 
     def check_alone(self, system: System, conn: Any) -> None:
         try:
@@ -190,6 +185,7 @@ class Bench:
         else:  # an unpaced producer: from its first commit to the last job finished
             seconds = (done_ns - first_commit) / 1e9
             done = jobs
+        seconds = max(seconds, 1e-6)  # a paced run of a single transaction has no window
         latencies = [starts[n] - commits[n] for n in range(jobs)]
         run = Run(
             scenario=scenario,
@@ -208,7 +204,7 @@ class Bench:
                 "producer_s": producer["seconds"],
                 "producer_late_ms": producer["late_ms"],
                 "offered_rate": rate,
-                #: From the producer's last commit until every job was finished.
+                # From the producer's last commit until every job was finished.
                 "tail_s": (done_ns - last_commit) / 1e9,
                 **({"offered": f"{rate:g}" if rate else "max"} if scenario == "sustained" else {}),
             },
@@ -234,15 +230,19 @@ class Bench:
             "--out",
             str(out),
         ]
-        result = subprocess.run(
-            command,
-            env=system.env(),
-            cwd=REPO_DIR,
-            capture_output=True,
-            text=True,
-            timeout=120 + jobs / SLOWEST_RATE,
-            check=False,
-        )
+        timeout = 120 + jobs / SLOWEST_RATE
+        try:
+            result = subprocess.run(
+                command,
+                env=system.env(),
+                cwd=REPO_DIR,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise HarnessError(f"the producer did not finish within {timeout:.0f} s") from None
         if result.returncode:
             raise HarnessError(f"producer failed:\n{result.stdout}\n{result.stderr[-3000:]}")
         summary: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
@@ -482,13 +482,9 @@ def progress(run: Run, reps: int) -> None:
     )
 
 
-def medians(runs: Sequence[Run]) -> dict[tuple[str, str, str, str], list[Run]]:
+def grouped(runs: Sequence[Run]) -> dict[tuple[str, str, str, str], list[Run]]:
     """Runs grouped by (scenario, system, config, offered rate), in first-seen order."""
     groups: dict[tuple[str, str, str, str], list[Run]] = {}
     for run in runs:
         groups.setdefault(run.key, []).append(run)
     return groups
-
-
-def median_rate(runs: Sequence[Run]) -> float:
-    return statistics.median(run.rate for run in runs)

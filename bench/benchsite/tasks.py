@@ -2,7 +2,7 @@
 django_jobq.tasks_backend.JobqBackend): one function for both backends."""
 
 try:  # Django 6+
-    from django.tasks import task  # type: ignore[import-not-found,unused-ignore]
+    from django.tasks import task
 except ImportError:  # Django 5.2 with the django-tasks backport
     from django_tasks import task
 
