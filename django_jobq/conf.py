@@ -53,10 +53,10 @@ from django.core.exceptions import ImproperlyConfigured
 
 #: Queue names: a letter or digit, then letters, digits, ``_ . -``; at most 63 characters
 #: (PostgreSQL's identifier length, so a queue name can always become a channel name).
-QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$")
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}\Z")
 #: Kind names: a dotted Python path such as ``shop.jobs.send_receipt`` or any name given
 #: with ``@job(name=...)`` made of letters, digits and ``_ . : -``; at most 200 characters.
-KIND_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:\-]{0,199}$")
+KIND_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:\-]{0,199}\Z")
 #: The keys of one ``JOBQ['SCHEDULES']`` entry; ``kind`` and ``cron`` are required.
 SCHEDULE_KEYS = frozenset({"kind", "cron", "timezone", "payload", "catch_up"})
 #: The most missed ticks of one schedule enqueued at once (a schedule's ``catch_up``).

@@ -15,16 +15,15 @@
 =====================  ==================================================  ===================
 signal                 sent                                                keyword arguments
 =====================  ==================================================  ===================
-``job_started``        on the handler thread, just before the handler      ``job, worker_id``
+``job_started``        on the handler thread, just before the handler      ``job``
                        runs
-``job_succeeded``      after the ack is recorded (or the handler's         ``job, worker_id,
-                       ``ctx.atomic()`` committed it)                      duration``
-``job_failed``         after a retry is recorded: the handler raised and   ``job, worker_id,
-                       the job will run again                              duration, error,
-                                                                           retry_delay``
-``job_dead_lettered``  after the job moved to the dead letters (a final    ``job, worker_id,
-                       failure, or dead-lettered unrun: expired, unknown   duration, reason,
-                       kind, lease lapsed on its last attempt)             error``
+``job_succeeded``      after the ack is recorded (or the handler's         ``job, duration``
+                       ``ctx.atomic()`` committed it)
+``job_failed``         after a retry is recorded: the handler raised and   ``job, duration,
+                       the job will run again                              error, retry_delay``
+``job_dead_lettered``  after the job moved to the dead letters (a final    ``job, duration,
+                       failure, or dead-lettered unrun: expired, unknown   reason, error``
+                       kind, lease lapsed on its last attempt)
 =====================  ==================================================  ===================
 
 Each outcome the worker records sends exactly one of the last three; an outcome it cannot

@@ -566,11 +566,13 @@ DEAD_LETTER_TASK_JOB = _DEAD_LETTER_TASK_JOB_TEMPLATE.format(insert_dead_letter=
 DATABASE_NOW = "SELECT now()"
 
 # The state of every queue holding live jobs, read in one snapshot:
-#   - ``ready``: ready and due now; ``scheduled``: ready, ``run_at`` in the future;
-#     ``running``: leased (including leases that lapsed and await a reclaim);
-#   - ``oldest_ready_age``: seconds the longest-waiting ready, due job has waited since it
-#     became claimable, ``GREATEST(run_at, created_at)`` (as for the claim's pickup
-#     latency); NULL when no job is due.
+#   - ``ready``: claimable now: ready and due, or running with a lapsed lease (its worker
+#     died or stalled; the next claim takes it); ``scheduled``: ready, ``run_at`` in the
+#     future; ``running``: leased, the lease not lapsed;
+#   - ``oldest_ready_age``: seconds the longest-waiting claimable job has waited since it
+#     became claimable: ``GREATEST(run_at, created_at)`` for a ready job, its
+#     ``lease_deadline`` for a lapsed lease (as for the claim's pickup latency); NULL when
+#     nothing is claimable. The lapsed leases' deadlines come from ``jobq_job_lease_idx``.
 # The counts read every live row (a parallel sequential scan: about 0.3 s per million live
 # jobs on a small server; see bench/README.md). The oldest age costs a few index seeks
 # whatever the depth: a loose index scan of ``jobq_job_claim_idx`` (queue, priority DESC,
@@ -616,17 +618,26 @@ WITH RECURSIVE pairs AS (
           AND job.run_at >= first.run_at AND job.run_at < LEAST(first.since, now())
     ) AS earlier
     GROUP BY pairs.queue
+), lapsed AS (
+    SELECT queue, min(lease_deadline) AS since FROM jobq_job
+    WHERE status = 'running' AND lease_deadline < now()
+    GROUP BY queue
 ), depths AS (
     SELECT queue,
-           count(*) FILTER (WHERE status = 'ready' AND run_at <= now()) AS ready,
+           count(*) FILTER (WHERE status = 'ready' AND run_at <= now()
+                            OR status = 'running' AND lease_deadline < now()) AS ready,
            count(*) FILTER (WHERE status = 'ready' AND run_at > now()) AS scheduled,
-           count(*) FILTER (WHERE status = 'running') AS running
+           count(*) FILTER (WHERE status = 'running'
+                            AND (lease_deadline < now()) IS NOT TRUE) AS running
     FROM jobq_job
     GROUP BY queue
 )
 SELECT depths.queue, depths.ready, depths.scheduled, depths.running,
-       EXTRACT(EPOCH FROM now() - oldest.since)::float8 AS oldest_ready_age
-FROM depths LEFT JOIN oldest ON oldest.queue = depths.queue
+       EXTRACT(EPOCH FROM now() - LEAST(oldest.since, lapsed.since))::float8
+           AS oldest_ready_age
+FROM depths
+LEFT JOIN oldest ON oldest.queue = depths.queue
+LEFT JOIN lapsed ON lapsed.queue = depths.queue
 """
 
 #: Every queue's depth by state and its oldest ready age (see above), ordered by queue.

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hmac
 
 from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -42,9 +43,13 @@ def _access(request: HttpRequest) -> int:
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return 401
-    return 200 if user.is_active and user.is_staff else 403
+    # Staff who may see the jobs and the dead letters (the dashboard's permissions).
+    allowed = user.is_active and user.is_staff
+    allowed = allowed and user.has_perms(["django_jobq.view_job", "django_jobq.view_deadletter"])
+    return 200 if allowed else 403
 
 
+@csrf_exempt  # read-only (GET and HEAD only): other methods get 405, not a CSRF 403
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
     """The database gauges in the text exposition format; 401 or 403 as above."""

@@ -154,6 +154,9 @@ def circular():
         (lambda: enqueue("some.kind", ["not", "a", "dict"]), TypeError, "must be a dict"),
         (lambda: record.enqueue(), TypeError, "missing a required argument: 'label'"),
         (lambda: record.using(queue="no spaces").enqueue("x"), ValueError, "invalid queue"),
+        # "$" would match before a final newline; the names are anchored at the very end.
+        (lambda: record.using(queue="default\n").enqueue("x"), ValueError, "invalid queue"),
+        (lambda: enqueue("some.kind\n", {}), ValueError, "invalid job kind"),
         (lambda: record.using(queue="").enqueue("x"), ValueError, "invalid queue"),
         (lambda: enqueue("bad kind!", {}), ValueError, "invalid job kind"),
         (lambda: record.using(delay=-1).enqueue("x"), ValueError, "delay must be at least 0 s"),

@@ -55,7 +55,11 @@ def uncached(settings):
 
 @pytest.fixture
 def staff_client(client, django_user_model):
-    client.force_login(django_user_model.objects.create_user("ops", is_staff=True))
+    user = django_user_model.objects.create_user("ops", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(codename__in=["view_job", "view_deadletter"])
+    )
+    client.force_login(user)
     return client
 
 
@@ -108,6 +112,21 @@ def test_a_job_enqueued_with_a_past_run_at_waits_from_its_enqueue(staff_client):
     assert 30 <= gamma.value < 30 + AGE_TOLERANCE
 
 
+def test_a_job_whose_lease_lapsed_is_ready_and_waits_from_its_deadline(staff_client):
+    # What a SIGKILLed worker leaves: claimable again, so waiting, since the deadline passed.
+    JobFactory(
+        queue="orphaned",
+        status="running",
+        attempts=1,
+        lease_deadline=timezone.now() - timedelta(seconds=100),
+    )
+    samples = parse(staff_client.get(URL))
+    assert sample(samples, "jobq_queue_jobs", queue="orphaned", state="ready") == 1
+    assert sample(samples, "jobq_queue_jobs", queue="orphaned", state="running") == 0
+    age = sample(samples, "jobq_queue_oldest_ready_age_seconds", queue="orphaned")
+    assert 100 <= age < 100 + AGE_TOLERANCE
+
+
 def test_a_queue_without_due_jobs_has_an_oldest_ready_age_of_zero(staff_client):
     JobFactory(queue="later", run_at=timezone.now() + timedelta(hours=1))
     samples = parse(staff_client.get(URL))
@@ -155,5 +174,12 @@ def test_without_a_configured_token_no_bearer_token_is_accepted(client):
     assert response.status_code == 401
 
 
-def test_only_get_is_allowed(staff_client):
+def test_staff_without_the_view_permissions_are_refused(client, django_user_model):
+    # The gauges list dead letters: the dashboard's permissions apply.
+    client.force_login(django_user_model.objects.create_user("intern", is_staff=True))
+    assert client.get(URL).status_code == 403
+
+
+def test_only_get_is_allowed_even_without_a_csrf_token(staff_client):
+    staff_client.handler.enforce_csrf_checks = True
     assert staff_client.post(URL).status_code == 405
