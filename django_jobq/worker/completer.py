@@ -10,7 +10,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .. import leases
+from .. import faults, leases
 from .executor import Action, Outcome
 
 logger = logging.getLogger("django_jobq.worker")
@@ -35,7 +35,11 @@ class Completer:
 
     def complete(self, outcomes: Sequence[Outcome]) -> None:
         succeeded = [o for o in outcomes if o.action is Action.ACK]
+        if succeeded:
+            faults.reached("after_handler")
         acked = leases.ack_many(self._cursor, [o.job.lease for o in succeeded])
+        if acked:
+            faults.reached("after_ack")
         for outcome in succeeded:
             self._log(outcome, "succeeded", "", applied=outcome.job.id in acked)
             self.tally.succeeded += outcome.job.id in acked

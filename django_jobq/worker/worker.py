@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from .. import db, leases, registry, sql
+from .. import db, faults, leases, registry, sql
 from ..conf import get_settings
 from .completer import Completer, Tally
 from .executor import ExecutorPool, Outcome
@@ -226,9 +226,12 @@ class Worker:
                     if self._scheduler is not None:
                         self._scheduler.run_if_due()
                     limit = min(self.batch_size, capacity - outstanding)
+                    faults.reached("before_claim")
                     jobs = leases.claim(
                         cursor, worker_id=self.worker_id, limit=limit, queues=self.queues
                     )
+                    if jobs:
+                        faults.reached("after_claim")
                     for job in jobs:
                         pool.submit(self._hold(job))
                     outstanding += len(jobs)

@@ -1,0 +1,168 @@
+"""``manage.py jobq_chaos``: the chaos suite against this project's queue database.
+
+Test-only: run it on a development or CI database. See docs/guarantees.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+from argparse import ArgumentParser
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ...chaos.run import ChaosConfig, ChaosRefused, run
+from ...chaos.verdict import Report
+from ..tables import write_table
+
+
+class Command(BaseCommand):
+    help = (
+        "Chaos test (never on a production database): run jobs under worker processes that "
+        "are SIGKILLed at every crash point, with connections terminated and optionally a "
+        "PostgreSQL restart; print a report and exit 1 if a job was lost or an effect "
+        "duplicated beyond what the design allows."
+    )
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        defaults = ChaosConfig()
+        parser.add_argument(
+            "--jobs",
+            type=int,
+            default=defaults.jobs,
+            help="Jobs (default %(default)s), half of each kind.",
+        )
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=defaults.workers,
+            help="Worker processes kept running (default %(default)s).",
+        )
+        parser.add_argument(
+            "--kills",
+            type=int,
+            default=defaults.kills,
+            help="Workers killed at crash points (default %(default)s).",
+        )
+        parser.add_argument(
+            "--seed",
+            type=int,
+            default=defaults.seed,
+            help="Seed of the fault plan (default %(default)s).",
+        )
+        parser.add_argument(
+            "--terminations",
+            type=int,
+            default=defaults.terminations,
+            help="Worker connections ended with pg_terminate_backend (default %(default)s).",
+        )
+        parser.add_argument(
+            "--restart-command",
+            default="",
+            metavar="COMMAND",
+            help="A command that restarts PostgreSQL, run once mid-run (split like a shell "
+            "command line, run without a shell).",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=int,
+            default=defaults.concurrency,
+            help="Handler threads per worker (default %(default)s).",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=int,
+            default=defaults.batch_size,
+            help="Jobs per claim (default %(default)s).",
+        )
+        parser.add_argument(
+            "--visibility-timeout",
+            type=float,
+            default=defaults.visibility_timeout,
+            metavar="SECONDS",
+            help="Visibility timeout of the chaos jobs (default %(default)s).",
+        )
+        parser.add_argument(
+            "--keep", action="store_true", help="Keep the run's rows and logs even if it passes."
+        )
+        parser.add_argument("--json", action="store_true", help="Print the report as JSON.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            config = ChaosConfig(
+                jobs=options["jobs"],
+                workers=options["workers"],
+                kills=options["kills"],
+                seed=options["seed"],
+                terminations=options["terminations"],
+                restart_command=tuple(shlex.split(options["restart_command"])),
+                concurrency=options["concurrency"],
+                batch_size=options["batch_size"],
+                visibility_timeout=options["visibility_timeout"],
+                keep=options["keep"],
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        try:
+            report = run(config, say=lambda line: self.stderr.write(line))
+        except ChaosRefused as exc:
+            raise CommandError(f"refused: {exc}") from None
+        if options["json"]:
+            self.stdout.write(json.dumps({**dataclasses.asdict(report), "ok": report.ok}, indent=2))
+        else:
+            self._write_report(report, config)
+        if not report.ok:
+            raise CommandError("chaos run failed: " + "; ".join(report.problems))
+
+    def _write_report(self, report: Report, config: ChaosConfig) -> None:
+        self.stdout.write(
+            f"chaos run: seed {report.seed}, {report.jobs} jobs, {report.workers} workers "
+            f"(concurrency {config.concurrency}, batch size {config.batch_size}), visibility "
+            f"timeout {config.visibility_timeout:g} s\n"
+        )
+        write_table(
+            self.stdout,
+            ("fault", "times", "external effects left unacked"),
+            [
+                (cause, str(times), str(unacked))
+                for cause, (times, unacked) in report.faults.items()
+            ],
+            right_aligned={1, 2},
+        )
+        self.stdout.write("")
+        write_table(
+            self.stdout,
+            ("check", "result"),
+            [
+                ("jobs finished", f"{report.finished} of {report.jobs}"),
+                ("lost", str(report.lost)),
+                (
+                    "still queued",
+                    f"{report.still_queued} ({report.lapsed_leases} running with a lapsed lease)",
+                ),
+                (
+                    "dead letters",
+                    f"{report.dead_letters} ({report.dead_letters_explained} with every "
+                    f"attempt ended by a fault)",
+                ),
+                (
+                    "transactional duplicates",
+                    f"{report.transactional_duplicates} ({report.business_rows} business rows, "
+                    f"{report.dedup_keys} dedup keys, {report.transactional_jobs} jobs)",
+                ),
+                (
+                    "external duplicates",
+                    f"{report.external_duplicates} ({report.effects} effects for "
+                    f"{report.external_jobs} jobs; bound {report.per_death_bound} per worker "
+                    f"death: {report.duplicate_bound})",
+                ),
+                ("unexplained duplicates", str(report.unexplained_duplicates)),
+                ("kills", f"{report.kills} of {report.kills_planned} planned"),
+                ("wall time", f"{report.wall_seconds:.1f} s"),
+                ("result", "PASS" if report.ok else "FAIL"),
+            ],
+        )
+        for note in report.notes:
+            self.stdout.write(f"note: {note}")
