@@ -187,7 +187,8 @@ def _judge_external(
     left_by: Counter[int] = Counter()  # unacked effects per dead process
     unexplained: list[Effect] = []
     for job_id in jobs:
-        acked = max(e.attempt for e in by_job[job_id]) if job_id in finished else None
+        attempts = [e.attempt for e in by_job[job_id]]
+        acked = max(attempts, default=None) if job_id in finished else None
         for effect in by_job[job_id]:
             if effect.attempt == acked:
                 continue

@@ -8,14 +8,11 @@ The full run is ``manage.py jobq_chaos`` (2,000 jobs, 4 workers, 50 kills by def
 import dataclasses
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
-from io import StringIO
 
 import pytest
-from django.core.management import call_command
 
 from django_jobq import faults
 from django_jobq.chaos.handlers import QUEUE
@@ -26,8 +23,8 @@ from tests.conftest import REPO_ROOT
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
-#: The short run: two kills at each crash point.
-SHORT = ChaosConfig(jobs=240, workers=3, kills=12, terminations=3, seed=7, visibility_timeout=2)
+#: The short run: a kill at each crash point, and two terminated connections.
+SHORT = ChaosConfig(jobs=200, workers=3, kills=6, terminations=2, seed=7, visibility_timeout=2)
 #: Seeds that once failed, each rerun in full as a regression test. None has failed so far;
 #: add a failing seed here (with the date and what broke) before fixing the bug.
 REGRESSION_SEEDS: list[int] = []
@@ -46,7 +43,7 @@ def planned_kills(config):
 
 
 def test_the_plan_shares_the_kills_out_evenly_among_the_crash_points():
-    assert planned_kills(SHORT) == dict.fromkeys(faults.POINTS, 2)
+    assert planned_kills(SHORT) == dict.fromkeys(faults.POINTS, 1)
     assert sorted(planned_kills(dataclasses.replace(SHORT, kills=50)).values()) == [8] * 4 + [9] * 2
 
 
@@ -95,8 +92,8 @@ def test_workers_finish_every_job_through_a_postgresql_restart(postgres_cluster)
     }
     manage = [sys.executable, str(REPO_ROOT / "testproject" / "manage.py")]
     subprocess.run([*manage, "migrate", "django_jobq", "-v", "0"], env=env, check=True)
-    arguments = ["--jobs", "160", "--workers", "3", "--kills", "4", "--terminations", "2"]
-    arguments += ["--concurrency", "2", "--seed", "3", "--json"]
+    arguments = ["--jobs", "120", "--workers", "3", "--kills", "2", "--terminations", "2"]
+    arguments += ["--concurrency", "2", "--seed", "3", "--visibility-timeout", "2", "--json"]
     done = subprocess.run(
         [
             *manage,
@@ -117,21 +114,9 @@ def test_workers_finish_every_job_through_a_postgresql_restart(postgres_cluster)
     report = json.loads(done.stdout)
     assert report["ok"]
     assert report["faults"]["restart"][0] == 1
-    assert report["kills"] == 4
-    assert (report["finished"], report["lost"], report["still_queued"]) == (160, 0, 0)
+    assert report["kills"] == 2
+    assert (report["finished"], report["lost"], report["still_queued"]) == (120, 0, 0)
     assert report["business_rows"] == report["dedup_keys"] == report["transactional_jobs"]
     assert report["transactional_duplicates"] == report["unexplained_duplicates"] == 0
     # The restart cut every worker's connections: today a worker exits then (and is replaced).
     assert any(cause.startswith("exited") for cause in report["faults"])
-
-
-def test_the_command_prints_the_report_table():
-    out, err = StringIO(), StringIO()
-    arguments = ["--jobs", "20", "--workers", "1", "--kills", "1", "--terminations", "0"]
-    call_command("jobq_chaos", *arguments, stdout=out, stderr=err)
-    assert "20 jobs enqueued" in err.getvalue()
-    for point in faults.POINTS:  # one row per crash point: times, effects left unacked
-        assert re.search(rf"^{point} +\d+ +\d+$", out.getvalue(), re.MULTILINE)
-    assert re.search(r"^kills +1 of 1 planned$", out.getvalue(), re.MULTILINE)
-    assert re.search(r"^jobs finished +20 of 20$", out.getvalue(), re.MULTILINE)
-    assert re.search(r"^result +PASS$", out.getvalue(), re.MULTILINE)
