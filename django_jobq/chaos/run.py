@@ -35,7 +35,7 @@ from ..enqueueing import enqueue_many
 from ..models import DeadLetter, DedupKey, Job
 from . import handlers
 from .handlers import EFFECT_LOG_ENV, QUEUE
-from .plan import make_plan
+from .plan import Plan, make_plan
 from .supervisor import Supervisor
 from .verdict import Report, judge
 from .worker import DATABASE_ENV
@@ -73,6 +73,17 @@ class ChaosConfig:
     stall_timeout: float = 120.0
     keep: bool = False
 
+    def plan(self) -> Plan:
+        """The seeded fault plan of a run with this configuration."""
+        return make_plan(
+            seed=self.seed,
+            jobs=self.jobs,
+            kills=self.kills,
+            workers=self.workers,
+            terminations=self.terminations,
+            restart=bool(self.restart_command),
+        )
+
     def __post_init__(self) -> None:
         for name in ("jobs", "workers", "concurrency", "batch_size", "max_attempts"):
             if getattr(self, name) < 1:
@@ -99,14 +110,6 @@ def run(config: ChaosConfig, *, say: Callable[[str], None] = lambda line: None) 
     run_dir = Path(tempfile.mkdtemp(prefix="jobq-chaos-"))
     effect_log = run_dir / "effects.log"
     enqueued = _enqueue(config)
-    plan = make_plan(
-        seed=config.seed,
-        jobs=config.jobs,
-        kills=config.kills,
-        workers=config.workers,
-        terminations=config.terminations,
-        restart=bool(config.restart_command),
-    )
     supervisor = Supervisor(
         workers=config.workers,
         worker_args=[
@@ -114,7 +117,7 @@ def run(config: ChaosConfig, *, say: Callable[[str], None] = lambda line: None) 
             *("--concurrency", str(config.concurrency), "--batch-size", str(config.batch_size)),
         ],
         env=_worker_env(alias, effect_log),
-        plan=plan,
+        plan=config.plan(),
         run_dir=run_dir,
         prefix=f"chaos-{secrets.token_hex(3)}-",
         alias=alias,

@@ -16,7 +16,6 @@ import pytest
 
 from django_jobq import faults
 from django_jobq.chaos.handlers import QUEUE
-from django_jobq.chaos.plan import make_plan
 from django_jobq.chaos.run import ChaosConfig, run
 from django_jobq.models import DeadLetter, DedupKey, Job
 from tests.conftest import REPO_ROOT
@@ -31,15 +30,8 @@ REGRESSION_SEEDS: list[int] = []
 
 
 def planned_kills(config):
-    plan = make_plan(
-        seed=config.seed,
-        jobs=config.jobs,
-        kills=config.kills,
-        workers=config.workers,
-        terminations=config.terminations,
-        restart=bool(config.restart_command),
-    )
-    return {point: sum(c.point == point for c in plan.crashes) for point in faults.POINTS}
+    crashes = config.plan().crashes
+    return {point: sum(c.point == point for c in crashes) for point in faults.POINTS}
 
 
 def test_the_plan_shares_the_kills_out_evenly_among_the_crash_points():

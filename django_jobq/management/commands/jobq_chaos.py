@@ -17,6 +17,18 @@ from ...chaos.run import ChaosConfig, ChaosRefused, run
 from ...chaos.verdict import Report
 from ..tables import write_table
 
+#: The numeric options, named after the :class:`ChaosConfig` fields they set.
+_NUMBERS = {
+    "jobs": "Jobs, half of each kind",
+    "workers": "Worker processes kept running",
+    "kills": "Workers killed at crash points",
+    "seed": "Seed of the fault plan",
+    "terminations": "Worker connections ended with pg_terminate_backend",
+    "concurrency": "Handler threads per worker",
+    "batch_size": "Jobs per claim",
+    "visibility_timeout": "The chaos jobs' visibility timeout",
+}
+
 
 class Command(BaseCommand):
     help = (
@@ -28,61 +40,21 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         defaults = ChaosConfig()
-        parser.add_argument(
-            "--jobs",
-            type=int,
-            default=defaults.jobs,
-            help="Jobs (default %(default)s), half of each kind.",
-        )
-        parser.add_argument(
-            "--workers",
-            type=int,
-            default=defaults.workers,
-            help="Worker processes kept running (default %(default)s).",
-        )
-        parser.add_argument(
-            "--kills",
-            type=int,
-            default=defaults.kills,
-            help="Workers killed at crash points (default %(default)s).",
-        )
-        parser.add_argument(
-            "--seed",
-            type=int,
-            default=defaults.seed,
-            help="Seed of the fault plan (default %(default)s).",
-        )
-        parser.add_argument(
-            "--terminations",
-            type=int,
-            default=defaults.terminations,
-            help="Worker connections ended with pg_terminate_backend (default %(default)s).",
-        )
+        for name, meaning in _NUMBERS.items():
+            default = getattr(defaults, name)
+            parser.add_argument(
+                f"--{name.replace('_', '-')}",
+                type=type(default),
+                default=default,
+                metavar="SECONDS" if isinstance(default, float) else "N",
+                help=f"{meaning} (default %(default)s).",
+            )
         parser.add_argument(
             "--restart-command",
             default="",
             metavar="COMMAND",
             help="A command that restarts PostgreSQL, run once mid-run (split like a shell "
             "command line, run without a shell).",
-        )
-        parser.add_argument(
-            "--concurrency",
-            type=int,
-            default=defaults.concurrency,
-            help="Handler threads per worker (default %(default)s).",
-        )
-        parser.add_argument(
-            "--batch-size",
-            type=int,
-            default=defaults.batch_size,
-            help="Jobs per claim (default %(default)s).",
-        )
-        parser.add_argument(
-            "--visibility-timeout",
-            type=float,
-            default=defaults.visibility_timeout,
-            metavar="SECONDS",
-            help="Visibility timeout of the chaos jobs (default %(default)s).",
         )
         parser.add_argument(
             "--keep", action="store_true", help="Keep the run's rows and logs even if it passes."
@@ -92,15 +64,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             config = ChaosConfig(
-                jobs=options["jobs"],
-                workers=options["workers"],
-                kills=options["kills"],
-                seed=options["seed"],
-                terminations=options["terminations"],
+                **{name: options[name] for name in _NUMBERS},
                 restart_command=tuple(shlex.split(options["restart_command"])),
-                concurrency=options["concurrency"],
-                batch_size=options["batch_size"],
-                visibility_timeout=options["visibility_timeout"],
                 keep=options["keep"],
             )
         except ValueError as exc:
