@@ -185,7 +185,7 @@ def verdict(tmp_path, enqueued, effects=(), deaths=(), bound=2):
 
 
 def killed(pid, point="in_handler", stranded=()):
-    return Death(f"chaos-test-{pid}", pid, -9, point, 1.0, frozenset(stranded))
+    return Death(f"chaos-test-{pid}", pid, -9, point, frozenset(stranded))
 
 
 def test_the_verdict_passes_effects_repeated_only_by_dead_workers(business_table, tmp_path):

@@ -12,6 +12,7 @@ dead one lived less than a second (PostgreSQL is probably down).
 
 from __future__ import annotations
 
+import ctypes
 import re
 import signal
 import subprocess
@@ -40,11 +41,20 @@ ROLE_WAIT = 3.0
 #: Seconds workers get to stop after SIGTERM at the end, before they are killed.
 STOP_TIMEOUT = 30.0
 
+#: prctl(2) option: the signal a process gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
 #: The line :mod:`django_jobq.faults` writes before it kills the process.
 _CRASH_LINE = re.compile(rb"jobq faults: SIGKILL at (\w+)")
 #: The worker's "lease lost" warnings (heartbeat refused; outcome not recorded), see
 #: django_jobq/worker/heartbeat.py and completer.py.
 _LEASE_LOST_LINE = re.compile(r"job (\d+) \S+ attempt (\d+): (?:heartbeat refused, )?lease lost")
+
+
+def _stop_with_parent() -> None:
+    """In a new worker process, before it runs: on Linux, have the kernel SIGTERM it when
+    the chaos run dies, so a run that is itself killed leaves no workers behind."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass
@@ -73,13 +83,12 @@ class Incarnation:
 class Death:
     """A worker process that ended while jobs were running. ``crash_point`` is set when it
     died at its armed crash point; ``stranded`` holds the leases it held then (``None``
-    until the supervisor could read them); ``at`` is seconds since the run started."""
+    until the supervisor could read them)."""
 
     worker_id: str
     pid: int
     returncode: int
     crash_point: str | None
-    at: float
     stranded: frozenset[Lease] | None = None
 
     @property
@@ -94,7 +103,8 @@ class Death:
 @dataclass(frozen=True)
 class Strike:
     """A fault from outside: a terminated connection (``what`` is its application name) or a
-    PostgreSQL restart. ``progress`` is the fraction of jobs finished when it struck."""
+    PostgreSQL restart (``seconds`` it took, the command's ``returncode``). ``progress`` is the
+    fraction of jobs finished when it struck."""
 
     kind: str  # "terminate <role>" or "restart"
     what: str
@@ -129,7 +139,6 @@ class Supervisor:
         self._due_since: dict[int, float] = {}  # termination index -> when it fell due
         self._struck: set[int] = set()  # indexes of the terminations done
         self._restart_at = self.plan.restart_at if self.restart_command else None
-        self._started = time.monotonic()
 
     def run(self, total: int) -> None:
         """Supervise until the ``total`` jobs of the run have left the queue."""
@@ -186,6 +195,7 @@ class Supervisor:
             stdout=log,
             stderr=subprocess.STDOUT,
             process_group=0,  # a Ctrl-C reaches the run only, which then stops the workers
+            preexec_fn=_stop_with_parent,
         )
         incarnation = Incarnation(worker_id, crash, process, log_path, log, time.monotonic())
         self.incarnations.append(incarnation)
@@ -200,11 +210,7 @@ class Supervisor:
         if crash_point is None and incarnation.crash is not None:
             self._crashes.appendleft(incarnation.crash)  # its replacement carries the plan
         now = time.monotonic()
-        self.deaths.append(
-            Death(
-                incarnation.worker_id, incarnation.pid, returncode, crash_point, now - self._started
-            )
-        )
+        self.deaths.append(Death(incarnation.worker_id, incarnation.pid, returncode, crash_point))
         if crash_point is None and now - incarnation.started < 1.0:
             return now + RESPAWN_DELAY
         return now

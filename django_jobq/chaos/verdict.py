@@ -112,6 +112,11 @@ def judge(
     if supervisor.stalled:
         report.problems.append(f"no job finished for {supervisor.stall_timeout:g} s: stalled")
     for strike in supervisor.strikes:
+        if strike.kind == "restart":
+            report.notes.append(
+                f"PostgreSQL restarted at {strike.progress:.0%} of the jobs, "
+                f"in {strike.seconds:.1f} s"
+            )
         if strike.returncode:
             report.problems.append(f"{strike.what!r} exited {strike.returncode}")
     if report.kills < report.kills_planned:
