@@ -19,7 +19,7 @@ Durations are seconds (int or float) or ``datetime.timedelta``. ``SCHEDULES`` de
 recurring jobs (see :mod:`django_jobq.schedules`); :func:`validate` checks its shape (E006),
 and the schedules' system check its values (cron, timezone, payload: E006-E009).
 
-Every key is optional. :func:`get_settings` is read on each call (cheap), so
+Every key is optional. :func:`get_settings` notices a replaced setting on its next call, so
 ``override_settings(JOBQ=...)`` in tests takes effect at once. :func:`validate`
 powers the ``django_jobq.E00x`` system checks; :func:`get_settings` raises
 :class:`~django.core.exceptions.ImproperlyConfigured` for the same problems at run time.
@@ -68,8 +68,16 @@ class JobqSettings:
 _KNOWN_KEYS = frozenset(f.name for f in fields(JobqSettings))
 
 
+#: What ``JOBQ`` is when the project does not set it (one object, so it can be cached).
+_UNSET: dict[str, Any] = {}
+
+
 def _raw_setting() -> Any:
-    return getattr(django_settings, "JOBQ", {})
+    return getattr(django_settings, "JOBQ", _UNSET)
+
+
+#: The last resolved setting and the raw value it came from.
+_resolved: tuple[object, JobqSettings] | None = None
 
 
 #: The longest duration any option or setting accepts: 10 years, in seconds. It keeps every
@@ -182,10 +190,17 @@ def _schedules_shape(schedules: Any) -> list[tuple[str, str]]:
 def get_settings() -> JobqSettings:
     """Return the current ``JOBQ`` setting merged over the defaults.
 
+    The result is cached until ``settings.JOBQ`` is replaced (``override_settings`` replaces
+    it); a dict changed in place is not noticed.
+
     Raises:
         ImproperlyConfigured: the setting is invalid (the message is the system check's).
     """
+    global _resolved
     raw = _raw_setting()
+    cached = _resolved
+    if cached is not None and cached[0] is raw:
+        return cached[1]
     problems = validate(raw)
     if problems:
         raise ImproperlyConfigured("; ".join(f"{msg} ({check_id})" for check_id, msg in problems))
@@ -193,4 +208,6 @@ def get_settings() -> JobqSettings:
     for key in _DURATION_KEYS:
         if values.get(key) is not None:
             values[key] = duration_seconds(values[key])
-    return JobqSettings(**values)
+    resolved = JobqSettings(**values)
+    _resolved = (raw, resolved)
+    return resolved

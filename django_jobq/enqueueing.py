@@ -11,9 +11,10 @@ Usage::
 
 Transactions: when the queue's database (``JOBQ['DATABASE']``) is in an ``atomic`` block,
 the job row is written in that transaction: rolled back with it, invisible to workers until
-it commits. When it is not, but another database is (the caller's data lives elsewhere), the
-insert is deferred with ``transaction.on_commit`` on that database; a crash between that
-commit and the insert loses the job (see docs/concepts.md, "Two databases").
+it commits, when the workers are also woken (``NOTIFY``, one per queue and transaction).
+When it is not, but another database is (the caller's data lives elsewhere), the insert is
+deferred with ``transaction.on_commit`` on that database; a crash between that commit and
+the insert loses the job (see docs/concepts.md, "Two databases").
 """
 
 from __future__ import annotations
@@ -194,13 +195,39 @@ def encode_payload(payload: Any) -> str:
     """
     if not isinstance(payload, dict):
         raise TypeError(f"payload must be a dict of JSON values, not {type(payload).__name__}.")
-    found = _find_unencodable(payload, "payload")
-    if found:
-        path, problem = found
-        raise TypeError(
-            f"{path}: {problem}. Job payloads are JSON; pass ids or plain values instead."
+    try:
+        text = json.dumps(payload, cls=DjangoJSONEncoder, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        text = None
+    # The walk that names the offending value runs only when something is wrong: encoding
+    # failed, the text has an escape jsonb may reject (NUL; a surrogate, which is fine only
+    # in a valid pair, as ``json`` writes characters beyond the BMP), a key is not a str
+    # (``json`` would turn ints and None into strings), or the nesting is too deep.
+    suspect = text is None or "\\u0000" in text or "\\ud" in text
+    if suspect or not _plain(payload):
+        found = _find_unencodable(payload, "payload")
+        if found:
+            path, problem = found
+            raise TypeError(
+                f"{path}: {problem}. Job payloads are JSON; pass ids or plain values instead."
+            )
+    if text is None:  # the walk names the culprit in every case known; this is a backstop
+        raise TypeError("payload cannot be encoded as JSON.")
+    return text
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Whether every dict key at any depth is a str and nesting stays within
+    :data:`_MAX_DEPTH`: what the encoding alone does not check."""
+    if depth > _MAX_DEPTH:
+        return False
+    if isinstance(value, dict):
+        return all(isinstance(key, str) for key in value) and all(
+            _plain(item, depth + 1) for item in value.values()
         )
-    return json.dumps(payload, cls=DjangoJSONEncoder, allow_nan=False)
+    if isinstance(value, list | tuple):
+        return all(_plain(item, depth + 1) for item in value)
+    return True
 
 
 def _aware(name: str, moment: datetime) -> datetime:
@@ -386,7 +413,7 @@ def _insert(alias: str, jobs: Sequence[PreparedJob]) -> list[Job]:
     }
     connection = connections[alias]
     with connection.cursor() as cursor:
-        cursor.execute(sql.INSERT_JOBS, columns)
+        cursor.execute(sql.INSERT_JOBS, {**columns, "channel": sql.WAKE_CHANNEL})
         names = [column.name for column in cursor.description][:-1]  # drop "inserted"
         rows = cursor.fetchall()
     saved = _jobs_from_rows(alias, names, [row[:-1] for row in rows])
@@ -395,16 +422,24 @@ def _insert(alias: str, jobs: Sequence[PreparedJob]) -> list[Job]:
 
 def _jobs_from_rows(alias: str, names: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[Job]:
     """Build :class:`Job` objects from ``RETURNING *`` rows, converting values as the ORM
-    does (each column's ``from_db_value``, looked up once for all rows)."""
+    does (each column's ``from_db_value``, looked up once for all rows).
+
+    ``RETURNING *`` yields the table's column order, which differs from the model's field
+    order once a migration adds a column; values are put in field order by name.
+    """
     connection = connections[alias]
-    converters = [getattr(Job._meta.get_field(name), "from_db_value", None) for name in names]
+    fields = Job._meta.concrete_fields
+    position: dict[str | None, int] = {name: index for index, name in enumerate(names)}
+    order = [position[field.column] for field in fields]
+    converters = [getattr(field, "from_db_value", None) for field in fields]
+    attnames = [field.attname for field in fields]
     return [
         Job.from_db(
             alias,
-            list(names),
+            attnames,
             [
-                convert(value, None, connection) if convert else value
-                for convert, value in zip(converters, row, strict=True)
+                convert(row[index], None, connection) if convert else row[index]
+                for convert, index in zip(converters, order, strict=True)
             ],
         )
         for row in rows

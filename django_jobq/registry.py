@@ -8,6 +8,7 @@ kind; nothing is ever imported from a name found in the database.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,7 +57,7 @@ class JobDefinition:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
 
-    @property
+    @functools.cached_property
     def signature(self) -> inspect.Signature:
         """The handler's parameters that the payload fills (the context one left out)."""
         signature = inspect.signature(self.func)

@@ -21,24 +21,46 @@ from __future__ import annotations
 #: committed in between. The caller removes duplicate keys within one batch first (one
 #: statement may not update a row twice). RETURNING yields one row per input row, in input
 #: order (as Django's ``bulk_create`` relies on); ``inserted`` is false for existing jobs.
+#: The same statement wakes the workers: one ``pg_notify`` on ``%(channel)s`` per distinct
+#: queue that got a new job, the payload naming the queue (the uncorrelated subquery in the
+#: WHERE runs once, before the first row). Notifications are delivered at commit, never for a
+#: rollback, and PostgreSQL folds identical ones of one transaction into one, so enqueueing in
+#: a loop inside ``atomic()`` still sends one per queue.
 INSERT_JOBS = """
-INSERT INTO jobq_job (queue, kind, payload, priority, run_at, expires_at, max_attempts,
-                      visibility_timeout, idempotency_key)
-SELECT queue, kind, payload, priority,
-       COALESCE(run_at, now() + make_interval(secs => delay_seconds)),
-       COALESCE(expires_at, now() + make_interval(secs => expires_after_seconds)),
-       max_attempts, make_interval(secs => visibility_timeout_seconds), idempotency_key
-FROM unnest(%(queue)s::text[], %(kind)s::text[], %(payload)s::jsonb[], %(priority)s::integer[],
-            %(run_at)s::timestamptz[], %(delay_seconds)s::float8[],
-            %(expires_at)s::timestamptz[], %(expires_after_seconds)s::float8[],
-            %(max_attempts)s::integer[], %(visibility_timeout_seconds)s::float8[],
-            %(idempotency_key)s::text[])
-     AS input(queue, kind, payload, priority, run_at, delay_seconds, expires_at,
-              expires_after_seconds, max_attempts, visibility_timeout_seconds, idempotency_key)
-ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL
-DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
-RETURNING *, (xmax = 0) AS inserted
+WITH saved AS (
+    INSERT INTO jobq_job (queue, kind, payload, priority, run_at, expires_at, max_attempts,
+                          visibility_timeout, idempotency_key)
+    SELECT queue, kind, payload, priority,
+           COALESCE(run_at, now() + make_interval(secs => delay_seconds)),
+           COALESCE(expires_at, now() + make_interval(secs => expires_after_seconds)),
+           max_attempts, make_interval(secs => visibility_timeout_seconds), idempotency_key
+    FROM unnest(%(queue)s::text[], %(kind)s::text[], %(payload)s::jsonb[],
+                %(priority)s::integer[], %(run_at)s::timestamptz[], %(delay_seconds)s::float8[],
+                %(expires_at)s::timestamptz[], %(expires_after_seconds)s::float8[],
+                %(max_attempts)s::integer[], %(visibility_timeout_seconds)s::float8[],
+                %(idempotency_key)s::text[])
+         AS input(queue, kind, payload, priority, run_at, delay_seconds, expires_at,
+                  expires_after_seconds, max_attempts, visibility_timeout_seconds,
+                  idempotency_key)
+    ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL
+    DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key
+    RETURNING *, (xmax = 0) AS inserted
+), woken AS (
+    SELECT pg_notify(%(channel)s, queue)
+    FROM (SELECT DISTINCT queue FROM saved WHERE inserted) AS queues
+)
+SELECT * FROM saved
+WHERE (SELECT count(*) FROM woken) >= 0
 """
+
+#: The channel ``INSERT_JOBS`` notifies: one channel (not one per queue), so a worker that
+#: serves every queue can listen without knowing their names; the payload is the queue.
+WAKE_CHANNEL = "jobq"
+#: Subscribe the worker's listener connection to ``WAKE_CHANNEL`` (LISTEN takes no
+#: parameters; the channel is the constant above).
+LISTEN_WAKE = f'LISTEN "{WAKE_CHANNEL}"'
+#: A round trip that does nothing: surfaces a connection the server has closed.
+PING = "SELECT 1"
 
 # -- claim ---------------------------------------------------------------------------------
 

@@ -217,3 +217,44 @@ def test_sql_names_the_model_tables():
 
 def test_psycopg_is_version_3():
     assert psycopg.__version__.split(".")[0] == "3"
+
+
+def test_with_a_million_jobs_every_claim_is_an_index_scan(connect):
+    # 1,000,000 rows: 40 % ready now, 30 % scheduled for later, 30 % running (half of them
+    # with lapsed leases), over 10 queues and 3 priorities.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO jobq_job (queue, kind, payload, priority, run_at, max_attempts, "
+            "visibility_timeout, status, lease_deadline, attempts, worker_id) "
+            "SELECT 'q' || (n % 10), 'k', '{}', n % 3, "
+            "CASE WHEN n % 10 < 4 THEN now() - interval '1 minute' "
+            "     ELSE now() + n * interval '1 s' END, "
+            "5, interval '30 s', "
+            "CASE WHEN n % 10 < 7 THEN 'ready' ELSE 'running' END, "
+            "CASE WHEN n % 10 < 7 THEN NULL "
+            "     WHEN n % 2 = 0 THEN now() - interval '1 s' ELSE now() + interval '30 s' END, "
+            "CASE WHEN n % 10 < 7 THEN 0 ELSE 1 END, "
+            "CASE WHEN n % 10 < 7 THEN '' ELSE 'w' END "
+            "FROM generate_series(1, 1000000) AS n"
+        )
+        cursor.execute("ANALYZE jobq_job")
+    conn = connect()
+    for statement, params in [
+        (sql.CLAIM_JOBS_ONE_QUEUE, {"queue": "q3"}),
+        (sql.CLAIM_JOBS_ANY_QUEUE, {}),
+    ]:
+        plan = "\n".join(
+            row[0]
+            for row in conn.execute(
+                "EXPLAIN " + statement, {"limit": 100, "worker_id": "w", **params}
+            ).fetchall()
+        )
+        assert "Seq Scan" not in plan, plan
+        assert "Bitmap" not in plan, plan  # a bitmap scan reads every matching row first
+        assert "Index Scan using jobq_job_lease_idx" in plan, plan
+        assert "Index Scan using jobq_job_claim" in plan, plan
+    # And it claims what it should: lapsed leases first, then ready jobs in claim order.
+    reclaimed = leases.claim(conn.cursor(), worker_id="w2", limit=100)
+    assert [job.attempt for job in reclaimed] == [2] * 100
+    ready = leases.claim(conn.cursor(), worker_id="w2", limit=100, queues=["q3"])
+    assert [(job.attempt, job.priority) for job in ready] == [(1, 2)] * 100

@@ -23,13 +23,13 @@ def dead_letters_aged(*ages):
 @override_settings(JOBQ={"DEAD_LETTER_RETENTION": timedelta(days=7)})
 def test_dead_letters_past_their_retention_are_deleted(connect):
     _old, recent = dead_letters_aged(timedelta(days=8), timedelta(days=6))
-    Maintenance(connect()).run_if_due()
+    Maintenance().run_if_due(connect())
     assert list(DeadLetter.objects.values_list("pk", flat=True)) == [recent.pk]
 
 
 def test_without_retention_dead_letters_are_kept_forever(connect):
     dead_letters_aged(timedelta(days=3650))
-    Maintenance(connect()).run_if_due()
+    Maintenance().run_if_due(connect())
     assert DeadLetter.objects.count() == 1
 
 
@@ -38,19 +38,19 @@ def test_only_one_worker_at_a_time_runs_maintenance(connect):
     dead_letters_aged(timedelta(hours=1))
     other_worker = connect(autocommit=False)
     other_worker.execute("SELECT pg_advisory_xact_lock(%s)", [LOCK_KEY])  # busy maintaining
-    Maintenance(connect()).run_if_due()
+    Maintenance().run_if_due(connect())
     assert DeadLetter.objects.count() == 1  # skipped this round
     other_worker.rollback()
-    Maintenance(connect()).run_if_due()
+    Maintenance().run_if_due(connect())
     assert DeadLetter.objects.count() == 0
 
 
 @override_settings(JOBQ={"DEAD_LETTER_RETENTION": 60})
 def test_a_round_runs_at_most_once_per_interval(connect):
-    maintenance = Maintenance(connect())
-    maintenance.run_if_due()
+    maintenance, conn = Maintenance(), connect()
+    maintenance.run_if_due(conn)
     dead_letters_aged(timedelta(hours=1))
-    maintenance.run_if_due()  # too soon: nothing happens
+    maintenance.run_if_due(conn)  # too soon: nothing happens
     assert DeadLetter.objects.count() == 1
 
 
@@ -59,5 +59,5 @@ def test_dedup_keys_past_their_retention_are_deleted(connect):
     old = DedupKey.objects.create(kind="tests", key="old")
     recent = DedupKey.objects.create(kind="tests", key="recent")
     DedupKey.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=31))
-    Maintenance(connect()).run_if_due()
+    Maintenance().run_if_due(connect())
     assert list(DedupKey.objects.values_list("pk", flat=True)) == [recent.pk]

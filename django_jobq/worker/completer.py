@@ -7,7 +7,7 @@ matches nothing means the lease was lost (another attempt holds the job) and is 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .. import faults, leases
@@ -27,48 +27,74 @@ class Tally:
 
 
 class Completer:
-    """Records outcomes on the worker's own connection."""
+    """Records outcomes on the worker's queue connection.
 
-    def __init__(self, cursor: leases.Cursor) -> None:
-        self._cursor = cursor
+    Outcomes wait in :attr:`pending` until :meth:`flush` applies them; ``on_applied`` is
+    called with each one applied (or found to need no statement).
+    """
+
+    def __init__(self, on_applied: Callable[[Outcome], None]) -> None:
+        self._on_applied = on_applied
+        self.pending: list[Outcome] = []
         self.tally = Tally()
 
-    def complete(self, outcomes: Sequence[Outcome]) -> None:
-        succeeded = [o for o in outcomes if o.action is Action.ACK]
+    def flush(self, cursor: leases.Cursor) -> None:
+        """Apply every pending outcome: all acks in one statement, then each retry and dead
+        letter.
+
+        Raises:
+            psycopg.Error: a statement failed (e.g. the connection was lost). Outcomes not
+                applied yet stay pending for the next call; none is lost. An ack whose commit
+                happened but whose reply was lost is refused when re-sent (the job is gone)
+                and logged as a lost lease.
+        """
+        if not self.pending:
+            return
+        succeeded = [o for o in self.pending if o.action is Action.ACK]
         if succeeded:
             faults.reached("after_handler")
-        acked = leases.ack_many(self._cursor, [o.job.lease for o in succeeded])
-        if acked:
-            faults.reached("after_ack")
-        for outcome in succeeded:
-            self._log(outcome, "succeeded", "", applied=outcome.job.id in acked)
-            self.tally.succeeded += outcome.job.id in acked
+            acked = leases.ack_many(cursor, [o.job.lease for o in succeeded])
+            if acked:
+                faults.reached("after_ack")
+            for outcome in succeeded:
+                applied = outcome.job.id in acked
+                self._log(outcome, "succeeded", "", applied=applied)
+                self.tally.succeeded += applied
+            self._applied(succeeded)
+        while self.pending:
+            outcome = self.pending[0]
+            self._apply_one(cursor, outcome)
+            self._applied([outcome])
+
+    def _applied(self, outcomes: Sequence[Outcome]) -> None:
+        done = {id(outcome) for outcome in outcomes}
+        self.pending = [o for o in self.pending if id(o) not in done]
         for outcome in outcomes:
-            if outcome.action is Action.RETRY:
-                applied = leases.retry(
-                    self._cursor,
-                    *outcome.job.lease,
-                    delay=outcome.retry_delay,
-                    error=outcome.error,
-                )
-                self._log(outcome, "failed", f", retrying in {outcome.retry_delay:.3g} s", applied)
-                self.tally.retried += applied
-            elif outcome.action is Action.ACKED_BY_HANDLER:
-                self._log(outcome, "succeeded", " (acked in its transaction)", applied=True)
-                self.tally.succeeded += 1
-            elif outcome.action is Action.LEASE_LOST:
-                self._log(outcome, "rolled back", "", applied=False)
-            elif outcome.action is Action.DEAD_LETTER:
-                applied = leases.dead_letter(
-                    self._cursor,
-                    *outcome.job.lease,
-                    reason=outcome.reason,
-                    error=outcome.error,
-                    traceback=outcome.traceback,
-                    ran=outcome.ran,
-                )
-                self._log(outcome, "dead-lettered", f" ({outcome.reason})", applied)
-                self.tally.dead_lettered += applied
+            self._on_applied(outcome)
+
+    def _apply_one(self, cursor: leases.Cursor, outcome: Outcome) -> None:
+        if outcome.action is Action.RETRY:
+            applied = leases.retry(
+                cursor, *outcome.job.lease, delay=outcome.retry_delay, error=outcome.error
+            )
+            self._log(outcome, "failed", f", retrying in {outcome.retry_delay:.3g} s", applied)
+            self.tally.retried += applied
+        elif outcome.action is Action.ACKED_BY_HANDLER:
+            self._log(outcome, "succeeded", " (acked in its transaction)", applied=True)
+            self.tally.succeeded += 1
+        elif outcome.action is Action.LEASE_LOST:
+            self._log(outcome, "rolled back", "", applied=False)
+        elif outcome.action is Action.DEAD_LETTER:
+            applied = leases.dead_letter(
+                cursor,
+                *outcome.job.lease,
+                reason=outcome.reason,
+                error=outcome.error,
+                traceback=outcome.traceback,
+                ran=outcome.ran,
+            )
+            self._log(outcome, "dead-lettered", f" ({outcome.reason})", applied)
+            self.tally.dead_lettered += applied
 
     def _log(self, outcome: Outcome, what: str, detail: str, applied: bool) -> None:
         """One line per job: ``job 12 shop.jobs.x attempt 1/5 succeeded in 3.1 ms``."""

@@ -33,11 +33,15 @@ class Maintenance:
     """Call :meth:`run_if_due` from the worker's main loop; it returns at once if the
     previous round was less than :data:`INTERVAL` seconds ago."""
 
-    def __init__(self, connection: psycopg.Connection[Any]) -> None:
-        self._connection = connection
+    def __init__(self) -> None:
         self._next_round = time.monotonic()
 
-    def run_if_due(self) -> None:
+    def run_if_due(self, connection: psycopg.Connection[Any]) -> None:
+        """Run a round on ``connection`` (autocommit) if one is due.
+
+        Raises:
+            psycopg.Error: a statement failed; the round is skipped until the next interval.
+        """
         if time.monotonic() < self._next_round:
             return
         self._next_round = time.monotonic() + INTERVAL
@@ -46,15 +50,17 @@ class Maintenance:
             ("dead letters", sql.PRUNE_DEAD_LETTERS, config.DEAD_LETTER_RETENTION),
             ("dedup keys", sql.PRUNE_DEDUP_KEYS, config.DEDUP_RETENTION),
         ):
-            if retention is not None and not self._prune(what, statement, retention):
+            if retention is not None and not self._prune(connection, what, statement, retention):
                 return  # another worker holds the maintenance lock this round
 
-    def _prune(self, what: str, statement: str, retention: float) -> bool:
+    def _prune(
+        self, connection: psycopg.Connection[Any], what: str, statement: str, retention: float
+    ) -> bool:
         """Delete rows past ``retention`` seconds; ``False`` if another worker is at it."""
         pruned = 0
         for _ in range(BATCHES_PER_ROUND):
-            with self._connection.transaction():
-                cursor = self._connection.cursor()
+            with connection.transaction():
+                cursor = connection.cursor()
                 cursor.execute(sql.TRY_MAINTENANCE_LOCK, {"key": LOCK_KEY})
                 row = cursor.fetchone()
                 if not (row and row[0]):

@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
 from .. import schedules
 
 logger = logging.getLogger("django_jobq.worker")
+
+#: How long a scheduler waits before trying again after a database error. A missed tick is
+#: not lost: the next round enqueues it (see the missed-tick policy).
+RETRY_AFTER_ERROR = timedelta(seconds=5)
 
 
 class Scheduler:
@@ -60,6 +64,10 @@ class Scheduler:
         close_old_connections()
         try:
             result = schedules.enqueue_due(self._schedules, now=now)
+        except DatabaseError as exc:  # e.g. the database is unreachable: try again later
+            logger.warning("scheduler: could not enqueue due ticks, retrying soon: %s", exc)
+            self._next_due = now + RETRY_AFTER_ERROR
+            return []
         finally:
             close_old_connections()
         self._next_due = result.next_due

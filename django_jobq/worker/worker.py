@@ -3,7 +3,12 @@
 One thread (the caller of :meth:`Worker.run`) owns a psycopg connection and does all the
 queue bookkeeping: it claims jobs in batches, hands them to the executor threads, and
 records their outcomes. Data flows one way: claim → executor → outcome → completer. A
-heartbeater thread keeps the leases of every held job alive meanwhile.
+heartbeater thread keeps the leases of every held job alive meanwhile, and a listener
+thread wakes the loop when a job is enqueued (LISTEN/NOTIFY).
+
+The loop survives the loss of its connection: it logs, reconnects with backoff and carries
+on. Outcomes reported meanwhile wait in the completer and are recorded after the reconnect
+(or, if the outage outlasts a lease, are refused as lost leases and the jobs run again).
 
 A worker holds at most ``concurrency + batch_size`` leased jobs: one running per executor
 thread and up to ``batch_size`` claimed ahead (prefetched).
@@ -19,7 +24,9 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import psycopg
 from django.utils import timezone
 
 from .. import db, faults, leases, registry, sql
@@ -28,6 +35,7 @@ from .completer import Completer, Tally
 from .executor import ExecutorPool, Outcome
 from .heartbeat import Heartbeater
 from .held import HeldJob, HeldJobs
+from .listener import Listener, reconnect_delays
 from .maintenance import Maintenance
 from .scheduler import Scheduler
 
@@ -38,6 +46,9 @@ MAX_CONCURRENCY = 1000
 MAX_BATCH_SIZE = 10_000
 MAX_POLL_INTERVAL = 3600.0
 MAX_WORKER_ID_LENGTH = 200  # Job.worker_id's max_length
+#: Seconds a finished job's outcome may wait for others to share its ack statement (one
+#: commit for many jobs instead of one each). Short, so acks are still recorded promptly.
+ACK_FLUSH_DELAY = 0.005
 
 
 @dataclass(frozen=True)
@@ -69,13 +80,17 @@ class Worker:
         queues: queues to claim from; ``None`` means every queue.
         concurrency: executor threads, each with its own Django connection (>= 1).
         batch_size: the most jobs one claim takes, and the prefetch bound (>= 1).
-        poll_interval: seconds to sleep after a claim found nothing (default ``JOBQ``).
+        poll_interval: the most seconds an idle worker waits before claiming again (default
+            ``JOBQ['POLL_INTERVAL']``); a notification, a ``run_at`` or lease deadline that
+            falls due, or a schedule tick wakes it sooner.
         worker_id: recorded on claimed jobs; defaults to ``host:pid``.
         burst: return as soon as no job is due and none is in flight.
         shutdown_timeout: seconds running jobs may take to finish after :meth:`stop`;
             ``None`` waits for them however long they take.
         scheduler: run the scheduler, which enqueues the jobs of due schedule ticks
             (:mod:`django_jobq.schedules`); on by default.
+        listen: wake on enqueue notifications (LISTEN on a connection of its own); off, the
+            worker only polls (e.g. behind a PgBouncer in transaction mode).
 
     Raises:
         ValueError: an option out of range.
@@ -93,6 +108,7 @@ class Worker:
         burst: bool = False,
         shutdown_timeout: float | None = None,
         scheduler: bool = True,
+        listen: bool = True,
     ) -> None:
         if not 1 <= concurrency <= MAX_CONCURRENCY:
             raise ValueError(f"concurrency must be 1 to {MAX_CONCURRENCY}, not {concurrency}.")
@@ -119,9 +135,29 @@ class Worker:
         self._stop_requested_at: float | None = None
         self._wake = threading.Event()
         self._outcomes: list[Outcome] = []
-        self._outcomes_lock = threading.Lock()
+        self._outcomes_changed = threading.Condition()
+        self._first_outcome_at = 0.0  # time.monotonic() of the oldest untaken outcome
         self._held = HeldJobs()
         self._scheduler = Scheduler() if scheduler else None
+        self._listener = (
+            Listener(queues=self.queues, wake=self._wake.set, worker_id=self.worker_id)
+            if listen
+            else None
+        )
+        self._heartbeater = Heartbeater(self._held, worker_id=self.worker_id)
+        self._pool = ExecutorPool(
+            concurrency,
+            report=self._report,
+            extend=self._heartbeater.extend_one,
+            name=self.worker_id,
+        )
+        self._completer = Completer(on_applied=self._applied)
+        self._maintenance = Maintenance()
+        self._capacity = self.concurrency + self.batch_size
+        self._refill_at = max(1, self.batch_size // 2)
+        self._outstanding = 0  # claimed and not yet recorded (prefetched, running, reported)
+        self._to_release: list[HeldJob] = []
+        self._claimed = self._released = self._abandoned = self._reconnects = 0
 
     def stop(self) -> None:
         """Ask the worker to stop: no new claims, prefetched jobs released, running jobs
@@ -136,12 +172,24 @@ class Worker:
         return self._stopping.is_set()
 
     def _report(self, outcome: Outcome) -> None:
-        with self._outcomes_lock:
+        with self._outcomes_changed:
+            if not self._outcomes:
+                self._first_outcome_at = time.monotonic()
             self._outcomes.append(outcome)
+            self._outcomes_changed.notify()
         self._wake.set()
 
     def _take_outcomes(self) -> list[Outcome]:
-        with self._outcomes_lock:
+        """Take the reported outcomes, first letting others arrive for up to
+        :data:`ACK_FLUSH_DELAY` after the oldest (unless every thread has reported, or the
+        worker is stopping), so that one ack statement records many jobs."""
+        with self._outcomes_changed:
+            if self._outcomes and not self._stopping.is_set():
+                deadline = self._first_outcome_at + ACK_FLUSH_DELAY
+                self._outcomes_changed.wait_for(
+                    lambda: len(self._outcomes) >= self.concurrency or self._stopping.is_set(),
+                    timeout=max(0.0, deadline - time.monotonic()),
+                )
             taken, self._outcomes = self._outcomes, []
         return taken
 
@@ -174,19 +222,81 @@ class Worker:
             timeout = min(timeout, (next_tick - timezone.now()).total_seconds())
         return max(timeout, 0.0)
 
+    def _applied(self, outcome: Outcome) -> None:
+        """The completer recorded ``outcome``: the job is no longer held."""
+        self._held.discard(outcome.job.lease)
+        self._outstanding -= 1
+
+    def _turn(self, connection: psycopg.Connection[Any]) -> float | None:
+        """One pass of the main loop: record outcomes, then claim (or, once stopping,
+        release the prefetched jobs).
+
+        Returns:
+            Seconds to wait for the next wake-up (0: go on at once; ``math.inf``: until
+            woken), or ``None`` when the worker is done.
+
+        Raises:
+            psycopg.Error: a statement failed; nothing done so far is lost.
+        """
+        cursor = connection.cursor()
+        self._completer.pending.extend(self._take_outcomes())
+        self._completer.flush(cursor)
+        if self._stopping.is_set():
+            return self._shutdown_turn(cursor)
+        self._maintenance.run_if_due(connection)
+        if self._scheduler is not None:
+            self._scheduler.run_if_due()
+        # Refill the prefetch only once half a batch of room is free: small claims would
+        # cost a statement (and a commit) for a job or two.
+        room = self._capacity - self._outstanding
+        limit = min(self.batch_size, room) if room >= self._refill_at else 0
+        faults.reached("before_claim")
+        jobs = leases.claim(cursor, worker_id=self.worker_id, limit=limit, queues=self.queues)
+        if jobs:
+            faults.reached("after_claim")
+        for job in jobs:
+            self._pool.submit(self._hold(job))
+        self._outstanding += len(jobs)
+        self._claimed += len(jobs)
+        if jobs and len(jobs) == limit and self._outstanding < self._capacity:
+            return 0.0  # more may be waiting: claim again at once
+        if not jobs and self._outstanding == 0 and self.burst:
+            return None
+        # Wait for an outcome to free room, a notification, or the poll interval; when the
+        # claim took every due job, at most until the next one falls due.
+        return self._idle_timeout(cursor) if len(jobs) < limit else self.poll_interval
+
+    def _shutdown_turn(self, cursor: leases.Cursor) -> float | None:
+        """Release prefetched jobs; finish once nothing is outstanding or time is up."""
+        self._to_release.extend(self._pool.take_unstarted())
+        if self._to_release:
+            released = leases.release(cursor, [held.job.lease for held in self._to_release])
+            self._released += len(released)
+            for held in self._to_release:
+                self._held.discard(held.job.lease)
+            self._outstanding -= len(self._to_release)
+            self._to_release = []
+        if self._outstanding == 0 or self._shutdown_time_is_up():
+            return None
+        time_left = self._shutdown_time_left()
+        return math.inf if time_left is None else time_left
+
+    def _shutdown_time_is_up(self) -> bool:
+        time_left = self._shutdown_time_left()
+        if time_left is None or time_left > 0:
+            return False
+        self._abandoned = self._outstanding
+        return True
+
     def run(self) -> WorkerStats:
-        """Run until stopped; return what was done. Raises on database errors."""
+        """Run until stopped (or, in burst mode, idle); return what was done. A worker runs
+        once.
+
+        Database connection errors do not end it (they are logged, and the worker reconnects
+        with backoff); other errors, which are bugs, are raised after the worker's threads
+        stop.
+        """
         started = time.monotonic()
-        capacity = self.concurrency + self.batch_size
-        outstanding = claimed_total = released = abandoned = 0
-        failed = False
-        heartbeater = Heartbeater(self._held, worker_id=self.worker_id)
-        pool = ExecutorPool(
-            self.concurrency,
-            report=self._report,
-            extend=heartbeater.extend_one,
-            name=self.worker_id,
-        )
         logger.info(
             "worker %s starting: queues=%s concurrency=%s batch_size=%s",
             self.worker_id,
@@ -194,85 +304,85 @@ class Worker:
             self.concurrency,
             self.batch_size,
         )
-        with db.connect(application_name=f"jobq worker {self.worker_id}") as connection:
-            cursor = connection.cursor()
-            completer = Completer(cursor)
-            maintenance = Maintenance(connection)
-            heartbeater.start()
-            pool.start()
-            try:
-                while True:
-                    self._wake.clear()
-                    outcomes = self._take_outcomes()
-                    completer.complete(outcomes)
-                    for outcome in outcomes:
-                        self._held.discard(outcome.job.lease)
-                    outstanding -= len(outcomes)
-                    if self._stopping.is_set():
-                        unstarted = pool.take_unstarted()
-                        released += len(leases.release(cursor, [h.job.lease for h in unstarted]))
-                        for held in unstarted:
-                            self._held.discard(held.job.lease)
-                        outstanding -= len(unstarted)
-                        time_left = self._shutdown_time_left()
-                        if outstanding == 0:
-                            break
-                        if time_left is not None and time_left <= 0:
-                            abandoned = outstanding
-                            break
-                        self._wake.wait(time_left)
-                        continue
-                    maintenance.run_if_due()
-                    if self._scheduler is not None:
-                        self._scheduler.run_if_due()
-                    limit = min(self.batch_size, capacity - outstanding)
-                    faults.reached("before_claim")
-                    jobs = leases.claim(
-                        cursor, worker_id=self.worker_id, limit=limit, queues=self.queues
-                    )
-                    if jobs:
-                        faults.reached("after_claim")
-                    for job in jobs:
-                        pool.submit(self._hold(job))
-                    outstanding += len(jobs)
-                    claimed_total += len(jobs)
-                    if jobs and len(jobs) == limit and outstanding < capacity:
-                        continue  # more may be waiting: claim again at once
-                    if not jobs and outstanding == 0 and self.burst:
+        connection: psycopg.Connection[Any] | None = None
+        delays = reconnect_delays()
+        failed = False
+        self._heartbeater.start()
+        if self._listener is not None:
+            self._listener.start()
+        self._pool.start()
+        try:
+            while True:
+                self._wake.clear()
+                try:
+                    if connection is None:
+                        connection = db.connect(application_name=f"jobq worker {self.worker_id}")
+                        if self._reconnects:
+                            logger.info("worker %s: database connection restored", self.worker_id)
+                    timeout = self._turn(connection)
+                    delays = reconnect_delays()
+                except psycopg.OperationalError as exc:
+                    if connection is not None:
+                        connection.close()
+                        connection = None
+                    if self._stopping.is_set() and self._shutdown_time_is_up():
                         break
-                    # Sleep until an outcome frees room, or the poll interval passes; when the
-                    # claim took every due job, at most until the next one falls due.
-                    self._wake.wait(
-                        self._idle_timeout(cursor) if len(jobs) < limit else self.poll_interval
+                    timeout = next(delays)
+                    self._reconnects += 1
+                    logger.warning(
+                        "worker %s: database error, reconnecting in %.2g s (%s outcome(s) "
+                        "waiting to be recorded): %s",
+                        self.worker_id,
+                        timeout,
+                        len(self._completer.pending),
+                        exc,
                     )
-            except BaseException:
-                failed = True
-                raise
-            finally:
-                # Normally nothing is left here. After an error or the shutdown timeout, held
-                # jobs are left to lapse and other workers reclaim them: stop heartbeating and
-                # do not wait for running handlers (the process is about to exit; a handler
-                # running on without its lease would overlap the next attempt).
-                heartbeater.stop()
-                pool.take_unstarted()
-                pool.stop(wait=not (failed or abandoned))
+                    # Back off; outcomes arriving meanwhile must not hasten the reconnect, a
+                    # stop may (it has jobs to release).
+                    if self._stopping.is_set():
+                        time.sleep(timeout)
+                    else:
+                        self._stopping.wait(timeout)
+                    continue
+                if timeout is None:
+                    break
+                if timeout > 0:
+                    self._wake.wait(None if timeout == math.inf else timeout)
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            # Normally nothing is left here. After an error or the shutdown timeout, held
+            # jobs are left to lapse and other workers reclaim them: stop heartbeating and
+            # do not wait for running handlers (the process is about to exit; a handler
+            # running on without its lease would overlap the next attempt).
+            self._heartbeater.stop()
+            if self._listener is not None:
+                self._listener.stop()
+            self._pool.take_unstarted()
+            self._pool.stop(wait=not (failed or self._abandoned))
+            if connection is not None:
+                connection.close()
+        return self._finish(time.monotonic() - started)
+
+    def _finish(self, elapsed: float) -> WorkerStats:
         stats = WorkerStats(
             worker_id=self.worker_id,
-            elapsed=time.monotonic() - started,
-            claimed=claimed_total,
-            released=released,
-            abandoned=abandoned,
-            heartbeats=heartbeater.heartbeats,
-            heartbeats_refused=heartbeater.refused,
-            tally=completer.tally,
+            elapsed=elapsed,
+            claimed=self._claimed,
+            released=self._released,
+            abandoned=self._abandoned,
+            heartbeats=self._heartbeater.heartbeats,
+            heartbeats_refused=self._heartbeater.refused,
+            tally=self._completer.tally,
         )
-        if abandoned:
+        if self._abandoned:
             logger.warning(
                 "worker %s: shutdown timeout (%g s) passed with %s job(s) still running; "
                 "their leases will lapse and other workers will retry them",
                 self.worker_id,
                 self.shutdown_timeout,
-                abandoned,
+                self._abandoned,
             )
         tally = stats.tally
         logger.info(
@@ -283,7 +393,7 @@ class Worker:
             tally.succeeded,
             tally.retried,
             tally.dead_lettered,
-            released,
+            self._released,
             tally.lease_lost,
             stats.heartbeats,
             stats.heartbeats_refused,

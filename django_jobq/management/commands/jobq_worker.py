@@ -14,7 +14,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ... import schedules
 from ...conf import QUEUE_NAME_RE
+from ...worker.supervisor import Supervisor
 from ...worker.worker import (
     MAX_BATCH_SIZE,
     MAX_CONCURRENCY,
@@ -24,6 +26,9 @@ from ...worker.worker import (
 )
 
 logger = logging.getLogger("django_jobq.worker")
+
+#: The most worker processes one supervisor runs.
+MAX_PROCESSES = 256
 
 
 def _bounded_int(low: int, high: int) -> Callable[[str], int]:
@@ -50,6 +55,39 @@ def _seconds(high: float) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def run_worker(options: dict[str, Any]) -> int:
+    """Run one worker with the command's options until it is stopped; return the exit
+    status (1 if the shutdown timeout left jobs running). The first SIGTERM/SIGINT stops it
+    gracefully, a second one exits at once."""
+    worker = Worker(
+        queues=options["queues"],
+        concurrency=options["concurrency"],
+        batch_size=options["batch_size"],
+        poll_interval=options["poll_interval"],
+        worker_id=options["worker_id"],
+        burst=options["burst"],
+        shutdown_timeout=options["shutdown_timeout"],
+        scheduler=options["scheduler"],
+        listen=options["listen"],
+    )
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if worker.stopping:
+            logger.warning("second %s: exiting now", signal.Signals(signum).name)
+            sys.stderr.flush()
+            os._exit(1)
+        logger.info(
+            "%s: finishing running jobs, then exiting (send again to exit now)",
+            signal.Signals(signum).name,
+        )
+        worker.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    stats = worker.run()
+    return 1 if stats.abandoned else 0
 
 
 class Command(BaseCommand):
@@ -108,6 +146,21 @@ class Command(BaseCommand):
             help="Exit with status 0 once no job is due and none is running.",
         )
         parser.add_argument(
+            "--processes",
+            type=_bounded_int(1, MAX_PROCESSES),
+            default=1,
+            help="Worker processes, each with --concurrency threads, under one supervisor that "
+            "restarts a process that dies and forwards SIGTERM/SIGINT (default 1: no "
+            "supervisor). On 2 cores, 2 processes beat 1 for short jobs.",
+        )
+        parser.add_argument(
+            "--no-listen",
+            action="store_false",
+            dest="listen",
+            help="Do not LISTEN for enqueue notifications; only poll (e.g. behind PgBouncer "
+            "in transaction pooling mode, which cannot carry LISTEN).",
+        )
+        parser.add_argument(
             "--no-scheduler",
             action="store_false",
             dest="scheduler",
@@ -124,33 +177,21 @@ class Command(BaseCommand):
         if worker_id is not None and not 0 < len(worker_id) <= MAX_WORKER_ID_LENGTH:
             raise CommandError(f"--worker-id must be 1 to {MAX_WORKER_ID_LENGTH} characters.")
         self._configure_logging(options["verbosity"])
-        worker = Worker(
-            queues=options["queues"],
-            concurrency=options["concurrency"],
-            batch_size=options["batch_size"],
-            poll_interval=options["poll_interval"],
-            worker_id=options["worker_id"],
-            burst=options["burst"],
-            shutdown_timeout=options["shutdown_timeout"],
-            scheduler=options["scheduler"],
-        )
+        processes = options["processes"]
+        if processes == 1:
+            status = run_worker(options)
+        else:
+            if options["scheduler"]:
+                schedules.collect()  # an invalid schedule fails here, not in every child
 
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            if worker.stopping:
-                logger.warning("second %s: exiting now", signal.Signals(signum).name)
-                sys.stderr.flush()
-                os._exit(1)
-            logger.info(
-                "%s: finishing running jobs, then exiting (send again to exit now)",
-                signal.Signals(signum).name,
-            )
-            worker.stop()
+            def run_slot(slot: int) -> int:
+                given = options["worker_id"]
+                return run_worker({**options, "worker_id": f"{given}-{slot}" if given else None})
 
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-        stats = worker.run()
-        if stats.abandoned:
-            sys.exit(1)
+            restart_finished = not options["burst"]
+            status = Supervisor(processes, run_slot, restart_finished=restart_finished).run()
+        if status:
+            sys.exit(status)
 
     def _configure_logging(self, verbosity: int) -> None:
         """Log to stderr unless the project's LOGGING already handles django_jobq.

@@ -1,0 +1,179 @@
+"""The supervisor behind ``jobq_worker --processes N``: N worker processes, kept at N.
+
+The supervisor forks N children, each running one :class:`~django_jobq.worker.Worker` with
+its own threads and connections; it holds no database connection itself. A child that dies
+(a crash, the OOM killer, a SIGKILL) is restarted, at once if it had run for
+:data:`HEALTHY_RUN` seconds, else after a delay that doubles up to :data:`MAX_RESTART_DELAY`,
+so a child that cannot start does not spin. Its jobs are not lost: their leases lapse and
+any worker reclaims them.
+
+SIGTERM or SIGINT to the supervisor is forwarded to every child (each stops gracefully, as a
+single worker does); a second one is forwarded too (each child then exits at once). The
+supervisor exits when all children have, with status 0 if every child exited 0. On Linux a
+child is sent SIGTERM if the supervisor itself dies, so no worker is orphaned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
+from types import FrameType
+
+from django.db import connections
+
+logger = logging.getLogger("django_jobq.worker")
+
+#: Seconds a child must have run for its death to count as a one-off: restarted at once.
+HEALTHY_RUN = 10.0
+#: Seconds before restarting a child that died sooner: doubling from the first, capped.
+FIRST_RESTART_DELAY = 0.5
+MAX_RESTART_DELAY = 30.0
+#: Linux ``prctl`` option: a signal the kernel sends a process when its parent dies.
+_PR_SET_PDEATHSIG = 1
+
+
+def _exit_with_parent() -> None:
+    """Ask the kernel for SIGTERM when the supervisor dies (Linux only; elsewhere a no-op)."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _child_main(run_worker: Callable[[int], int], slot: int) -> None:
+    _exit_with_parent()
+    sys.exit(run_worker(slot))
+
+
+@dataclass
+class _Slot:
+    """One of the N places a child fills."""
+
+    number: int
+    process: BaseProcess | None = None
+    started: float = 0.0
+    restart_at: float = 0.0
+    restart_delay: float = 0.0
+    exit_code: int | None = None
+
+
+class Supervisor:
+    """Keeps ``processes`` children running ``run_worker(slot)`` until signalled.
+
+    Args:
+        processes: how many children (>= 1).
+        run_worker: runs one worker in the child and returns its exit status; it installs
+            the child's own signal handlers. ``slot`` is 0 to ``processes - 1``.
+        restart_finished: restart a child that exited with status 0 (a worker only does so
+            when stopped; a burst worker when its queue is drained, and then it is done).
+    """
+
+    def __init__(
+        self, processes: int, run_worker: Callable[[int], int], *, restart_finished: bool = True
+    ) -> None:
+        if processes < 1:
+            raise ValueError(f"processes must be >= 1, not {processes}.")
+        self._slots = [_Slot(n) for n in range(processes)]
+        self._run_worker = run_worker
+        self._restart_finished = restart_finished
+        self._context = multiprocessing.get_context("fork")
+        self._signals = 0
+        self.restarts = 0
+
+    def _forward(self, signum: int, frame: FrameType | None) -> None:
+        self._signals += 1
+        logger.info(
+            "supervisor: %s, forwarding it to %s worker process(es)%s",
+            signal.Signals(signum).name,
+            len(self._running()),
+            "" if self._signals == 1 else " (they exit at once)",
+        )
+        for slot in self._running():
+            assert slot.process is not None and slot.process.pid is not None
+            with contextlib.suppress(ProcessLookupError):  # exited just now
+                os.kill(slot.process.pid, signal.SIGTERM)
+
+    def _running(self) -> list[_Slot]:
+        return [s for s in self._slots if s.process is not None and s.exit_code is None]
+
+    def _start(self, slot: _Slot) -> None:
+        connections.close_all()  # a child must never share the supervisor's connections
+        process = self._context.Process(
+            target=_child_main,
+            args=(self._run_worker, slot.number),
+            name=f"jobq-worker-{slot.number}",
+        )
+        process.start()
+        slot.process, slot.started, slot.exit_code = process, time.monotonic(), None
+        logger.info("supervisor: started worker process %s (pid %s)", slot.number, process.pid)
+
+    def _reap(self, slot: _Slot) -> None:
+        """Record a child's exit and decide whether (and when) to restart it."""
+        assert slot.process is not None
+        slot.process.join()
+        slot.exit_code = code = slot.process.exitcode
+        ran = time.monotonic() - slot.started
+        if self._signals:
+            return
+        if code == 0 and not self._restart_finished:
+            logger.info("supervisor: worker process %s finished", slot.number)
+            return
+        slot.restart_delay = (
+            0.0
+            if ran >= HEALTHY_RUN
+            else min(max(slot.restart_delay * 2, FIRST_RESTART_DELAY), MAX_RESTART_DELAY)
+        )
+        slot.restart_at = time.monotonic() + slot.restart_delay
+        how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else code
+        logger.warning(
+            "supervisor: worker process %s (pid %s) exited (%s) after %.1f s; restarting it "
+            "in %.2g s",
+            slot.number,
+            slot.process.pid,
+            how,
+            ran,
+            slot.restart_delay,
+        )
+
+    def _awaiting_restart(self) -> list[_Slot]:
+        return [
+            s
+            for s in self._slots
+            if s.exit_code is not None
+            and not self._signals
+            and (s.exit_code != 0 or self._restart_finished)
+        ]
+
+    def run(self) -> int:
+        """Run until every child has exited after a signal (or, without restarts of finished
+        children, until all are done); return 0 if every child's last exit status was 0,
+        else 1. Installs SIGTERM and SIGINT handlers."""
+        signal.signal(signal.SIGTERM, self._forward)
+        signal.signal(signal.SIGINT, self._forward)
+        for slot in self._slots:
+            self._start(slot)
+        while self._running() or self._awaiting_restart():
+            now = time.monotonic()
+            for slot in self._awaiting_restart():
+                if slot.restart_at <= now:
+                    self.restarts += 1
+                    self._start(slot)
+            pending = [s.restart_at - now for s in self._awaiting_restart()]
+            sentinels = {s.process.sentinel: s for s in self._running() if s.process is not None}
+            ready = wait(list(sentinels), timeout=max(min(pending), 0) if pending else None)
+            for sentinel in ready:
+                self._reap(sentinels[sentinel])  # type: ignore[index]
+        codes = [slot.exit_code for slot in self._slots]
+        logger.info("supervisor: all worker processes exited (%s)", codes)
+        return 0 if all(code == 0 for code in codes) else 1

@@ -1,0 +1,186 @@
+"""Wake-up: enqueue notifies at commit, the worker's listener wakes it, and the worker
+survives losing its listener or its main connection."""
+
+import threading
+
+import pytest
+from django.db import connection, transaction
+
+from django_jobq import enqueue_many, sql
+from django_jobq.models import Job
+from django_jobq.worker import Worker
+from django_jobq.worker.listener import Listener
+from tests.conftest import wait_until
+from tests.testapp.jobs import record, wait_for_lock
+from tests.testapp.models import Effect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: Longer than any test: a job picked up before it passes was picked up by a wake-up.
+NEVER = 3600.0
+
+
+@pytest.fixture
+def listening(connect):
+    """A connection LISTENing on the wake channel; call it to drain its notifications."""
+    conn = connect()
+    conn.execute(sql.LISTEN_WAKE)
+
+    def received():
+        conn.execute(sql.PING)  # a round trip delivers what has arrived
+        return [(n.channel, n.payload) for n in conn.notifies(timeout=0)]
+
+    return received
+
+
+def terminate(application_name):
+    """``pg_terminate_backend`` the connections named ``application_name``; return how many."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = %s AND datname = current_database()",
+            [application_name],
+        )
+        return cursor.fetchone()[0]
+
+
+def test_enqueue_notifies_each_queue_once_at_commit_and_not_before(listening):
+    with transaction.atomic():
+        for n in range(3):
+            record.enqueue(f"a{n}")
+        record.using(queue="reports").enqueue("b")
+        assert listening() == []
+    assert sorted(listening()) == [("jobq", "default"), ("jobq", "reports")]
+
+
+def test_a_rolled_back_enqueue_notifies_nobody(listening):
+    with transaction.atomic():
+        record.enqueue("never")
+        transaction.set_rollback(True)
+    assert listening() == []
+
+
+def test_a_bulk_insert_sends_one_notification_per_queue_not_per_row(listening):
+    enqueue_many(
+        [record.prepare(label=f"n{i}") for i in range(2000)]
+        + [record.using(queue="reports").prepare(label=f"r{i}") for i in range(2000)]
+    )
+    assert sorted(listening()) == [("jobq", "default"), ("jobq", "reports")]
+
+
+def test_an_idempotent_enqueue_that_finds_its_job_notifies_nobody(listening):
+    record.using(idempotency_key="k").enqueue("first")
+    listening()
+    record.using(idempotency_key="k").enqueue("again")
+    assert listening() == []
+
+
+class Running:
+    """A worker running on a thread of its own, stopped (and joined) on exit."""
+
+    def __init__(self, **options):
+        options.setdefault("poll_interval", NEVER)
+        options.setdefault("scheduler", False)
+        self.worker = Worker(**options)
+        self.thread = threading.Thread(target=self._run)
+        self.stats = None
+
+    def _run(self):
+        try:
+            self.stats = self.worker.run()
+        finally:
+            connection.close()
+
+    def __enter__(self):
+        self.thread.start()
+        wait_until(lambda: self.worker._listener.listening.is_set(), what="the listener to connect")
+        return self.worker
+
+    def __exit__(self, *exc_info):
+        self.worker.stop()
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive()
+
+
+def wait_until_idle(worker_id):
+    """Wait until the worker's last statement is the idle-time query it runs just before it
+    goes to sleep (up to its poll interval): a job enqueued now is picked up by a wake-up."""
+
+    def idle():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+                "AND state = 'idle' AND query LIKE %s",
+                [f"jobq worker {worker_id}", "%WITH RECURSIVE priorities%"],
+            )
+            return cursor.fetchone()[0] == 1
+
+    wait_until(idle, what=f"worker {worker_id} to go idle")
+
+
+def test_an_idle_worker_is_woken_by_enqueue_long_before_its_poll_interval():
+    with Running(worker_id="woken"):
+        wait_until_idle("woken")
+        record.enqueue("woken")
+        wait_until(lambda: Effect.objects.filter(label="woken").exists(), what="the job to run")
+
+
+def test_a_worker_ignores_notifications_for_queues_it_does_not_serve():
+    wakes = []
+    listener = Listener(queues=["mine"], wake=lambda: wakes.append(1), worker_id="picky")
+    listener.start()
+    try:
+        wait_until(lambda: wakes, what="the wake-up of the first connection")
+        record.using(queue="theirs").enqueue("not for me")
+        record.using(queue="mine").enqueue("for me")
+        wait_until(lambda: len(wakes) == 2, what="the wake-up for queue mine")
+        record.using(queue="theirs").enqueue("not for me either")
+        record.using(queue="mine").enqueue("for me too")
+        wait_until(lambda: len(wakes) == 3, what="the second wake-up for queue mine")
+    finally:
+        listener.stop()
+    assert len(wakes) == 3  # the "theirs" jobs woke nobody
+
+
+def test_a_listener_whose_connection_is_killed_reconnects_and_wakes_the_worker():
+    wakes = []
+    listener = Listener(queues=None, wake=lambda: wakes.append(1), worker_id="cut-off")
+    listener.start()
+    try:
+        wait_until(lambda: listener.listening.is_set() and wakes == [1])
+        assert terminate("jobq listener cut-off") == 1
+        # No job was enqueued: the second wake-up is the reconnection's own, so the worker
+        # claims whatever was enqueued while nobody listened.
+        wait_until(lambda: len(wakes) == 2, what="the reconnected listener's wake-up")
+        assert listener.reconnects == 1
+        record.enqueue("after")
+        wait_until(lambda: len(wakes) == 3, what="a notification on the new connection")
+    finally:
+        listener.stop()
+
+
+def test_pickup_by_notification_resumes_after_the_listener_is_killed():
+    with Running(worker_id="relisten") as worker:
+        assert terminate("jobq listener relisten") == 1
+        wait_until(lambda: worker._listener.reconnects == 1 and worker._listener.listening.is_set())
+        wait_until_idle("relisten")
+        record.enqueue("after the cut")
+        wait_until(lambda: Effect.objects.filter(label="after the cut").exists())
+
+
+def test_a_worker_whose_connection_is_killed_mid_job_reconnects_and_records_the_outcome():
+    lock_id = 5151
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [lock_id])  # the handler blocks on it
+    blocked = wait_for_lock.enqueue(lock_id=lock_id, label="finished during the outage")
+    with Running(worker_id="cut-main", concurrency=2) as worker:
+        wait_until(lambda: Job.objects.filter(pk=blocked.pk, status="running").exists())
+        assert terminate("jobq worker cut-main") == 1
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [lock_id])
+        wait_until(lambda: not Job.objects.filter(pk=blocked.pk).exists(), what="the late ack")
+        record.enqueue("after the outage")  # and it carries on claiming
+        wait_until(lambda: Effect.objects.filter(label="after the outage").exists())
+        assert worker._reconnects >= 1
+    assert worker._completer.tally.succeeded == 2
+    assert worker._completer.tally.lease_lost == 0
