@@ -48,6 +48,8 @@ _CRASH_LINE = re.compile(rb"jobq faults: SIGKILL at (\w+)")
 #: The worker's "lease lost" warnings (heartbeat refused; outcome not recorded), see
 #: django_jobq/worker/heartbeat.py and completer.py.
 _LEASE_LOST_LINE = re.compile(r"job (\d+) \S+ attempt (\d+): (?:heartbeat refused, )?lease lost")
+#: A live worker's main loop or listener got its connection back (worker.py, listener.py).
+_RECONNECTED_LINE = re.compile(r"database connection restored|listener reconnected")
 
 
 def _stop_with_parent() -> None:
@@ -77,6 +79,10 @@ class Incarnation:
         over: a stall, or a database outage longer than the lease)."""
         text = self.log_path.read_text(errors="replace")
         return {Lease(int(job), int(attempt)) for job, attempt in _LEASE_LOST_LINE.findall(text)}
+
+    def reconnects(self) -> int:
+        """How often this worker's main loop or listener reconnected (as it logged)."""
+        return len(_RECONNECTED_LINE.findall(self.log_path.read_text(errors="replace")))
 
 
 @dataclass

@@ -39,7 +39,8 @@ class Report:
     """Figures of one run, and the problems found (none: the guarantees held).
 
     ``faults`` maps a cause (a crash point, ``exited (1)``, ``terminate worker``, ``restart``,
-    ``lease lost``) to ``[times it happened, external effects it left unacked]``.
+    ``lease lost``) to ``[times it happened, external effects it left unacked]``;
+    ``reconnects`` counts the times a live worker's main loop or listener reconnected.
     """
 
     seed: int
@@ -49,6 +50,7 @@ class Report:
     kills_planned: int
     kills: int = 0
     faults: dict[str, list[int]] = field(default_factory=dict)
+    reconnects: int = 0
     finished: int = 0
     lost: int = 0
     still_queued: int = 0
@@ -135,6 +137,7 @@ def _tally_faults(report: Report, supervisor: Supervisor) -> None:
     for strike in supervisor.strikes:
         report.faults.setdefault(strike.kind, [0, 0])[0] += 1
     report.kills = supervisor.kills
+    report.reconnects = sum(incarnation.reconnects() for incarnation in supervisor.incarnations)
     report.duplicate_bound = report.per_death_bound * len(supervisor.deaths)
 
 

@@ -125,6 +125,7 @@ class Command(BaseCommand):
                 ),
                 ("unexplained duplicates", str(report.unexplained_duplicates)),
                 ("kills", f"{report.kills} of {report.kills_planned} planned"),
+                ("reconnects", f"{report.reconnects} (main loops and listeners of live workers)"),
                 ("wall time", f"{report.wall_seconds:.1f} s"),
                 ("result", "PASS" if report.ok else "FAIL"),
             ],
