@@ -26,7 +26,7 @@ from typing import IO
 
 from django.db import DatabaseError, connections
 
-from .. import sql
+from .. import faults, sql
 from ..leases import Lease
 from ..models import Job
 from .handlers import QUEUE
@@ -87,8 +87,8 @@ class Incarnation:
 
 @dataclass
 class Death:
-    """A worker process that ended while jobs were running. ``crash_point`` is set when it
-    died at its armed crash point; ``stranded`` holds the leases it held then (``None``
+    """A worker process that ended other than by a clean stop. ``crash_point`` is set when
+    it died at its armed crash point; ``stranded`` holds the leases it held then (``None``
     until the supervisor could read them)."""
 
     worker_id: str
@@ -184,7 +184,7 @@ class Supervisor:
         crash = self._crashes.popleft() if self._crashes else None
         env = dict(self.env)
         if crash is not None:
-            env["JOBQ_TEST_CRASH_AT"] = crash.env_value
+            env[faults.ENV_VAR] = crash.env_value
         log_path = self.run_dir / f"worker-{number}.log"
         log = log_path.open("wb")
         process = subprocess.Popen(
