@@ -13,7 +13,7 @@ once (one module-level bool check), so the call sites cost nothing measurable.
 The crash points, in the order a job meets them (each call site says what holds there):
 
 ``before_claim``
-    the worker is connected, its claim statement has not run (so has not committed)
+    the worker is connected and a claim statement is next (not run, so not committed)
 ``after_claim``
     a claim committed leases on jobs that no handler has started (prefetched jobs)
 ``in_handler``

@@ -250,7 +250,8 @@ class Worker:
         # cost a statement (and a commit) for a job or two.
         room = self._capacity - self._outstanding
         limit = min(self.batch_size, room) if room >= self._refill_at else 0
-        faults.reached("before_claim")
+        if limit:
+            faults.reached("before_claim")
         jobs = leases.claim(cursor, worker_id=self.worker_id, limit=limit, queues=self.queues)
         if jobs:
             faults.reached("after_claim")
