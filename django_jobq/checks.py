@@ -14,6 +14,10 @@ id                        meaning
 ``django_jobq.E007``      a schedule's cron expression is invalid
 ``django_jobq.E008``      a schedule's timezone is not an IANA timezone
 ``django_jobq.E009``      two schedules have the same name
+``django_jobq.E010``      a ``TASKS`` entry using ``JobqBackend`` has invalid ``QUEUES`` or
+                          ``OPTIONS``
+``django_jobq.E011``      a ``TASKS`` entry names ``JobqBackend``, but Django's Tasks
+                          framework is missing (Django 5.2 without the django-tasks backport)
 ``django_jobq.W001``      a ``JOBQ['SCHEDULES']`` entry's kind has no handler in this process
 ========================  ==============================================================
 """
@@ -27,7 +31,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.db import connections
 
-from . import conf, schedules
+from . import conf, schedules, task_results
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
@@ -79,4 +83,24 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
     _, problems = schedules.declared()
     return [
         (Warning if ".W" in check_id else Error)(msg, id=check_id) for check_id, msg in problems
+    ]
+
+
+def check_tasks_backends(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Report invalid ``TASKS`` entries of ``django_jobq.tasks_backend.JobqBackend``."""
+    try:
+        backends = task_results.jobq_backends()
+    except ImportError as exc:
+        return [
+            Error(
+                str(exc),
+                hint="On Django 5.2: pip install 'django-jobq[tasks]' (the django-tasks "
+                "backport) and add 'django_tasks' to INSTALLED_APPS.",
+                id="django_jobq.E011",
+            )
+        ]
+    return [
+        Error(message, id=check_id)
+        for alias, params in backends.items()
+        for check_id, message in conf.validate_tasks_backend(alias, params)
     ]

@@ -12,12 +12,18 @@ Users configure django-jobq with one dictionary in their settings module::
         "POLL_INTERVAL": 1.0,         # seconds a worker sleeps when it found nothing
         "DEAD_LETTER_RETENTION": None,  # seconds (or timedelta) to keep dead letters; None: forever
         "DEDUP_RETENTION": 30 * 86400,  # seconds (or timedelta) to keep dedup keys; None: forever
+        "TASK_RESULT_RETENTION": 7 * 86400,  # seconds (or timedelta) to keep finished task results
         "SCHEDULES": {},              # name -> {"kind", "cron", "timezone", "payload", "catch_up"}
     }
 
 Durations are seconds (int or float) or ``datetime.timedelta``. ``SCHEDULES`` declares
 recurring jobs (see :mod:`django_jobq.schedules`); :func:`validate` checks its shape (E006),
 and the schedules' system check its values (cron, timezone, payload: E006-E009).
+
+``TASKS`` entries whose backend is ``django_jobq.tasks_backend.JobqBackend`` are checked by
+:func:`validate_tasks_backend` (E010): their ``QUEUES`` must be queue names, and their
+``OPTIONS`` take ``MAX_ATTEMPTS``, ``VISIBILITY_TIMEOUT``, ``RETRY_BACKOFF_BASE`` and
+``RETRY_BACKOFF_CAP``, the task defaults that override ``JOBQ``'s (docs/tasks.md).
 
 Every key is optional. :func:`get_settings` notices a replaced setting on its next call, so
 ``override_settings(JOBQ=...)`` in tests takes effect at once. :func:`validate`
@@ -62,6 +68,7 @@ class JobqSettings:
     POLL_INTERVAL: float = 1.0
     DEAD_LETTER_RETENTION: float | None = None
     DEDUP_RETENTION: float | None = 30 * 86400.0
+    TASK_RESULT_RETENTION: float | None = 7 * 86400.0
     SCHEDULES: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
 
 
@@ -91,8 +98,9 @@ _DURATION_KEYS = (
     "POLL_INTERVAL",
     "DEAD_LETTER_RETENTION",
     "DEDUP_RETENTION",
+    "TASK_RESULT_RETENTION",
 )
-_MAY_BE_NONE = ("DEAD_LETTER_RETENTION", "DEDUP_RETENTION")
+_MAY_BE_NONE = ("DEAD_LETTER_RETENTION", "DEDUP_RETENTION", "TASK_RESULT_RETENTION")
 
 
 def duration_seconds(value: object) -> float | None:
@@ -211,3 +219,50 @@ def get_settings() -> JobqSettings:
     resolved = JobqSettings(**values)
     _resolved = (raw, resolved)
     return resolved
+
+
+#: The ``OPTIONS`` of a ``TASKS`` entry using ``JobqBackend``: defaults for its tasks.
+TASKS_OPTION_KEYS = (
+    "MAX_ATTEMPTS",
+    "VISIBILITY_TIMEOUT",
+    "RETRY_BACKOFF_BASE",
+    "RETRY_BACKOFF_CAP",
+)
+
+
+def validate_tasks_backend(alias: str, params: Any) -> list[tuple[str, str]]:
+    """Return the problems in the ``TASKS[alias]`` entry of a ``JobqBackend`` as
+    ``(check id, message)`` pairs (all ``django_jobq.E010``); an empty list means usable.
+
+    ``QUEUES`` (if given) must be a non-empty list of queue names; ``OPTIONS`` may hold the
+    keys of :data:`TASKS_OPTION_KEYS`, valued as the ``JOBQ`` keys of the same names.
+    """
+    where = f"TASKS[{alias!r}]"
+    if not isinstance(params, dict):
+        return [("django_jobq.E010", f"{where} must be a dict.")]
+    problems: list[str] = []
+    queues = params.get("QUEUES", ["default"])
+    if not isinstance(queues, list | tuple | set) or not queues:
+        problems.append(f"{where}['QUEUES'] must be a non-empty list of queue names.")
+    else:
+        problems.extend(
+            f"{where}['QUEUES'] has {queue!r}, not a valid queue name "
+            f"(pattern {QUEUE_NAME_RE.pattern})."
+            for queue in sorted(queues, key=repr)
+            if not isinstance(queue, str) or not QUEUE_NAME_RE.match(queue)
+        )
+    options = params.get("OPTIONS", {})
+    if not isinstance(options, dict):
+        problems.append(f"{where}['OPTIONS'] must be a dict.")
+        options = {}
+    for key in sorted(set(options) - set(TASKS_OPTION_KEYS), key=repr):
+        problems.append(
+            f"{where}['OPTIONS'] has an unknown key {key!r}; known keys: "
+            f"{', '.join(TASKS_OPTION_KEYS)}."
+        )
+    # The values follow the JOBQ keys' rules (and messages), said of OPTIONS instead.
+    known = {key: options[key] for key in TASKS_OPTION_KEYS if key in options}
+    problems.extend(
+        message.replace("JOBQ[", f"{where}['OPTIONS'][") for _, message in validate(known)
+    )
+    return [("django_jobq.E010", message) for message in problems]

@@ -30,7 +30,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, transaction
 from django.utils import timezone
 
-from . import registry, sql
+from . import db, registry, sql
 from .conf import KIND_NAME_RE, MAX_DURATION, QUEUE_NAME_RE, duration_seconds, get_settings
 from .models import Job
 
@@ -152,8 +152,20 @@ def _is_storable_text(text: str) -> bool:
     return True
 
 
-def _find_unencodable(value: Any, path: str, depth: int = 0) -> tuple[str, str] | None:
-    """Return ``(path, problem)`` for the first part of ``value`` JSON cannot hold."""
+def find_unencodable(
+    value: Any,
+    path: str,
+    depth: int = 0,
+    *,
+    encoder: type[json.JSONEncoder] = DjangoJSONEncoder,
+) -> tuple[str, str] | None:
+    """Return ``(path, problem)`` for the first part of ``value`` that JSON (as written by
+    ``encoder``; jsonb refuses NUL and invalid Unicode too) cannot hold, or ``None``.
+
+    ``path`` names ``value`` in the message (``"payload"``); parts are named below it
+    (``payload['user']``). The default encoder turns dates, decimals and UUIDs into strings;
+    ``json.JSONEncoder`` accepts only JSON's own types.
+    """
     if depth > _MAX_DEPTH:
         return path, f"nesting deeper than {_MAX_DEPTH} levels (or a circular reference)"
     if isinstance(value, dict):
@@ -163,13 +175,13 @@ def _find_unencodable(value: Any, path: str, depth: int = 0) -> tuple[str, str] 
                 return where, f"key {key!r} (type {type(key).__name__}) is not a str"
             if not _is_storable_text(key):
                 return where, "a key with NUL (\\x00) or invalid Unicode, which jsonb rejects"
-            found = _find_unencodable(item, where, depth + 1)
+            found = find_unencodable(item, where, depth + 1, encoder=encoder)
             if found:
                 return found
         return None
     if isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            found = _find_unencodable(item, f"{path}[{index}]", depth + 1)
+            found = find_unencodable(item, f"{path}[{index}]", depth + 1, encoder=encoder)
             if found:
                 return found
         return None
@@ -178,7 +190,7 @@ def _find_unencodable(value: Any, path: str, depth: int = 0) -> tuple[str, str] 
             return None
         return path, "a string with NUL (\\x00) or invalid Unicode, which jsonb rejects"
     try:
-        json.dumps(value, cls=DjangoJSONEncoder, allow_nan=False)
+        json.dumps(value, cls=encoder, allow_nan=False)
     except (TypeError, ValueError):
         return path, f"{value!r} (type {type(value).__name__}) is not JSON-serialisable"
     return None
@@ -205,7 +217,7 @@ def encode_payload(payload: Any) -> str:
     # (``json`` would turn ints and None into strings), or the nesting is too deep.
     suspect = text is None or "\\u0000" in text or "\\ud" in text
     if suspect or not _plain(payload):
-        found = _find_unencodable(payload, "payload")
+        found = find_unencodable(payload, "payload")
         if found:
             path, problem = found
             raise TypeError(
@@ -343,24 +355,41 @@ def enqueue_many(jobs: Iterable[PreparedJob | Mapping[str, Any]]) -> list[Job]:
         TypeError, ValueError: as :func:`enqueue`, for the first invalid item.
     """
     prepared = [job if isinstance(job, PreparedJob) else prepare_job(**job) for job in jobs]
-    if not prepared:
-        return []
+    return insert(prepared)[0]
+
+
+def insert(
+    prepared: Sequence[PreparedJob], *, statement: str = sql.INSERT_JOBS
+) -> tuple[list[Job], str]:
+    """Insert prepared jobs by the transaction rules of the module docs.
+
+    ``statement`` is ``sql.INSERT_JOBS`` or one built around it with the same parameters
+    and columns (``sql.INSERT_TASK_JOBS``).
+
+    Returns:
+        The jobs in input order (unsaved placeholders, filled in at commit, when the insert
+        is deferred), and the database alias whose commit makes them visible: run
+        ``transaction.on_commit(..., using=alias)`` for anything that must follow it.
+    """
     alias = get_settings().DATABASE
+    if not prepared:
+        return [], alias
     if connections[alias].in_atomic_block:
-        return _insert(alias, prepared)
+        return _insert(alias, prepared, statement), alias
     caller_alias = next(
         (c.alias for c in connections.all(initialized_only=True) if c.in_atomic_block), None
     )
     if caller_alias is None:
-        return _insert(alias, prepared)
+        return _insert(alias, prepared, statement), alias
     placeholders = [_unsaved_job(job) for job in prepared]
 
     def insert_after_commit() -> None:
-        for placeholder, saved in zip(placeholders, _insert(alias, prepared), strict=True):
-            placeholder.__dict__.update(saved.__dict__)
+        saved = _insert(alias, prepared, statement)
+        for placeholder, job in zip(placeholders, saved, strict=True):
+            placeholder.__dict__.update(job.__dict__)
 
     transaction.on_commit(insert_after_commit, using=caller_alias)
-    return placeholders
+    return placeholders, caller_alias
 
 
 def _unsaved_job(job: PreparedJob) -> Job:
@@ -382,8 +411,8 @@ def _unsaved_job(job: PreparedJob) -> Job:
     return instance
 
 
-def _insert(alias: str, jobs: Sequence[PreparedJob]) -> list[Job]:
-    """Run ``INSERT_JOBS``; return a saved :class:`Job` per input, existing ones included."""
+def _insert(alias: str, jobs: Sequence[PreparedJob], statement: str) -> list[Job]:
+    """Run ``statement``; return a saved :class:`Job` per input, existing ones included."""
     # One row per idempotency key: the statement may not touch the same row twice.
     first_of_key: dict[tuple[str, str], int] = {}
     unique: list[PreparedJob] = []
@@ -413,34 +442,8 @@ def _insert(alias: str, jobs: Sequence[PreparedJob]) -> list[Job]:
     }
     connection = connections[alias]
     with connection.cursor() as cursor:
-        cursor.execute(sql.INSERT_JOBS, {**columns, "channel": sql.WAKE_CHANNEL})
+        cursor.execute(statement, {**columns, "channel": sql.WAKE_CHANNEL})
         names = [column.name for column in cursor.description][:-1]  # drop "inserted"
         rows = cursor.fetchall()
-    saved = _jobs_from_rows(alias, names, [row[:-1] for row in rows])
+    saved = db.from_rows(Job, alias, names, [row[:-1] for row in rows])
     return [saved[index] for index in position]
-
-
-def _jobs_from_rows(alias: str, names: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[Job]:
-    """Build :class:`Job` objects from ``RETURNING *`` rows, converting values as the ORM
-    does (each column's ``from_db_value``, looked up once for all rows).
-
-    ``RETURNING *`` yields the table's column order, which differs from the model's field
-    order once a migration adds a column; values are put in field order by name.
-    """
-    connection = connections[alias]
-    fields = Job._meta.concrete_fields
-    position: dict[str | None, int] = {name: index for index, name in enumerate(names)}
-    order = [position[field.column] for field in fields]
-    converters = [getattr(field, "from_db_value", None) for field in fields]
-    attnames = [field.attname for field in fields]
-    return [
-        Job.from_db(
-            alias,
-            attnames,
-            [
-                convert(row[index], None, connection) if convert else row[index]
-                for convert, index in zip(converters, order, strict=True)
-            ],
-        )
-        for row in rows
-    ]

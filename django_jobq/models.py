@@ -3,7 +3,8 @@
 ``Job`` holds live jobs (ready or running); a finished job is deleted by its ack. A job that
 cannot succeed moves to ``DeadLetter`` in the same transaction that deletes it. ``DedupKey``
 records business effects that must happen once (see the idempotency docs). ``Schedule``
-records the last tick enqueued for each recurring schedule.
+records the last tick enqueued for each recurring schedule. ``StoredTaskResult`` holds the
+result of each task enqueued through Django's Tasks framework (``tasks_backend.py``).
 """
 
 from __future__ import annotations
@@ -190,3 +191,59 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.cron}, {self.timezone})"
+
+
+class StoredTaskResult(models.Model):
+    """The result of a task enqueued through Django's Tasks framework (docs/tasks.md).
+
+    Written with the task's job: inserted by the enqueue, marked running by each attempt's
+    start, and updated by the same statement as the job's ack (successful), retry (ready
+    again, with the attempt's error) or dead letter (failed); a redrive makes it ready again.
+    ``id`` is the framework's result id; it lives in the job's payload, so it survives the
+    fresh job row a redrive creates. ``errors`` holds one ``{"exception_class_path",
+    "traceback"}`` per failed attempt and ``worker_ids`` one worker id per attempt started.
+    """
+
+    class Status(models.TextChoices):
+        """The framework's ``TaskResultStatus`` values."""
+
+        READY = "READY"
+        RUNNING = "RUNNING"
+        SUCCESSFUL = "SUCCESSFUL"
+        FAILED = "FAILED"
+
+    id = models.CharField(max_length=64, primary_key=True)
+    task_path = models.CharField(max_length=200, help_text="The task's module path: its kind.")
+    backend = models.CharField(max_length=100, help_text="The TASKS alias it was enqueued with.")
+    queue = models.CharField(max_length=63)
+    priority = models.IntegerField()
+    args = models.JSONField(default=list)
+    kwargs = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=Status.choices)
+    job_id = models.BigIntegerField(
+        null=True, blank=True, help_text="The latest job (or dead letter's job_id) running it."
+    )
+    run_after = models.DateTimeField(null=True, blank=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True, help_text="The first attempt's start.")
+    last_attempted_at = models.DateTimeField(
+        null=True, blank=True, help_text="The latest attempt's start."
+    )
+    finished_at = models.DateTimeField(null=True, blank=True)
+    return_value = models.JSONField(null=True, blank=True)
+    errors = models.JSONField(default=list)
+    worker_ids = models.JSONField(default=list)
+
+    class Meta:
+        db_table = "jobq_task_result"
+        indexes = [
+            # Serves the retention sweep (JOBQ['TASK_RESULT_RETENTION']) of finished results.
+            models.Index(
+                fields=["finished_at"],
+                name="jobq_task_result_finished_idx",
+                condition=models.Q(finished_at__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_path} {self.id} ({self.status})"

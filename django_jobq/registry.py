@@ -191,7 +191,7 @@ def job(
     if unknown:
         raise TypeError(f"@job got unknown options: {', '.join(sorted(unknown))}.")
 
-    def register(func: Callable[..., Any]) -> JobDefinition:
+    def decorate(func: Callable[..., Any]) -> JobDefinition:
         takes_context = options.get("takes_context", False)
         _validate_handler(func, takes_context)
         name = options.get("name")
@@ -234,16 +234,28 @@ def job(
             expires_after=expires_after,
             schedules=_schedules.from_job_options(options.get("schedule"), options.get("timezone")),
         )
-        existing = _registry.get(kind)
-        if existing is not None and _origin(existing.func) != _origin(func):
-            raise ValueError(
-                f"job kind {kind!r} is already registered by {_origin(existing.func)}; "
-                f"give one of them another name with @job(name=...)."
-            )
-        _registry[kind] = definition
-        return definition
+        return register(definition)
 
-    return register(func) if func is not None else register
+    return decorate(func) if func is not None else decorate
+
+
+def register(definition: JobDefinition) -> JobDefinition:
+    """Register ``definition`` under its kind (``@job`` does this; so does the Tasks backend
+    for each task, see :mod:`django_jobq.tasks_backend`); return it.
+
+    Registering the same function again replaces its definition.
+
+    Raises:
+        ValueError: another function is registered under this kind.
+    """
+    existing = _registry.get(definition.kind)
+    if existing is not None and _origin(existing.func) != _origin(definition.func):
+        raise ValueError(
+            f"job kind {definition.kind!r} is already registered by {_origin(existing.func)}; "
+            f"give one of them another name with @job(name=...)."
+        )
+    _registry[definition.kind] = definition
+    return definition
 
 
 def _positive_seconds(name: str, value: timedelta | float | None) -> float | None:

@@ -25,8 +25,9 @@ from __future__ import annotations
 #: queue that got a new job, the payload naming the queue (the uncorrelated subquery in the
 #: WHERE runs once, before the first row). Notifications are delivered at commit, never for a
 #: rollback, and PostgreSQL folds identical ones of one transaction into one, so enqueueing in
-#: a loop inside ``atomic()`` still sends one per queue.
-INSERT_JOBS = """
+#: a loop inside ``atomic()`` still sends one per queue. ``{more_writes}`` takes further
+#: data-modifying CTEs over ``saved`` (they must sit at the top level of the statement).
+_INSERT_JOBS_TEMPLATE = """
 WITH saved AS (
     INSERT INTO jobq_job (queue, kind, payload, priority, run_at, expires_at, max_attempts,
                           visibility_timeout, idempotency_key)
@@ -48,10 +49,11 @@ WITH saved AS (
 ), woken AS (
     SELECT pg_notify(%(channel)s, queue)
     FROM (SELECT DISTINCT queue FROM saved WHERE inserted) AS queues
-)
+){more_writes}
 SELECT * FROM saved
 WHERE (SELECT count(*) FROM woken) >= 0
 """
+INSERT_JOBS = _INSERT_JOBS_TEMPLATE.format(more_writes="")
 
 #: The channel ``INSERT_JOBS`` notifies: one channel (not one per queue), so a worker that
 #: serves every queue can listen without knowing their names; the payload is the queue.
@@ -137,9 +139,9 @@ WHERE job.id = held.id AND job.attempts = held.attempt AND job.status = 'running
 RETURNING job.id, job.lease_deadline
 """
 
-#: Retry: make a failed attempt's job ready again after ``delay_seconds``, keeping its
-#: attempt count (the next claim consumes the next attempt). Fenced.
-RETRY_JOB = """
+# Retry: make a failed attempt's job ready again after ``delay_seconds``, keeping its
+# attempt count (the next claim consumes the next attempt). Fenced.
+_RETRY_TEMPLATE = """
 UPDATE jobq_job
 SET status = 'ready',
     run_at = now() + make_interval(secs => %(delay_seconds)s),
@@ -148,19 +150,14 @@ SET status = 'ready',
     started_at = NULL,
     last_error = %(error)s
 WHERE id = %(id)s AND attempts = %(attempt)s AND status = 'running'
-RETURNING id
+RETURNING {returning}
 """
 
-#: Dead-letter: move a job to the dead letters (copy + reason + error) and delete it, in one
-#: statement and so one transaction: the job is in exactly one of the two tables. Fenced.
-#: ``attempts`` records the attempts that ran: not the current one when ``%(ran)s`` is false
-#: (expired, unknown kind, or a reclaim past the last attempt: dead-lettered unrun).
-DEAD_LETTER_JOB = """
-WITH moved AS (
-    DELETE FROM jobq_job
-    WHERE id = %(id)s AND attempts = %(attempt)s AND status = 'running'
-    RETURNING *
-)
+#: Retry a job (see the template above). Returns its id if the lease was still held.
+RETRY_JOB = _RETRY_TEMPLATE.format(returning="id")
+
+# The dead-letter copy of the job deleted by a ``moved`` CTE; returns its ``job_id``.
+_INSERT_DEAD_LETTER = """
 INSERT INTO jobq_dead_letter (job_id, queue, kind, payload, priority, attempts, max_attempts,
                               visibility_timeout, idempotency_key, created_at, reason,
                               last_error, traceback, died_at)
@@ -170,7 +167,21 @@ SELECT id, queue, kind, payload, priority,
        idempotency_key, created_at, %(reason)s, %(error)s, %(traceback)s, now()
 FROM moved
 RETURNING job_id
+""".strip()
+
+#: Dead-letter: move a job to the dead letters (copy + reason + error) and delete it, in one
+#: statement and so one transaction: the job is in exactly one of the two tables. Fenced.
+#: ``attempts`` records the attempts that ran: not the current one when ``%(ran)s`` is false
+#: (expired, unknown kind, or a reclaim past the last attempt: dead-lettered unrun).
+_DEAD_LETTER_JOB_TEMPLATE = """
+WITH moved AS (
+    DELETE FROM jobq_job
+    WHERE id = %(id)s AND attempts = %(attempt)s AND status = 'running'
+    RETURNING *
+)
+{insert_dead_letter}
 """
+DEAD_LETTER_JOB = _DEAD_LETTER_JOB_TEMPLATE.format(insert_dead_letter=_INSERT_DEAD_LETTER)
 
 #: Release: hand back leased jobs that never started (a stopping worker's prefetch). The
 #: attempt the claim consumed is given back, so a release costs the job nothing. Fenced.
@@ -189,11 +200,25 @@ RETURNING job.id
 # -- operators (admin, management commands) ------------------------------------------------
 
 #: Cancel: delete ready jobs. A running job is never cancelled this way (its worker holds a
-#: lease; deleting the row under it would only turn its ack into a refused write).
+#: lease; deleting the row under it would only turn its ack into a refused write). The job
+#: of a Django task (see ``INSERT_TASK_JOBS``) makes its result FAILED in the same statement,
+#: with a ``django_jobq.task_results.TaskNotRun`` error saying it was cancelled.
 CANCEL_JOBS = """
-DELETE FROM jobq_job
-WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
-RETURNING id
+WITH cancelled AS (
+    DELETE FROM jobq_job
+    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
+    RETURNING id, kind, payload
+), failed AS (
+    UPDATE jobq_task_result AS result
+    SET status = 'FAILED',
+        finished_at = now(),
+        errors = result.errors || jsonb_build_array(jsonb_build_object(
+            'exception_class_path', 'django_jobq.task_results.TaskNotRun',
+            'traceback', 'cancelled: the ready job was deleted by an operator'))
+    FROM cancelled
+    WHERE result.id = cancelled.payload->>'result_id' AND result.task_path = cancelled.kind
+)
+SELECT id FROM cancelled
 """
 
 #: Run now: make ready jobs due at once (scheduled or backing off), keeping their attempts.
@@ -209,6 +234,8 @@ RETURNING id
 #: kind is left in place (that job is already the redrive), as is all but the oldest of
 #: several dead letters sharing a key. Should such a job appear concurrently, the insert
 #: fails and the whole statement rolls back: nothing is lost, the operator retries.
+#: The job of a Django task (its payload names a result of its kind, see ``INSERT_TASK_JOBS``)
+#: makes that result READY again in the same statement, pointing at the new job.
 REDRIVE_DEAD_LETTERS = """
 WITH redriven AS (
     DELETE FROM jobq_dead_letter AS dead
@@ -225,13 +252,20 @@ WITH redriven AS (
           )
       ))
     RETURNING dead.*
+), job AS (
+    INSERT INTO jobq_job (queue, kind, payload, priority, max_attempts, visibility_timeout,
+                          idempotency_key)
+    SELECT queue, kind, payload, priority, max_attempts, visibility_timeout, idempotency_key
+    FROM redriven
+    ORDER BY id
+    RETURNING id, kind, payload
+), ready_again AS (
+    UPDATE jobq_task_result AS result
+    SET status = 'READY', job_id = job.id, finished_at = NULL
+    FROM job
+    WHERE result.id = job.payload->>'result_id' AND result.task_path = job.kind
 )
-INSERT INTO jobq_job (queue, kind, payload, priority, max_attempts, visibility_timeout,
-                      idempotency_key)
-SELECT queue, kind, payload, priority, max_attempts, visibility_timeout, idempotency_key
-FROM redriven
-ORDER BY id
-RETURNING id
+SELECT id FROM job
 """
 
 # Retention: delete rows of ``{table}`` whose ``{column}`` is older than ``%(older_than)s``
@@ -251,6 +285,9 @@ WHERE id IN (
 PRUNE_DEAD_LETTERS = _PRUNE_TEMPLATE.format(table="jobq_dead_letter", column="died_at")
 #: Retention of dedup keys (``JOBQ['DEDUP_RETENTION']``), by ``created_at``.
 PRUNE_DEDUP_KEYS = _PRUNE_TEMPLATE.format(table="jobq_dedup_key", column="created_at")
+#: Retention of finished task results (``JOBQ['TASK_RESULT_RETENTION']``), by
+#: ``finished_at``: results of ready or running tasks have none and are never pruned.
+PRUNE_TASK_RESULTS = _PRUNE_TEMPLATE.format(table="jobq_task_result", column="finished_at")
 
 #: Maintenance runs on one worker at a time: a transaction-scoped advisory lock, taken
 #: without waiting (the other workers skip this round).
@@ -374,6 +411,134 @@ WHERE id = (
 )
 RETURNING id
 """
+
+# -- Django tasks (tasks_backend.py, task_results.py) --------------------------------------
+#
+# A task's job has the task's module path as its kind and the payload
+# ``{"result_id", "backend", "args", "kwargs"}``; its result is the ``jobq_task_result`` row
+# with that id (and ``task_path`` = the kind). Each statement below that records a job's
+# outcome also writes its result, so the two never disagree. The ``INSERT ... ON CONFLICT``
+# forms recreate a result that is missing (pruned while its job sat in the dead letters).
+
+# The columns a task's job gives its result row, as ``INSERT`` column list and ``SELECT``
+# list over a CTE of job rows (``id, kind, queue, priority, payload, created_at``).
+_TASK_RESULT_COLUMNS = "id, task_path, backend, queue, priority, args, kwargs, job_id, enqueued_at"
+_TASK_RESULT_VALUES = (
+    "payload->>'result_id', kind, payload->>'backend', queue, priority, "
+    "payload->'args', payload->'kwargs', id, created_at"
+)
+
+#: Enqueue tasks: ``INSERT_JOBS`` (same parameters) plus each job's READY result, in one
+#: statement and so in the caller's transaction. ``run_after`` is recorded only for a
+#: deferred job (a job due at once has ``run_at = created_at``, both the transaction's now()).
+_TASK_RESULTS_OF_NEW_JOBS = """, result AS (
+    INSERT INTO jobq_task_result ({columns}, status, run_after, errors, worker_ids)
+    SELECT {values}, 'READY', NULLIF(run_at, created_at), '[]', '[]'
+    FROM saved
+    WHERE inserted
+)"""
+INSERT_TASK_JOBS = _INSERT_JOBS_TEMPLATE.format(
+    more_writes=_TASK_RESULTS_OF_NEW_JOBS.format(
+        columns=_TASK_RESULT_COLUMNS, values=_TASK_RESULT_VALUES
+    )
+)
+
+#: An attempt of a task starts: its result becomes RUNNING, records the start and appends
+#: the worker id the claim wrote on the job. Fenced: returns nothing (and writes nothing)
+#: unless attempt ``%(attempt)s`` still holds job ``%(job_id)s``. Returns the result row.
+#: ``commit_mode`` lets the transaction commit without waiting for its WAL to reach the disk
+#: (``set_config(..., true)``: this transaction only, the whole statement when autocommit):
+#: visible at once, lost only if the database server crashes within a fraction of a second.
+#: Fit for this informative write only; outcomes are always committed durably.
+_START_TASK_ATTEMPT_TEMPLATE = """
+WITH job AS (
+    SELECT id, kind, queue, priority, payload, created_at, worker_id FROM jobq_job
+    WHERE id = %(job_id)s AND attempts = %(attempt)s AND status = 'running'
+), commit_mode AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+)
+INSERT INTO jobq_task_result AS result ({columns}, status, started_at, last_attempted_at,
+                                        errors, worker_ids)
+SELECT {values}, 'RUNNING', now(), now(), '[]', jsonb_build_array(worker_id)
+FROM job, commit_mode
+ON CONFLICT (id) DO UPDATE
+SET status = 'RUNNING',
+    job_id = EXCLUDED.job_id,
+    started_at = COALESCE(result.started_at, EXCLUDED.started_at),
+    last_attempted_at = EXCLUDED.last_attempted_at,
+    finished_at = NULL,
+    worker_ids = result.worker_ids || EXCLUDED.worker_ids
+RETURNING result.*
+"""
+START_TASK_ATTEMPT = _START_TASK_ATTEMPT_TEMPLATE.format(
+    columns=_TASK_RESULT_COLUMNS, values=_TASK_RESULT_VALUES
+)
+
+#: Ack tasks' jobs and make their results SUCCESSFUL with their return values (JSON text),
+#: in one statement: a result is successful exactly when its job is gone. Fenced like
+#: ``ACK_JOBS``. Returns the result rows of the jobs actually acked.
+_ACK_TASK_JOBS_TEMPLATE = """
+WITH acked AS (
+    DELETE FROM jobq_job AS job
+    USING unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(return_values)s::text[])
+          AS done(id, attempt, return_value)
+    WHERE job.id = done.id AND job.attempts = done.attempt AND job.status = 'running'
+    RETURNING job.id, job.kind, job.queue, job.priority, job.payload, job.created_at,
+              job.worker_id, done.return_value::jsonb AS return_value
+)
+INSERT INTO jobq_task_result AS result ({columns}, status, finished_at, return_value,
+                                        errors, worker_ids)
+SELECT {values}, 'SUCCESSFUL', now(), return_value, '[]', jsonb_build_array(worker_id)
+FROM acked
+ON CONFLICT (id) DO UPDATE
+SET status = 'SUCCESSFUL',
+    job_id = EXCLUDED.job_id,
+    finished_at = EXCLUDED.finished_at,
+    return_value = EXCLUDED.return_value
+RETURNING result.*
+"""
+ACK_TASK_JOBS = _ACK_TASK_JOBS_TEMPLATE.format(
+    columns=_TASK_RESULT_COLUMNS, values=_TASK_RESULT_VALUES
+)
+
+#: Retry a task's job (``RETRY_JOB``) and, in the same statement, make its result READY
+#: with this attempt's error (``%(task_error)s``, a JSON object) appended to its errors.
+#: Fenced. Returns the job id if the lease was still held.
+_RETRY_TASK_JOB_TEMPLATE = """
+WITH retried AS ({retry}), result AS (
+    UPDATE jobq_task_result AS result
+    SET status = 'READY', errors = result.errors || jsonb_build_array(%(task_error)s::jsonb)
+    FROM retried
+    WHERE result.id = retried.payload->>'result_id' AND result.task_path = retried.kind
+)
+SELECT id FROM retried
+"""
+RETRY_TASK_JOB = _RETRY_TASK_JOB_TEMPLATE.format(
+    retry=_RETRY_TEMPLATE.format(returning="id, kind, payload")
+)
+
+#: Dead-letter a task's job (``DEAD_LETTER_JOB``, same parameters) and, in the same
+#: statement, make its result FAILED with ``%(task_error)s`` appended to its errors. Also
+#: used for jobs of unknown kind, which may be tasks this worker does not have: a job whose
+#: payload names no result of its kind updates no result. Fenced. Returns a row (the dead
+#: letter's ``job_id``, then the result's columns, NULL without a result) if it moved.
+_DEAD_LETTER_TASK_JOB_TEMPLATE = """
+WITH moved AS (
+    DELETE FROM jobq_job
+    WHERE id = %(id)s AND attempts = %(attempt)s AND status = 'running'
+    RETURNING *
+), dead AS ({insert_dead_letter}), failed AS (
+    UPDATE jobq_task_result AS result
+    SET status = 'FAILED',
+        finished_at = now(),
+        errors = result.errors || jsonb_build_array(%(task_error)s::jsonb)
+    FROM moved
+    WHERE result.id = moved.payload->>'result_id' AND result.task_path = moved.kind
+    RETURNING result.*
+)
+SELECT dead.job_id, failed.* FROM dead LEFT JOIN failed ON true
+"""
+DEAD_LETTER_TASK_JOB = _DEAD_LETTER_TASK_JOB_TEMPLATE.format(insert_dead_letter=_INSERT_DEAD_LETTER)
 
 # -- chaos suite (django_jobq.chaos, manage.py jobq_chaos; never run by workers) ------------
 

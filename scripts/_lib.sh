@@ -6,6 +6,7 @@
 #
 #     source "$(dirname "${BASH_SOURCE[0]}")/_lib.sh"
 #     jobq_venv                    # .venv with '.[dev]' installed, put on PATH
+#     jobq_venv_django61 PY        # .venv-django61 (Python 3.12, Django 6.1), not on PATH
 #     jobq_find_postgres test      # exports DATABASE_URL (MODE: test | demo)
 #     jobq_chromium                # Debian's chromium for tests/browser, if it can
 #
@@ -15,6 +16,8 @@
 # Environment knobs:
 #   PYTHON              interpreter used to create .venv (default python3.11,
 #                       falling back to python3 when python3.11 is absent).
+#   PYTHON312           interpreter used to create .venv-django61 (default
+#                       python3.12, else pyenv's newest 3.12).
 #   DATABASE_URL        if set, used as is: no discovery, nothing started.
 #   JOBQ_LOCAL_PG_PORT  port probed for an already-running local server
 #                       (default 5432). Meant for testing these scripts: point
@@ -41,36 +44,66 @@ jobq_die() {
 # dev extras when pyproject.toml is newer than the stamp, and activate it
 # (PATH + VIRTUAL_ENV) for the rest of the calling script.
 jobq_venv() {
-    local stamp="$JOBQ_VENV/.jobq-install-stamp"
-
-    if ! "$JOBQ_VENV/bin/python" -c '' 2>/dev/null; then
-        local py="${PYTHON:-python3.11}"
-        # `command -v` is not enough: a pyenv shim exists even when the
-        # version behind it is not installed, so actually run it.
-        if ! "$py" -c '' 2>/dev/null; then
-            if [[ -z "${PYTHON:-}" ]] && python3 -c '' 2>/dev/null; then
-                py=python3
-            else
-                jobq_die "no usable Python interpreter '$py' (set PYTHON=...)"
-            fi
-        fi
-        "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
-            jobq_die "$py is $("$py" -V 2>&1); django-jobq needs Python >= 3.11 (set PYTHON=...)"
-        jobq_log "creating .venv with $("$py" -V 2>&1)"
-        # --clear: replaces a broken venv (e.g. its interpreter was removed).
-        "$py" -m venv --clear "$JOBQ_VENV"
-        rm -f "$stamp"
+    local py="${PYTHON:-python3.11}"
+    # `command -v` is not enough: a pyenv shim exists even when the version
+    # behind it is not installed, so actually run it.
+    if ! "$py" -c '' 2>/dev/null && [[ -z "${PYTHON:-}" ]] && python3 -c '' 2>/dev/null; then
+        py=python3
     fi
-
-    if [[ ! -f "$stamp" || "$JOBQ_ROOT/pyproject.toml" -nt "$stamp" ]]; then
-        jobq_log "installing django-jobq[dev] into .venv"
-        "$JOBQ_VENV/bin/python" -m pip install -q -e '.[dev]'
-        touch "$stamp"
-    fi
+    _jobq_make_venv "$JOBQ_VENV" "$py" '(set PYTHON=...)'
 
     export VIRTUAL_ENV="$JOBQ_VENV"
     export PATH="$JOBQ_VENV/bin:$PATH"
     hash -r
+}
+
+# _jobq_make_venv DIR PYTHON HINT [PIP_ARGS...]
+#
+# Create the virtualenv DIR with PYTHON if it has no working interpreter, and
+# (re)install '.[dev]' plus PIP_ARGS into it when pyproject.toml is newer than
+# its stamp. HINT ends the error message when PYTHON cannot be run.
+_jobq_make_venv() {
+    local dir="$1" py="$2" hint="$3"
+    shift 3
+    local stamp="$dir/.jobq-install-stamp" name
+    name="$(basename "$dir")"
+
+    if ! "$dir/bin/python" -c '' 2>/dev/null; then
+        "$py" -c '' 2>/dev/null || jobq_die "no usable Python interpreter '$py' $hint"
+        "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+            jobq_die "$py is $("$py" -V 2>&1); django-jobq needs Python >= 3.11 $hint"
+        jobq_log "creating $name with $("$py" -V 2>&1)"
+        # --clear: replaces a broken venv (e.g. its interpreter was removed).
+        "$py" -m venv --clear "$dir"
+        rm -f "$stamp"
+    fi
+
+    if [[ ! -f "$stamp" || "$JOBQ_ROOT/pyproject.toml" -nt "$stamp" ]]; then
+        jobq_log "installing django-jobq[dev] $* into $name"
+        "$dir/bin/python" -m pip install -q -e '.[dev]' "$@"
+        touch "$stamp"
+    fi
+}
+
+# A Python 3.12 interpreter (Django 6 needs >= 3.12): `python3.12` if it runs,
+# else pyenv's newest 3.12. Prints its path; fails when there is none.
+jobq_python312() {
+    local py
+    for py in "${PYTHON312:-python3.12}" \
+        $(printf '%s\n' "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12 | sort -rV); do
+        if "$py" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
+            command -v "$py"
+            return
+        fi
+    done
+    return 1
+}
+
+# jobq_venv_django61: .venv-django61 (Python 3.12, Django 6.1, django-jobq[dev]),
+# created and kept up to date like .venv, not activated. Needs jobq_python312.
+JOBQ_VENV_DJANGO61="$JOBQ_ROOT/.venv-django61"
+jobq_venv_django61() {
+    _jobq_make_venv "$JOBQ_VENV_DJANGO61" "$1" '(set PYTHON312=...)' 'Django>=6.1,<6.2'
 }
 
 # --------------------------------------------------------------------------

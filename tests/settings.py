@@ -1,10 +1,12 @@
-"""Test settings: the test project plus a test app and a SQLite alias.
+"""Test settings: the test project plus a test app, a SQLite alias and Django tasks.
 
-``tests.testapp`` holds the handlers the tests enqueue (``tests/testapp/jobs.py``). The SQLite
-alias ``other`` stands for "the caller's data lives in another database": it exercises
-enqueue's on_commit deferral and the non-PostgreSQL system check.
+``tests.testapp`` holds the handlers the tests enqueue (``tests/testapp/jobs.py``) and the
+``@task`` functions (``tests/testapp/tasks.py``), which run on django-jobq through ``TASKS``.
+The SQLite alias ``other`` stands for "the caller's data lives in another database": it
+exercises enqueue's on_commit deferral and the non-PostgreSQL system check.
 """
 
+import importlib.util
 import os
 
 from testproject.settings import *  # noqa: F403
@@ -17,4 +19,16 @@ DATABASES = {
     # beside a developer's, never share tables: their workers would claim each other's jobs.
     "default": {**DATABASES["default"], "TEST": {"NAME": f"test_jobq_{os.getpid()}"}},
     "other": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+}
+
+if importlib.util.find_spec("django.tasks") is None:  # Django 5.2: the django-tasks backport
+    INSTALLED_APPS.append("django_tasks")
+
+TASKS = {
+    "default": {
+        "BACKEND": "django_jobq.tasks_backend.JobqBackend",
+        "QUEUES": ["default", "tasks", "crash"],
+        # Short retry waits, so a task that fails twice succeeds within a test.
+        "OPTIONS": {"RETRY_BACKOFF_BASE": 0.01, "RETRY_BACKOFF_CAP": 0.01},
+    },
 }

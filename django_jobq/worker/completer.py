@@ -2,6 +2,8 @@
 
 Every write is fenced by the job's attempt (see :mod:`django_jobq.leases`); a write that
 matches nothing means the lease was lost (another attempt holds the job) and is only logged.
+The jobs of Django tasks are recorded by :func:`django_jobq.task_results.complete` (their
+statements also write the task's result); this module logs and counts them.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .. import faults, leases
+from .. import faults, leases, task_results
 from .executor import Action, Outcome
 
 logger = logging.getLogger("django_jobq.worker")
@@ -50,6 +52,7 @@ class Completer:
         """
         if not self.pending:
             return
+        self._complete_tasks(cursor)
         succeeded = [o for o in self.pending if o.action is Action.ACK]
         if succeeded:
             faults.reached("after_handler")
@@ -95,6 +98,24 @@ class Completer:
             )
             self._log(outcome, "dead-lettered", f" ({outcome.reason})", applied)
             self.tally.dead_lettered += applied
+
+    def _complete_tasks(self, cursor: leases.Cursor) -> None:
+        """Record the pending outcomes of Django tasks' jobs (their statements also write the
+        task results), leaving the others pending."""
+        _, recorded = task_results.complete(cursor, self.pending)
+        for outcome, applied in recorded:
+            if outcome.action is Action.ACK:
+                self._log(outcome, "succeeded", " (task result stored)", applied)
+                self.tally.succeeded += applied
+            elif outcome.action is Action.RETRY:
+                self._log(
+                    outcome, "failed", f", task retrying in {outcome.retry_delay:.3g} s", applied
+                )
+                self.tally.retried += applied
+            else:
+                self._log(outcome, "dead-lettered", f" ({outcome.reason}), task failed", applied)
+                self.tally.dead_lettered += applied
+        self._applied([outcome for outcome, _ in recorded])
 
     def _log(self, outcome: Outcome, what: str, detail: str, applied: bool) -> None:
         """One line per job: ``job 12 shop.jobs.x attempt 1/5 succeeded in 3.1 ms``."""

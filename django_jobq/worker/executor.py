@@ -15,6 +15,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import close_old_connections, connections
 
@@ -58,7 +59,9 @@ def storable(text: str) -> str:
 @dataclass(frozen=True)
 class Outcome:
     """The verdict on one claimed job. ``duration`` and ``retry_delay`` are in seconds;
-    ``reason`` is set for dead letters."""
+    ``reason`` is set for dead letters. ``exception_class_path`` (``module.QualName``) names
+    the exception of a failed attempt, ``returned`` is what a successful handler returned
+    (kept as the result of a Django task's job, see :mod:`django_jobq.task_results`)."""
 
     job: ClaimedJob
     action: Action
@@ -68,13 +71,31 @@ class Outcome:
     error: str = ""
     traceback: str = ""
     ran: bool = True  # False: dead-lettered without running this attempt
+    exception_class_path: str = ""
+    returned: Any = None
 
 
-def _dead(
-    job: ClaimedJob, reason: str, error: str = "", duration: float = 0.0, tb: str = ""
+def _failed(
+    job: ClaimedJob,
+    exc: BaseException,
+    described: tuple[str, str],
+    duration: float,
+    *,
+    reason: str = "",
+    retry_delay: float = 0.0,
 ) -> Outcome:
+    """The verdict on an attempt that raised ``exc`` (``described``: its error and
+    traceback): a dead letter with ``reason`` or, without one, a retry in ``retry_delay`` s."""
+    error, tb = described
     return Outcome(
-        job, Action.DEAD_LETTER, duration=duration, reason=reason, error=error, traceback=tb
+        job,
+        Action.DEAD_LETTER if reason else Action.RETRY,
+        duration=duration,
+        retry_delay=retry_delay,
+        reason=reason,
+        error=error,
+        traceback=tb,
+        exception_class_path=class_path(exc),
     )
 
 
@@ -114,6 +135,11 @@ def describe(exc: BaseException) -> tuple[str, str]:
     return storable(error), storable(tb)
 
 
+def class_path(exc: BaseException) -> str:
+    """``module.QualName`` of an exception's class, as Django's Tasks framework records it."""
+    return f"{type(exc).__module__}.{type(exc).__qualname__}"
+
+
 def _retry_delay(job: ClaimedJob, definition: JobDefinition, exc: BaseException) -> float:
     """Seconds until the next attempt: ``Retry(delay=...)``, else the kind's policy. A policy
     that raises or returns something other than 0 to 10 years of seconds is a bug: it is
@@ -137,23 +163,26 @@ def _verdict_on_failure(
 ) -> Outcome:
     """Retry, or dead-letter: a permanent error, an exception outside ``retry_on``, or the
     final attempt."""
-    error, tb = describe(exc)
+    described = describe(exc)
+    error = described[0]
     if isinstance(exc, PermanentError):
         reason = error.partition(": ")[2] or error
-        return _dead(job, f"{DeadLetter.Reason.FAILED}: {reason}", error, duration, tb)
+        return _failed(
+            job, exc, described, duration, reason=f"{DeadLetter.Reason.FAILED}: {reason}"
+        )
     retryable = (
         isinstance(exc, Retry)
         or definition.retry_on is None
         or isinstance(exc, definition.retry_on)
     )
     if not retryable:
-        return _dead(job, storable(f"{DeadLetter.Reason.FAILED}: {error}"), error, duration, tb)
+        reason = storable(f"{DeadLetter.Reason.FAILED}: {error}")
+        return _failed(job, exc, described, duration, reason=reason)
     if job.is_final_attempt:
-        return _dead(job, DeadLetter.Reason.MAX_ATTEMPTS_EXCEEDED, error, duration, tb)
+        reason = DeadLetter.Reason.MAX_ATTEMPTS_EXCEEDED
+        return _failed(job, exc, described, duration, reason=reason)
     delay = _retry_delay(job, definition, exc)
-    return Outcome(
-        job, Action.RETRY, duration=duration, retry_delay=delay, error=error, traceback=tb
-    )
+    return _failed(job, exc, described, duration, retry_delay=delay)
 
 
 def default_backoff() -> ExponentialBackoff:
@@ -182,9 +211,9 @@ def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
     started = held.started = time.monotonic()
     try:
         if definition.takes_context:
-            definition.func(JobContext(held, extend), **job.payload)
+            returned = definition.func(JobContext(held, extend), **job.payload)
         else:
-            definition.func(**job.payload)
+            returned = definition.func(**job.payload)
     except BaseException as exc:  # any failure of user code is the job's outcome
         duration = time.monotonic() - started
         error = describe(exc)[0]
@@ -196,7 +225,8 @@ def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
     finally:
         close_old_connections()
     duration = time.monotonic() - started
-    return Outcome(job, Action.ACKED_BY_HANDLER if held.acked else Action.ACK, duration=duration)
+    action = Action.ACKED_BY_HANDLER if held.acked else Action.ACK
+    return Outcome(job, action, duration=duration, returned=returned)
 
 
 class ExecutorPool:

@@ -2,8 +2,9 @@
 
 Every :data:`INTERVAL` seconds each worker tries a transaction-scoped advisory lock
 (``TRY_MAINTENANCE_LOCK``); the one that gets it runs the sweeps, the others skip the round.
-The sweeps delete dead letters older than ``JOBQ['DEAD_LETTER_RETENTION']`` and dedup keys
-older than ``JOBQ['DEDUP_RETENTION']``.
+The sweeps delete dead letters older than ``JOBQ['DEAD_LETTER_RETENTION']``, dedup keys
+older than ``JOBQ['DEDUP_RETENTION']`` and task results finished longer ago than
+``JOBQ['TASK_RESULT_RETENTION']``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class Maintenance:
         for what, statement, retention in (
             ("dead letters", sql.PRUNE_DEAD_LETTERS, config.DEAD_LETTER_RETENTION),
             ("dedup keys", sql.PRUNE_DEDUP_KEYS, config.DEDUP_RETENTION),
+            ("task results", sql.PRUNE_TASK_RESULTS, config.TASK_RESULT_RETENTION),
         ):
             if retention is not None and not self._prune(connection, what, statement, retention):
                 return  # another worker holds the maintenance lock this round

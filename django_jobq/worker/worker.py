@@ -29,7 +29,7 @@ from typing import Any
 import psycopg
 from django.utils import timezone
 
-from .. import db, faults, leases, registry, sql
+from .. import db, faults, leases, registry, sql, task_results
 from ..conf import get_settings
 from .completer import Completer, Tally
 from .executor import ExecutorPool, Outcome
@@ -95,6 +95,10 @@ class Worker:
     Raises:
         ValueError: an option out of range.
         ImproperlyConfigured: with the scheduler, a declared schedule is invalid.
+        ImportError: ``TASKS`` uses ``JobqBackend`` but Django's Tasks framework is missing.
+
+    Construction imports every installed app's ``tasks`` module when ``TASKS`` uses
+    ``JobqBackend``, so the worker knows their tasks (:func:`django_jobq.task_results.discover`).
     """
 
     def __init__(
@@ -158,6 +162,7 @@ class Worker:
         self._outstanding = 0  # claimed and not yet recorded (prefetched, running, reported)
         self._to_release: list[HeldJob] = []
         self._claimed = self._released = self._abandoned = self._reconnects = 0
+        task_results.discover()
 
     def stop(self) -> None:
         """Ask the worker to stop: no new claims, prefetched jobs released, running jobs

@@ -1,0 +1,234 @@
+"""The worker's side of Django tasks: finding them, and recording their results.
+
+A task enqueued through :class:`~django_jobq.tasks_backend.JobqBackend` is a job whose kind
+is the task's module path and whose payload is ``{"result_id", "backend", "args",
+"kwargs"}``; its result is a :class:`~django_jobq.models.StoredTaskResult` row. The worker
+runs it like any other job (leases, heartbeats, retries, dead letters). What differs is
+recorded here:
+
+- :func:`start_attempt` marks the result RUNNING as an attempt starts (fenced);
+- :func:`complete` records the outcomes of tasks' jobs with statements that write the
+  result in the same statement as the ack (SUCCESSFUL, with the return value), the retry
+  (READY again, with the attempt's error) or the dead letter (FAILED, with the error); the
+  worker's completer hands it every batch of outcomes and records the others itself.
+
+Tasks are found in the registry of job kinds, where the backend registers each task it
+validates (a task is validated when it is defined). :func:`discover` imports every installed
+app's ``tasks`` module at worker start, so the worker knows the tasks those modules define.
+Nothing is ever imported from a name found in the database: a job whose task this worker
+does not know is dead-lettered as "unknown kind", and its result marked FAILED.
+
+This module does not import Django's Tasks framework, so a worker runs on a Django without
+it; :mod:`django_jobq.tasks_backend` does, and is imported only when configured.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from django.conf import settings
+from django.db import connections
+from django.utils.module_loading import autodiscover_modules, import_string
+
+from . import db, leases, registry, sql
+from .conf import get_settings
+from .models import StoredTaskResult
+from .worker.executor import Action, Outcome
+
+logger = logging.getLogger("django_jobq.worker")
+
+
+class TaskNotRun(Exception):
+    """The error a task's result records when its job ended without running the attempt:
+    dead-lettered because its task is not registered in the worker ("unknown kind") or the
+    lease of its final attempt lapsed (the worker died), or cancelled by an operator
+    (``sql.CANCEL_JOBS`` names this class). The error's traceback holds the reason."""
+
+
+class TaskJobHandler:
+    """Base of the handler the Tasks backend registers for each task (the ``func`` of its
+    :class:`~django_jobq.registry.JobDefinition`): how the worker tells tasks' jobs apart."""
+
+    def finished(self, result: StoredTaskResult) -> None:
+        """Called by the worker once ``result`` is SUCCESSFUL or FAILED (committed)."""
+        raise NotImplementedError
+
+
+def jobq_backends() -> dict[str, Any]:
+    """The ``TASKS`` entries whose backend is ``JobqBackend`` (or a subclass), by alias.
+
+    Raises:
+        ImportError: an entry names a ``django_jobq`` backend that cannot be imported
+            (on Django 5.2: the django-tasks backport is not installed).
+    """
+    found: dict[str, Any] = {}
+    for alias, params in (getattr(settings, "TASKS", None) or {}).items():
+        path = params.get("BACKEND") if isinstance(params, dict) else None
+        if not isinstance(path, str):
+            continue
+        try:
+            backend = import_string(path)  # a setting, written by the project: trusted
+            from .tasks_backend import JobqBackend
+        except ImportError:
+            if path.startswith("django_jobq."):
+                raise
+            continue  # another backend, or a typo the framework itself reports
+        if isinstance(backend, type) and issubclass(backend, JobqBackend):
+            found[alias] = params
+    return found
+
+
+def discover() -> None:
+    """Import every installed app's ``tasks`` module if a ``TASKS`` backend is a
+    ``JobqBackend``, so that their tasks are registered (as ``jobs`` modules are imported
+    for ``@job`` handlers). A no-op otherwise.
+
+    Raises:
+        ImportError: as :func:`jobq_backends`, or raised by a ``tasks`` module.
+    """
+    if jobq_backends():
+        autodiscover_modules("tasks")
+
+
+def handler(kind: str) -> TaskJobHandler | None:
+    """The task handler registered for ``kind``, or ``None`` (not a task, or unknown)."""
+    definition = registry.get(kind)
+    func = definition.func if definition is not None else None
+    return func if isinstance(func, TaskJobHandler) else None
+
+
+def start_attempt(job_id: int, attempt: int) -> StoredTaskResult | None:
+    """Mark the result of a task's job RUNNING for attempt ``attempt`` (appending the
+    worker's id), on Django's connection to the queue database; return the result.
+
+    Its commit does not wait for the disk (see ``sql.START_TASK_ATTEMPT``): a durable commit
+    per task would cap each handler thread at a few hundred tasks per second (2-3 ms each,
+    FACTS.md), and this write only informs (status, start time, worker id). Only a crash of
+    the database server can lose it, and then only the last such writes; every outcome is
+    written durably. Outside a transaction (a worker's handler thread is) it is one round trip.
+
+    Returns ``None`` (and writes nothing) if that attempt no longer holds the job's lease.
+    """
+    alias = get_settings().DATABASE
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql.START_TASK_ATTEMPT, {"job_id": job_id, "attempt": attempt})
+        names = [column.name for column in cursor.description]
+        rows = cursor.fetchall()
+    return db.from_rows(StoredTaskResult, alias, names, rows)[0] if rows else None
+
+
+def _is_task_outcome(outcome: Outcome) -> bool:
+    """A task's job whose outcome is an ack, retry or dead letter. A dead letter of an
+    unknown kind with a task's payload counts too: its result must fail (the statement
+    updates no result if there is none of that kind)."""
+    if outcome.action not in (Action.ACK, Action.RETRY, Action.DEAD_LETTER):
+        return False
+    if handler(outcome.job.kind) is not None:
+        return True
+    return (
+        outcome.action is Action.DEAD_LETTER
+        and registry.get(outcome.job.kind) is None
+        and "result_id" in outcome.job.payload
+    )
+
+
+def _task_error(outcome: Outcome) -> str:
+    """The framework's error record of a failed attempt, as JSON text."""
+    if outcome.exception_class_path:
+        error = {
+            "exception_class_path": outcome.exception_class_path,
+            "traceback": outcome.traceback,
+        }
+    else:  # dead-lettered unrun: no exception of the task's own
+        error = {
+            "exception_class_path": f"{TaskNotRun.__module__}.{TaskNotRun.__qualname__}",
+            "traceback": f"{outcome.reason}: {outcome.error}" if outcome.error else outcome.reason,
+        }
+    return json.dumps(error)
+
+
+def _results(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[StoredTaskResult]:
+    """Result rows read on a worker's psycopg connection (jsonb already decoded)."""
+    return [StoredTaskResult(**dict(zip(names, row, strict=True))) for row in rows]
+
+
+def complete(
+    cursor: leases.Cursor, outcomes: Sequence[Outcome]
+) -> tuple[list[Outcome], list[tuple[Outcome, bool]]]:
+    """Record the outcomes of tasks' jobs among ``outcomes`` (see the module docs).
+
+    Acks go in one statement. Each write is fenced like its plain-job twin in
+    :mod:`django_jobq.leases`. Once recorded, each finished result is announced to its
+    task handler (which sends the framework's ``task_finished``).
+
+    Returns:
+        The other outcomes, for the caller to record; and each task outcome with whether
+        it applied (``False``: the lease was lost, nothing was written).
+    """
+    tasks: list[Outcome] = []
+    others: list[Outcome] = []
+    for outcome in outcomes:
+        (tasks if _is_task_outcome(outcome) else others).append(outcome)
+    if not tasks:
+        return others, []
+    recorded: list[tuple[Outcome, bool]] = []
+    finished: list[StoredTaskResult] = []
+    acks = [outcome for outcome in tasks if outcome.action is Action.ACK]
+    if acks:
+        cursor.execute(
+            sql.ACK_TASK_JOBS,
+            {
+                "ids": [outcome.job.id for outcome in acks],
+                "attempts": [outcome.job.attempt for outcome in acks],
+                "return_values": [outcome.returned for outcome in acks],  # JSON text
+            },
+        )
+        results = _results([column.name for column in cursor.description], cursor.fetchall())
+        acked = {result.job_id for result in results}
+        recorded.extend((outcome, outcome.job.id in acked) for outcome in acks)
+        finished.extend(results)
+    for outcome in tasks:
+        if outcome.action is Action.ACK:
+            continue
+        params = {
+            "id": outcome.job.id,
+            "attempt": outcome.job.attempt,
+            "error": outcome.error,
+            "task_error": _task_error(outcome),
+        }
+        if outcome.action is Action.RETRY:
+            cursor.execute(sql.RETRY_TASK_JOB, {**params, "delay_seconds": outcome.retry_delay})
+            recorded.append((outcome, bool(cursor.fetchall())))
+            continue
+        cursor.execute(
+            sql.DEAD_LETTER_TASK_JOB,
+            {
+                **params,
+                "reason": outcome.reason,
+                "traceback": outcome.traceback,
+                "ran": outcome.ran,
+            },
+        )
+        names = [column.name for column in cursor.description][1:]  # after the dead letter's
+        rows = cursor.fetchall()
+        recorded.append((outcome, bool(rows)))
+        finished.extend(_results(names, [row[1:] for row in rows if row[1] is not None]))
+    for result in finished:
+        _announce(result)
+    return others, recorded
+
+
+def _announce(result: StoredTaskResult) -> None:
+    """Tell the task's handler its result is final; never raises (it runs user code)."""
+    task = handler(result.task_path)
+    if task is None:
+        return  # dead-lettered as unknown kind: there is no task here to announce it for
+    try:
+        task.finished(result)
+    except Exception:
+        logger.exception(
+            "task %s result %s: announcing its end failed", result.task_path, result.id
+        )

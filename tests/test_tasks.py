@@ -1,0 +1,567 @@
+"""Django's Tasks framework on django-jobq: ``@task`` code runs with every queue guarantee.
+
+The same module runs on Django 5.2 with the django-tasks backport (scripts/test's main
+venv) and on Django 6.1's own ``django.tasks`` (scripts/test's second stage). The tasks
+are in tests/testapp/tasks.py, written against the standard API. See docs/tasks.md.
+"""
+
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timedelta
+from types import SimpleNamespace
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.db import connection, transaction
+from django.test.utils import override_settings
+from django.utils import timezone
+
+from django_jobq import leases, registry
+from django_jobq.checks import check_tasks_backends
+from django_jobq.conf import validate_tasks_backend
+from django_jobq.models import DeadLetter, Job, StoredTaskResult
+from django_jobq.operations import cancel, redrive
+from django_jobq.task_framework import (
+    InvalidTask,
+    InvalidTaskBackend,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_backends,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
+from django_jobq.task_results import TaskNotRun
+from django_jobq.tasks_backend import JobqBackend
+from django_jobq.worker import Worker
+from django_jobq.worker.maintenance import Maintenance
+from tests.conftest import REPO_ROOT, wait_until
+from tests.testapp import tasks
+from tests.testapp.models import Effect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BACKEND = {
+    "BACKEND": "django_jobq.tasks_backend.JobqBackend",
+    "QUEUES": ["default", "tasks", "crash"],
+    "OPTIONS": {"RETRY_BACKOFF_BASE": 0.01, "RETRY_BACKOFF_CAP": 0.01},
+}
+
+
+def with_options(**options):
+    """``TASKS`` with these ``OPTIONS`` added to the test backend's."""
+    return override_settings(
+        TASKS={"default": {**BACKEND, "OPTIONS": {**BACKEND["OPTIONS"], **options}}}
+    )
+
+
+def run_burst(**options):
+    return Worker(burst=True, poll_interval=0.01, **options).run()
+
+
+def run_until_finished(result):
+    """Run burst workers until ``result`` is SUCCESSFUL or FAILED (retries wait ~10 ms)."""
+
+    def finished():
+        run_burst()
+        result.refresh()
+        return result.is_finished
+
+    wait_until(finished, what=f"task result {result.id} to finish")
+    return result
+
+
+@pytest.fixture
+def signals():
+    """The framework signals sent during the test, as ``(signal name, status)`` pairs."""
+    sent = []
+    receivers = {}
+    for name, signal_ in (
+        ("enqueued", task_enqueued),
+        ("started", task_started),
+        ("finished", task_finished),
+    ):
+
+        def receive(sender, task_result, name=name, **kwargs):
+            assert issubclass(sender, JobqBackend)
+            sent.append((name, task_result.status))
+
+        receivers[signal_] = receive
+        signal_.connect(receive)
+    yield sent
+    for signal_, receive in receivers.items():
+        signal_.disconnect(receive)
+
+
+# -- the backend ---------------------------------------------------------------------------
+
+
+def test_the_backend_supports_deferral_async_tasks_results_and_priorities():
+    backend = task_backends["default"]
+    assert isinstance(backend, JobqBackend)
+    assert backend.supports_defer
+    assert backend.supports_async_task
+    assert backend.supports_get_result
+    assert backend.supports_priority
+
+
+# -- enqueue -------------------------------------------------------------------------------
+
+
+def test_enqueue_writes_a_job_and_a_ready_result_in_the_callers_transaction(queue_cursor):
+    with transaction.atomic():
+        result = tasks.record.enqueue("hello")
+        assert leases.claim(queue_cursor, worker_id="w", limit=10) == []  # not committed yet
+    assert result.status == TaskResultStatus.READY
+    assert (result.args, result.kwargs, result.backend) == (["hello"], {}, "default")
+    job = Job.objects.get()
+    assert (job.kind, job.queue, job.priority) == ("tests.testapp.tasks.record", "tasks", -100)
+    assert job.payload == {
+        "result_id": result.id,
+        "backend": "default",
+        "args": ["hello"],
+        "kwargs": {},
+    }
+    fetched = tasks.record.get_result(result.id)
+    assert fetched.status == TaskResultStatus.READY
+    assert fetched.enqueued_at == result.enqueued_at == job.created_at
+    assert (fetched.args, fetched.worker_ids, fetched.errors) == (["hello"], [], [])
+
+
+def test_a_rolled_back_enqueue_leaves_no_job_and_sends_no_signal(signals):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        tasks.add.enqueue(1, 2)
+        raise RuntimeError("the view failed after enqueueing")
+    assert not Job.objects.exists()
+    assert not StoredTaskResult.objects.exists()
+    assert signals == []
+
+    with transaction.atomic():
+        tasks.add.enqueue(1, 2)
+        assert signals == []  # not before the commit
+    assert signals == [("enqueued", TaskResultStatus.READY)]
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "other"])
+def test_a_caller_in_another_database_enqueues_at_its_commit(signals):
+    with transaction.atomic(using="other"):
+        result = tasks.add.enqueue(1, 2)
+        assert not Job.objects.exists()
+        assert result.enqueued_at is None
+    assert Job.objects.count() == 1
+    assert result.enqueued_at == Job.objects.get().created_at
+    assert signals == [("enqueued", TaskResultStatus.READY)]
+
+
+def test_priorities_are_kept_exactly_and_higher_runs_first(queue_cursor):
+    for priority in (-100, 0, 100, 7):
+        tasks.add.using(priority=priority).enqueue(1, 1)
+    claimed = leases.claim(queue_cursor, worker_id="w", limit=10)
+    assert [job.priority for job in claimed] == [100, 7, 0, -100]
+
+
+def test_run_after_defers_the_job(queue_cursor):
+    later = timezone.now() + timedelta(hours=1)
+    result = tasks.add.using(run_after=later).enqueue(1, 1)
+    assert Job.objects.get().run_at == later
+    assert leases.claim(queue_cursor, worker_id="w", limit=10) == []
+    assert tasks.add.get_result(result.id).task.run_after == later
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"queue_name": "not-listed"}, "Queue 'not-listed' is not valid for backend"),
+        ({"priority": 101}, "priority must be a whole number between -100 and 100"),
+        ({"priority": -101}, "priority must be a whole number between -100 and 100"),
+        ({"run_after": datetime(2030, 1, 1)}, "run_after must be an aware datetime"),
+    ],
+)
+def test_invalid_tasks_are_refused_when_defined(change, message):
+    with pytest.raises(InvalidTask, match=message):
+        tasks.add.using(**change)
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((timezone.now(), 1), {}, r"args\[0\]: .* is not JSON-serialisable"),
+        ((1,), {"b": float("nan")}, r"kwargs\['b'\]: nan .* is not JSON-serialisable"),
+        (([{1: "x"}], 2), {}, r"args\[0\]\[0\]\[1\]: key 1 \(type int\) is not a str"),
+        ((1,), {}, "missing a required argument: 'b'"),
+        ((1, 2, 3), {}, "too many positional arguments"),
+    ],
+    ids=["datetime", "NaN", "int key", "missing argument", "extra argument"],
+)
+def test_arguments_must_be_json_and_fit_the_task(args, kwargs, message):
+    with pytest.raises(TypeError, match=message):
+        tasks.add.enqueue(*args, **kwargs)
+    assert not Job.objects.exists()
+    assert not StoredTaskResult.objects.exists()
+
+
+def test_enqueue_and_get_result_have_async_forms():
+    result = async_to_sync(tasks.add.aenqueue)(2, 3)
+    assert Job.objects.get().payload["args"] == [2, 3]
+    fetched = async_to_sync(tasks.add.aget_result)(result.id)
+    assert (fetched.id, fetched.status) == (result.id, TaskResultStatus.READY)
+
+
+def test_an_unknown_result_id_raises_the_frameworks_error():
+    with pytest.raises(TaskResultDoesNotExist):
+        tasks.add.get_result("no-such-result")
+
+
+# -- running -------------------------------------------------------------------------------
+
+
+def test_a_worker_runs_the_task_and_stores_its_return_value(signals):
+    result = tasks.record.enqueue("ran")
+    stats = run_burst()
+
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == {"recorded": "ran"}
+    assert result.worker_ids == [stats.worker_id]
+    assert result.attempts == 1
+    assert result.enqueued_at <= result.started_at == result.last_attempted_at
+    assert result.started_at <= result.finished_at
+    assert result.errors == []
+    assert list(Effect.objects.values_list("label", flat=True)) == ["ran"]
+    assert not Job.objects.exists()
+    assert signals == [
+        ("enqueued", TaskResultStatus.READY),
+        ("started", TaskResultStatus.RUNNING),
+        ("finished", TaskResultStatus.SUCCESSFUL),
+    ]
+
+
+def test_an_async_task_runs():
+    result = tasks.async_double.enqueue(21)
+    run_burst()
+    assert tasks.async_double.get_result(result.id).return_value == 42
+
+
+def test_a_task_that_fails_twice_then_succeeds_keeps_both_errors(signals):
+    result = run_until_finished(tasks.flaky.enqueue("flaky", failures=2))
+
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.attempts == 3
+    assert result.return_value == 3  # context.attempt, as the task saw it
+    assert [error.exception_class_path for error in result.errors] == [
+        "builtins.ConnectionError",
+        "builtins.ConnectionError",
+    ]
+    assert "flaky: attempt 1 failed" in result.errors[0].traceback
+    assert "flaky: attempt 2 failed" in result.errors[1].traceback
+    assert result.errors[0].exception_class is ConnectionError
+    assert list(Effect.objects.values_list("label", flat=True)) == ["flaky attempt 3"]
+    started = [status for name, status in signals if name == "started"]
+    finished = [status for name, status in signals if name == "finished"]
+    assert (started, finished) == ([TaskResultStatus.RUNNING] * 3, [TaskResultStatus.SUCCESSFUL])
+
+
+def test_a_dead_lettered_task_fails_with_every_error_and_a_redrive_makes_it_ready(signals):
+    with with_options(MAX_ATTEMPTS=2):
+        result = run_until_finished(tasks.always_fails.enqueue())
+    assert result.status == TaskResultStatus.FAILED
+    assert [error.exception_class_path for error in result.errors] == ["builtins.ValueError"] * 2
+    assert "never works" in result.errors[1].traceback
+    with pytest.raises(ValueError, match="Task failed"):
+        _ = result.return_value
+    dead = DeadLetter.objects.get()
+    assert (dead.reason, dead.attempts, dead.max_attempts) == ("max attempts exceeded", 2, 2)
+    assert ("finished", TaskResultStatus.FAILED) in signals
+
+    assert redrive([dead.id]) == 1
+    new_job = Job.objects.get()
+    result.refresh()
+    assert result.status == TaskResultStatus.READY
+    assert StoredTaskResult.objects.get(pk=result.id).job_id == new_job.pk != dead.job_id
+    assert new_job.payload["result_id"] == result.id  # the id survives the fresh job row
+
+    run_until_finished(result)
+    assert result.status == TaskResultStatus.FAILED
+    assert len(result.errors) == result.attempts == 4  # the history is kept across redrives
+
+
+def test_a_task_whose_final_attempt_lapsed_fails_without_running_again(queue_cursor):
+    with with_options(MAX_ATTEMPTS=1):
+        result = tasks.record.enqueue("once")
+    (claimed,) = leases.claim(queue_cursor, worker_id="died", limit=1)  # then it crashed
+    Job.objects.update(lease_deadline=timezone.now() - timedelta(seconds=1))
+    run_burst()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    (error,) = result.errors
+    assert error.exception_class is TaskNotRun
+    assert error.traceback.startswith("lease expired on final attempt: the lease of attempt 1")
+    assert DeadLetter.objects.get().job_id == claimed.id
+    assert not Effect.objects.exists()
+
+
+def test_a_cancelled_task_fails_with_a_task_not_run_error():
+    result = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 2)
+    assert cancel(Job.objects.get().pk)
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    (error,) = result.errors
+    assert error.exception_class is TaskNotRun
+    assert error.traceback.startswith("cancelled")
+
+
+def test_a_return_value_that_is_not_json_fails_the_task_at_once():
+    result = run_until_finished(tasks.returns_a_set.enqueue())
+    assert result.status == TaskResultStatus.FAILED
+    assert result.attempts == 1
+    assert result.errors[0].exception_class_path == "django_jobq.exceptions.Fail"
+    assert "return value: {1, 2} (type set) is not JSON-serialisable" in result.errors[0].traceback
+    assert DeadLetter.objects.get().reason.startswith("failed: tests.testapp.tasks.returns_a_set")
+
+
+def test_a_task_the_worker_does_not_know_is_an_unknown_kind_dead_letter_and_fails(monkeypatch):
+    result = tasks.add.enqueue(1, 2)
+    monkeypatch.delitem(registry._registry, "tests.testapp.tasks.add")  # a worker without it
+    monkeypatch.setattr("django_jobq.task_results.discover", lambda: None)
+    run_burst()
+    monkeypatch.undo()
+
+    assert DeadLetter.objects.get().reason == "unknown kind"
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    (error,) = result.errors
+    assert error.exception_class_path == "django_jobq.task_results.TaskNotRun"
+    assert "unknown kind: no handler is registered" in error.traceback
+
+
+def test_backend_options_set_the_jobs_attempts_and_lease():
+    with with_options(MAX_ATTEMPTS=7, VISIBILITY_TIMEOUT=timedelta(minutes=2)):
+        tasks.add.enqueue(1, 1)
+    job = Job.objects.get()
+    assert (job.max_attempts, job.visibility_timeout) == (7, timedelta(minutes=2))
+
+
+@pytest.mark.skipif(
+    not tasks.TASK_OPTIONS_SUPPORTED, reason="Django 6.0's @task refuses extra keywords"
+)
+def test_task_options_override_the_backends():
+    with with_options(MAX_ATTEMPTS=7):
+        result = tasks.two_attempts.enqueue("attempt")
+    job = Job.objects.get()
+    assert (job.max_attempts, job.visibility_timeout) == (2, timedelta(seconds=45))
+    run_burst()  # FixedBackoff(0): the retry is due at once, within the same burst
+    result.refresh()
+    assert (result.status, result.attempts) == (TaskResultStatus.FAILED, 2)
+    assert Effect.objects.count() == 2
+
+
+# -- settings and retention ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"QUEUES": ["has space"]}, "TASKS['default']['QUEUES'] has 'has space'"),
+        ({"QUEUES": []}, "must be a non-empty list of queue names"),
+        ({"OPTIONS": {"MAX_ATTEMPT": 3}}, "unknown key 'MAX_ATTEMPT'"),
+        ({"OPTIONS": {"MAX_ATTEMPTS": 0}}, "['MAX_ATTEMPTS'] = 0 must be an int >= 1"),
+        ({"OPTIONS": {"VISIBILITY_TIMEOUT": "30"}}, "'VISIBILITY_TIMEOUT'] = '30' must be"),
+    ],
+)
+def test_invalid_backend_settings_are_django_jobq_e010(params, message):
+    with override_settings(TASKS={"default": {**BACKEND, **params}}):
+        (error,) = check_tasks_backends()
+        assert error.id == "django_jobq.E010"
+        assert message in error.msg
+        with pytest.raises(InvalidTaskBackend, match=r"django_jobq\.E010"):
+            tasks.add.enqueue(1, 2)
+    assert check_tasks_backends() == []
+
+
+def test_naming_the_backend_without_the_tasks_framework_is_django_jobq_e011(monkeypatch):
+    monkeypatch.setitem(sys.modules, "django_jobq.tasks_backend", None)  # cannot be imported
+    (error,) = check_tasks_backends()
+    assert error.id == "django_jobq.E011"
+    assert "django-tasks" in error.hint
+
+
+def test_finished_results_are_pruned_after_their_retention(connect):
+    done = tasks.add.enqueue(1, 2)
+    run_burst()
+    waiting = tasks.add.enqueue(3, 4)
+    StoredTaskResult.objects.update(enqueued_at=timezone.now() - timedelta(days=30))
+    StoredTaskResult.objects.filter(pk=done.id).update(
+        finished_at=timezone.now() - timedelta(hours=2)
+    )
+    with override_settings(JOBQ={"TASK_RESULT_RETENTION": 3600}):
+        Maintenance().run_if_due(connect())
+    assert list(StoredTaskResult.objects.values_list("pk", flat=True)) == [waiting.id]
+    with pytest.raises(TaskResultDoesNotExist):
+        tasks.add.get_result(done.id)
+
+
+# -- real processes ------------------------------------------------------------------------
+
+
+@pytest.mark.acceptance
+def test_a_task_whose_worker_is_killed_reruns_after_the_lease_and_succeeds(manage):
+    lock_id = 5151
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [lock_id])  # attempt 1 waits on it
+    try:
+        with with_options(VISIBILITY_TIMEOUT=1):
+            result = tasks.crash_once.enqueue(lock_id)
+        first = manage("jobq_worker", "--queue", "crash")
+
+        def attempt_started(n):
+            result.refresh()
+            return result.status == TaskResultStatus.RUNNING and len(result.worker_ids) == n
+
+        wait_until(lambda: attempt_started(1), what="attempt 1 to start")
+        first.send_signal(signal.SIGKILL)
+        first.wait(60)
+        deadline = Job.objects.get().lease_deadline
+
+        second = manage("jobq_worker", "--queue", "crash", "--poll-interval", "0.1")
+        wait_until(lambda: result.refresh() or result.is_finished, what="the rerun to finish")
+        second.send_signal(signal.SIGTERM)
+        _, stderr = second.communicate(timeout=60)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock_all()")
+
+    assert second.returncode == 0, stderr
+    assert result.status == TaskResultStatus.SUCCESSFUL, result.errors
+    assert result.return_value == "survived attempt 2"
+    assert result.attempts == 2
+    assert result.worker_ids[0].endswith(f":{first.pid}")
+    assert result.worker_ids[1].endswith(f":{second.pid}")
+    assert result.last_attempted_at >= deadline  # rerun only once the lease lapsed
+    assert list(Effect.objects.values_list("label", flat=True)) == ["crash_once attempt 2"]
+    assert not Job.objects.exists()
+
+
+SCRIPT = """
+import sys
+
+import django
+from django.conf import settings
+
+sys.path[:0] = [{root!r}]
+settings.configure(
+    INSTALLED_APPS=["django_jobq", *{backport!r}],
+    DATABASES={{"default": {{"ENGINE": "django.db.backends.postgresql", **{database!r}}}}},
+    TASKS={{"default": {{"BACKEND": "django_jobq.tasks_backend.JobqBackend"}}}},
+    USE_TZ=True,
+)
+django.setup()
+
+try:
+    from django.tasks import task
+except ImportError:
+    from django_tasks import task
+
+from django_jobq.worker import Worker
+
+
+@task
+def square(x: int) -> int:
+    return x * x
+
+
+result = square.enqueue(12)
+Worker(burst=True, poll_interval=0.05).run()
+result.refresh()
+print(result.status, result.return_value)
+"""
+
+
+def test_the_backend_works_with_settings_configured_in_a_standalone_script():
+    settings_dict = connection.settings_dict
+    database = {key.lower(): settings_dict[key] for key in ("NAME", "USER", "HOST", "PORT")}
+    database["password"] = settings_dict["PASSWORD"]
+    script = SCRIPT.format(
+        root=str(REPO_ROOT),
+        backport=[] if _core_tasks() else ["django_tasks"],
+        database={key.upper(): value for key, value in database.items()},
+    )
+    finished = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stdout.split() == ["SUCCESSFUL", "144"]
+    stored = StoredTaskResult.objects.get()  # in the test database, which the script used
+    assert (stored.task_path, stored.return_value) == ("__main__.square", 144)
+
+
+def _core_tasks():
+    import importlib.util
+
+    return importlib.util.find_spec("django.tasks") is not None
+
+
+# -- the examples in docs/tasks.md ---------------------------------------------------------
+
+DOC = (REPO_ROOT / "docs" / "tasks.md").read_text()
+PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", DOC, re.DOTALL)
+
+
+@pytest.mark.parametrize("index", [0, 1, 6], ids=["Django 6", "Django 5.2", "Django 6.0 alias"])
+def test_the_documented_settings_are_valid(index):
+    namespace = {}
+    exec(PYTHON_BLOCKS[index], namespace)  # noqa: S102 (the docs' own example)
+    for alias, params in namespace["TASKS"].items():
+        assert params["BACKEND"] == "django_jobq.tasks_backend.JobqBackend"
+        assert validate_tasks_backend(alias, params) == []
+    assert "django_jobq" in namespace.get("INSTALLED_APPS", ["django_jobq"])
+
+
+@pytest.fixture
+def docs_tasks(monkeypatch):
+    """Run the docs' ``shop/tasks.py`` example with the standard imports it shows."""
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))  # forget them after
+    if not _core_tasks():
+        import django_tasks
+
+        monkeypatch.setitem(sys.modules, "django.tasks", django_tasks)
+    namespace = {"__name__": "shop.tasks"}
+    with override_settings(TASKS={"default": {**BACKEND, "QUEUES": ["default", "emails"]}}):
+        exec(PYTHON_BLOCKS[2], namespace)  # noqa: S102 (the docs' own example)
+        yield namespace
+
+
+def test_the_documented_tasks_run_and_report_their_results(docs_tasks):
+    orders = SimpleNamespace(create=lambda total: SimpleNamespace(pk=7, total=total))
+    usage = {**docs_tasks, "Order": SimpleNamespace(objects=orders)}
+    exec(PYTHON_BLOCKS[3], usage)  # noqa: S102 (the docs' own example)
+    assert Job.objects.get().queue == "emails"
+    assert usage["result"].status == TaskResultStatus.READY
+    stock = docs_tasks["sync_stock"].enqueue("sku-1")
+    run_burst()
+    exec(PYTHON_BLOCKS[4], usage)  # noqa: S102 (the docs' own example)
+    assert (usage["result"].status, usage["result"].return_value) == (
+        TaskResultStatus.SUCCESSFUL,
+        "receipt for order 7 sent",
+    )
+    assert docs_tasks["sync_stock"].get_result(stock.id).return_value == 1
+
+
+@pytest.mark.skipif(
+    not tasks.TASK_OPTIONS_SUPPORTED, reason="Django 6.0's @task refuses extra keywords"
+)
+def test_the_documented_task_options_reach_the_job(docs_tasks):
+    namespace = {"__name__": "shop.tasks"}
+    exec(PYTHON_BLOCKS[5], namespace)  # noqa: S102 (the docs' own example)
+    namespace["import_catalogue"].enqueue("https://example.com/catalogue.csv")
+    job = Job.objects.get()
+    assert (job.max_attempts, job.visibility_timeout) == (10, timedelta(minutes=5))
+    definition = registry.get("shop.tasks.import_catalogue")
+    assert definition.backoff(1) == definition.backoff(7) == 30

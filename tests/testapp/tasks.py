@@ -1,0 +1,79 @@
+"""``@task`` functions used by tests/test_tasks.py, written against Django's standard API
+(autodiscovered by the worker like any app's ``tasks`` module)."""
+
+import inspect
+import os
+import signal
+
+from django.db import connection
+
+from django_jobq.backoff import FixedBackoff
+
+try:
+    from django.tasks import TaskContext, task
+except ImportError:  # Django 5.2: the django-tasks backport
+    from django_tasks import TaskContext, task
+
+from .models import Effect
+
+#: Django 6.1+ and the backport pass extra ``@task(...)`` keywords to the backend's task
+#: class; Django 6.0's ``@task`` refuses them.
+TASK_OPTIONS_SUPPORTED = any(
+    parameter.kind is inspect.Parameter.VAR_KEYWORD
+    for parameter in inspect.signature(task).parameters.values()
+)
+
+
+@task
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task(queue_name="tasks", priority=-100)
+def record(label: str) -> dict[str, str]:
+    Effect.objects.create(label=label)
+    return {"recorded": label}
+
+
+@task(takes_context=True)
+def flaky(context: TaskContext, label: str, failures: int) -> int:
+    """Fail the first ``failures`` attempts, then record the attempt and return it."""
+    if context.attempt <= failures:
+        raise ConnectionError(f"{label}: attempt {context.attempt} failed")
+    Effect.objects.create(label=f"{label} attempt {context.attempt}")
+    return context.attempt
+
+
+@task
+async def async_double(value: int) -> int:
+    return 2 * value
+
+
+@task
+def always_fails() -> None:
+    raise ValueError("never works")
+
+
+@task
+def returns_a_set() -> set[int]:
+    return {1, 2}
+
+
+@task(queue_name="crash", takes_context=True)
+def crash_once(context: TaskContext, lock_id: int) -> str:
+    """Attempt 1 waits for the test's advisory lock (the test kills the worker meanwhile);
+    later attempts record and succeed."""
+    if context.attempt == 1:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s)", [lock_id])
+        os.kill(os.getpid(), signal.SIGKILL)  # not reached when the test kills us first
+    Effect.objects.create(label=f"crash_once attempt {context.attempt}")
+    return f"survived attempt {context.attempt}"
+
+
+if TASK_OPTIONS_SUPPORTED:
+
+    @task(max_attempts=2, backoff=FixedBackoff(0), visibility_timeout=45)
+    def two_attempts(label: str) -> None:
+        Effect.objects.create(label=label)
+        raise RuntimeError(label)
