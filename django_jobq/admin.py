@@ -11,6 +11,9 @@ no form here edits one: editing a running job would bypass its lease. What staff
   "Redrive" button on the detail page, both needing ``django_jobq.redrive_deadletter``; and
   Django's own delete.
 
+The **dashboard** (:mod:`.dashboard`, linked from the app index and the Jobs list) shows the
+queue at a glance to staff who may view jobs.
+
 The actions are POSTs with Django's CSRF protection: Django's admin actions for the lists,
 django-object-actions (``methods=("POST",)``, a form button) for the detail page. That
 library does not check permissions itself, so the button's action does.
@@ -28,7 +31,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.defaultfilters import pluralize
-from django.urls import reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
@@ -37,6 +40,7 @@ from django_object_actions import action as object_action
 
 from . import operations
 from .conf import get_settings
+from .dashboard import dashboard_view
 from .models import DeadLetter, Job
 
 if TYPE_CHECKING:  # ModelAdmin is generic only in django-stubs
@@ -112,6 +116,14 @@ class JobAdmin(_JobFieldsDisplay, JobAdminBase):
 
     def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
         return False
+
+    def get_urls(self) -> list[URLPattern]:
+        dashboard = path(
+            "dashboard/",
+            self.admin_site.admin_view(lambda request: dashboard_view(request, self)),
+            name="django_jobq_dashboard",
+        )
+        return [dashboard, *super().get_urls()]
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         """May run jobs now and cancel them: Django's change permission on jobs."""

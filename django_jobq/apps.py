@@ -12,9 +12,16 @@ class JobqConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from .checks import check_admin, check_schedules, check_settings, check_tasks_backends
+        from .checks import (
+            check_admin,
+            check_metrics,
+            check_schedules,
+            check_settings,
+            check_tasks_backends,
+        )
 
         checks.register(check_settings)
+        checks.register(check_metrics)
         checks.register(check_schedules)
         checks.register(check_tasks_backends)
         checks.register(check_admin, checks.Tags.admin)

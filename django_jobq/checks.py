@@ -18,12 +18,18 @@ id                        meaning
                           ``OPTIONS``
 ``django_jobq.E011``      a ``TASKS`` entry names ``JobqBackend``, but Django's Tasks
                           framework is missing (Django 5.2 without the django-tasks backport)
+``django_jobq.E012``      ``JOBQ['METRICS_TOKEN']`` is not ``None`` or a string of at least
+                          16 characters without surrounding whitespace
+``django_jobq.E013``      ``JOBQ['STATS_RETENTION']`` is shorter than an hour
+``django_jobq.E014``      the environment's ``PROMETHEUS_MULTIPROC_DIR`` is not a writable
+                          directory (prometheus-client would fail on the first metric)
 ``django_jobq.W001``      a ``JOBQ['SCHEDULES']`` entry's kind has no handler in this process
 ========================  ==============================================================
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from django.apps import apps
@@ -74,6 +80,22 @@ def check_admin(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             )
         ]
     return []
+
+
+def check_metrics(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """prometheus-client's multiprocess mode writes to ``PROMETHEUS_MULTIPROC_DIR`` from the
+    first metric a process records; a directory it cannot write breaks enqueues and workers."""
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory is None or (os.path.isdir(directory) and os.access(directory, os.W_OK | os.X_OK)):
+        return []
+    return [
+        Error(
+            f"PROMETHEUS_MULTIPROC_DIR={directory!r} is not a writable directory.",
+            hint="Create it (empty) before the processes start, or unset the variable; "
+            "see docs/operations.md, 'Metrics'.",
+            id="django_jobq.E014",
+        )
+    ]
 
 
 def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:

@@ -14,11 +14,19 @@ Users configure django-jobq with one dictionary in their settings module::
         "DEDUP_RETENTION": 30 * 86400,  # seconds (or timedelta) to keep dedup keys; None: forever
         "TASK_RESULT_RETENTION": 7 * 86400,  # seconds (or timedelta) to keep finished task results
         "SCHEDULES": {},              # name -> {"kind", "cron", "timezone", "payload", "catch_up"}
+        "STATS_RETENTION": 7 * 86400,  # seconds (or timedelta) to keep per-minute statistics
+        "METRICS_TOKEN": None,        # bearer token for the metrics view (besides staff sessions)
+        "METRICS_CACHE_TIMEOUT": 5,   # seconds the database gauges are cached per process (0: not)
+        "ALERT_OLDEST_READY_AGE": 300,  # seconds: jobq_stats --check fails above; dashboard in red
+        "ALERT_DEAD_LETTERS": 0,      # dead letters: jobq_stats --check fails above; None: no check
     }
 
 Durations are seconds (int or float) or ``datetime.timedelta``. ``SCHEDULES`` declares
 recurring jobs (see :mod:`django_jobq.schedules`); :func:`validate` checks its shape (E006),
-and the schedules' system check its values (cron, timezone, payload: E006-E009).
+and the schedules' system check its values (cron, timezone, payload: E006-E009). The last
+five keys are for observability (docs/operations.md): ``METRICS_TOKEN`` must be ``None`` or
+at least 16 characters (E012), ``STATS_RETENTION`` at least an hour, since the dashboard and
+``jobq_stats`` read the last hour (E013).
 
 ``TASKS`` entries whose backend is ``django_jobq.tasks_backend.JobqBackend`` are checked by
 :func:`validate_tasks_backend` (E010): their ``QUEUES`` must be queue names, and their
@@ -53,6 +61,10 @@ KIND_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:\-]{0,199}$")
 SCHEDULE_KEYS = frozenset({"kind", "cron", "timezone", "payload", "catch_up"})
 #: The most missed ticks of one schedule enqueued at once (a schedule's ``catch_up``).
 MAX_CATCH_UP = 1000
+#: The shortest ``JOBQ['METRICS_TOKEN']`` accepted (``secrets.token_urlsafe()`` gives 43).
+MIN_METRICS_TOKEN_LENGTH = 16
+#: The shortest ``JOBQ['STATS_RETENTION']``, in seconds: the last hour is what is shown.
+MIN_STATS_RETENTION = 3600.0
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,11 @@ class JobqSettings:
     DEDUP_RETENTION: float | None = 30 * 86400.0
     TASK_RESULT_RETENTION: float | None = 7 * 86400.0
     SCHEDULES: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    STATS_RETENTION: float | None = 7 * 86400.0
+    METRICS_TOKEN: str | None = None
+    METRICS_CACHE_TIMEOUT: float = 5.0
+    ALERT_OLDEST_READY_AGE: float = 300.0
+    ALERT_DEAD_LETTERS: int | None = 0
 
 
 _KNOWN_KEYS = frozenset(f.name for f in fields(JobqSettings))
@@ -99,8 +116,17 @@ _DURATION_KEYS = (
     "DEAD_LETTER_RETENTION",
     "DEDUP_RETENTION",
     "TASK_RESULT_RETENTION",
+    "STATS_RETENTION",
+    "METRICS_CACHE_TIMEOUT",
+    "ALERT_OLDEST_READY_AGE",
 )
-_MAY_BE_NONE = ("DEAD_LETTER_RETENTION", "DEDUP_RETENTION", "TASK_RESULT_RETENTION")
+_MAY_BE_NONE = (
+    "DEAD_LETTER_RETENTION",
+    "DEDUP_RETENTION",
+    "TASK_RESULT_RETENTION",
+    "STATS_RETENTION",
+)
+_MAY_BE_ZERO = ("METRICS_CACHE_TIMEOUT",)  # 0: no cache
 
 
 def duration_seconds(value: object) -> float | None:
@@ -150,12 +176,14 @@ def validate(raw: Any) -> list[tuple[str, str]]:
         if value is None and key in _MAY_BE_NONE:
             continue
         seconds = duration_seconds(value)
-        if seconds is None or not 0 < seconds <= MAX_DURATION:
+        zero_ok = key in _MAY_BE_ZERO and seconds == 0
+        if seconds is None or not (0 < seconds <= MAX_DURATION or zero_ok):
             problems.append(
                 (
                     "django_jobq.E003",
-                    f"JOBQ[{key!r}] = {value!r} must be a positive number of seconds "
-                    f"(or a timedelta) of at most 10 years.",
+                    f"JOBQ[{key!r}] = {value!r} must be a "
+                    f"{'non-negative' if key in _MAY_BE_ZERO else 'positive'} number of "
+                    f"seconds (or a timedelta) of at most 10 years.",
                 )
             )
         else:
@@ -167,7 +195,45 @@ def validate(raw: Any) -> list[tuple[str, str]]:
         problems.append(
             ("django_jobq.E003", "JOBQ['RETRY_BACKOFF_CAP'] must not be below RETRY_BACKOFF_BASE.")
         )
+    stats_retention = durations.get("STATS_RETENTION")
+    if stats_retention is not None and stats_retention < MIN_STATS_RETENTION:
+        problems.append(
+            (
+                "django_jobq.E013",
+                f"JOBQ['STATS_RETENTION'] must be at least {MIN_STATS_RETENTION:g} s (an hour): "
+                f"the dashboard and jobq_stats show the last hour.",
+            )
+        )
+    problems.extend(_observability_values(raw))
     problems.extend(_schedules_shape(raw.get("SCHEDULES", {})))
+    return problems
+
+
+def _observability_values(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """Problems in ``METRICS_TOKEN`` (E012) and ``ALERT_DEAD_LETTERS`` (E003)."""
+    problems: list[tuple[str, str]] = []
+    token = raw.get("METRICS_TOKEN")
+    if token is not None and (
+        not isinstance(token, str)
+        or len(token) < MIN_METRICS_TOKEN_LENGTH
+        or token != token.strip()
+    ):
+        problems.append(
+            (
+                "django_jobq.E012",
+                f"JOBQ['METRICS_TOKEN'] must be None or a string of at least "
+                f"{MIN_METRICS_TOKEN_LENGTH} characters without surrounding whitespace "
+                f"(e.g. from secrets.token_urlsafe()).",
+            )
+        )
+    limit = raw.get("ALERT_DEAD_LETTERS", JobqSettings.ALERT_DEAD_LETTERS)
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        problems.append(
+            (
+                "django_jobq.E003",
+                f"JOBQ['ALERT_DEAD_LETTERS'] = {limit!r} must be an int >= 0, or None.",
+            )
+        )
     return problems
 
 

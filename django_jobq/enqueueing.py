@@ -30,7 +30,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, transaction
 from django.utils import timezone
 
-from . import db, registry, sql
+from . import db, metrics, registry, sql
 from .conf import KIND_NAME_RE, MAX_DURATION, QUEUE_NAME_RE, duration_seconds, get_settings
 from .models import Job
 
@@ -446,4 +446,7 @@ def _insert(alias: str, jobs: Sequence[PreparedJob], statement: str) -> list[Job
         names = [column.name for column in cursor.description][:-1]  # drop "inserted"
         rows = cursor.fetchall()
     saved = db.from_rows(Job, alias, names, [row[:-1] for row in rows])
+    metrics.count_enqueued(
+        alias, [(job.queue, job.kind) for job, row in zip(saved, rows, strict=True) if row[-1]]
+    )
     return [saved[index] for index in position]

@@ -40,6 +40,10 @@ class ClaimedJob:
     ``attempt`` is the attempt this claim started (1 for the first run) and the lease's
     fencing token; ``lease_deadline`` is when the lease lapses unless extended; ``expired``
     is true when the job's ``expires_at`` had passed at the claim (it must not run).
+    ``reclaimed`` is true when the claim took the job from a lapsed lease, and
+    ``pickup_latency`` is the seconds from when the job became claimable (its
+    ``GREATEST(run_at, created_at)``, or for a reclaim its lapsed deadline) to the claim, on
+    the database clock (see ``sql.CLAIM_JOBS_*``).
     """
 
     id: int
@@ -53,6 +57,8 @@ class ClaimedJob:
     visibility_timeout: timedelta
     lease_deadline: datetime
     expired: bool = False
+    reclaimed: bool = False
+    pickup_latency: float = 0.0
 
     @property
     def lease(self) -> Lease:

@@ -5,10 +5,14 @@ cannot succeed moves to ``DeadLetter`` in the same transaction that deletes it. 
 records business effects that must happen once (see the idempotency docs). ``Schedule``
 records the last tick enqueued for each recurring schedule. ``StoredTaskResult`` holds the
 result of each task enqueued through Django's Tasks framework (``tasks_backend.py``).
+``OutcomeRollup``, ``QueueSample`` and ``WorkerProcess`` are the observability history and
+the worker registry (see docs/operations.md): finished jobs are deleted, so throughput and
+durations are kept per minute instead.
 """
 
 from __future__ import annotations
 
+from django.contrib.postgres.fields import ArrayField
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models.functions import Now
@@ -247,3 +251,90 @@ class StoredTaskResult(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_path} {self.id} ({self.status})"
+
+
+class OutcomeRollup(models.Model):
+    """The outcomes of one kind on one queue in one minute (database clock), as counts and a
+    histogram of handler durations.
+
+    Workers add to these rows, one upsert statement for all their outcomes every few
+    seconds (``UPSERT_OUTCOME_ROLLUPS``); the maintenance sweep deletes rows older than
+    ``JOBQ['STATS_RETENTION']``. ``duration_buckets[i]`` counts the runs that took at most
+    ``DURATION_BUCKETS[i]`` seconds and more than the bound before it (the last entry: more
+    than the last bound); see :mod:`django_jobq.stats`.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    queue = models.CharField(max_length=63)
+    kind = models.CharField(max_length=200)
+    minute = models.DateTimeField(help_text="The minute (truncated) these outcomes fell in.")
+    succeeded = models.BigIntegerField(default=0)
+    retried = models.BigIntegerField(default=0)
+    dead_lettered = models.BigIntegerField(default=0)
+    duration_sum = models.FloatField(default=0.0, help_text="Seconds, summed over the runs.")
+    duration_buckets = ArrayField(models.BigIntegerField())
+
+    class Meta:
+        db_table = "jobq_outcome_rollup"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["queue", "kind", "minute"], name="jobq_outcome_rollup_uniq"
+            ),
+        ]
+        indexes = [models.Index(fields=["minute"], name="jobq_outcome_rollup_minute_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.queue} {self.kind} {self.minute:%Y-%m-%d %H:%M}"
+
+
+class QueueSample(models.Model):
+    """The depth and oldest ready age of one queue, sampled once a minute by one worker
+    (``SAMPLE_QUEUES``), for the dashboard's charts. Pruned like :class:`OutcomeRollup`."""
+
+    id = models.BigAutoField(primary_key=True)
+    queue = models.CharField(max_length=63)
+    minute = models.DateTimeField()
+    ready = models.BigIntegerField(help_text="Ready and due jobs.")
+    scheduled = models.BigIntegerField(help_text="Ready jobs whose run_at is in the future.")
+    running = models.BigIntegerField()
+    oldest_ready_age = models.FloatField(
+        help_text="Seconds the oldest ready, due job had waited (0 when none)."
+    )
+
+    class Meta:
+        db_table = "jobq_queue_sample"
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "minute"], name="jobq_queue_sample_uniq"),
+        ]
+        indexes = [models.Index(fields=["minute"], name="jobq_queue_sample_minute_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.queue} {self.minute:%Y-%m-%d %H:%M}"
+
+
+class WorkerProcess(models.Model):
+    """A running worker, registered when it starts and deleted when it stops.
+
+    ``last_seen`` is refreshed every few seconds by the worker's main loop; a row not seen
+    for ``STALE_AFTER`` seconds (:mod:`django_jobq.worker.registration`) belongs to a worker
+    that crashed, hangs or lost its database: it is shown as stale, and the maintenance
+    sweep deletes it an hour later.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    worker_id = models.CharField(max_length=200, help_text="As recorded on claimed jobs.")
+    host = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    queues = models.JSONField(
+        null=True, blank=True, help_text="The queues it claims from; null: every queue."
+    )
+    concurrency = models.IntegerField()
+    started_at = models.DateTimeField(db_default=Now())
+    last_seen = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "jobq_worker_process"
+        indexes = [models.Index(fields=["last_seen"], name="jobq_worker_last_seen_idx")]
+
+    def __str__(self) -> str:
+        return self.worker_id

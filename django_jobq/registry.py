@@ -25,10 +25,13 @@ if TYPE_CHECKING:
 _registry: dict[str, JobDefinition] = {}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class JobDefinition:
     """A registered handler and its defaults. Made by :func:`job`; call it to run the handler
     directly (in tests, say), or use :meth:`enqueue` to run it on a worker.
+
+    Compared and hashed by identity: the registered definition is the ``sender`` of the
+    :mod:`django_jobq.signals` about its jobs.
 
     ``queue``, ``max_attempts`` and ``visibility_timeout`` of ``None`` fall back to the
     ``JOBQ`` setting at enqueue time. ``visibility_timeout``, ``max_runtime`` and

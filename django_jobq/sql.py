@@ -68,10 +68,10 @@ PING = "SELECT 1"
 
 # One statement: lock up to ``limit`` claimable rows, skipping rows other claimers hold
 # (SKIP LOCKED: never waits, never double-claims), then lease them. Claimable means either
-#   - expired: running, but its lease deadline has passed (the worker died or stalled), the
+#   - lapsed: running, but its lease deadline has passed (the worker died or stalled), the
 #     oldest lapse first (served by ``jobq_job_lease_idx``); or
 #   - ready and due, in claim order: priority DESC, run_at, id.
-# Expired rows come first; the ready arm takes what is left of ``limit``. Each selection is
+# Lapsed rows come first; the ready arm takes what is left of ``limit``. Each selection is
 # a MATERIALIZED CTE so it runs exactly once: as a plain subquery the planner may re-run a
 # LIMIT subquery inside a nested loop and lease more than ``limit`` rows. The UPDATE finds
 # its rows with ``id = ANY(ARRAY(...))``, a primary-key lookup: joined to the CTEs instead,
@@ -80,9 +80,15 @@ PING = "SELECT 1"
 # reclaimed job whose lapsed attempt was its last comes back with attempts > max_attempts,
 # and a job past its ``expires_at`` comes back with ``expired``: the worker dead-letters
 # either without running it.
+# For the metrics, each row also says whether it was ``reclaimed`` (its lease had lapsed)
+# and its ``pickup_latency``: seconds from the moment it became claimable to this claim,
+# on the database clock. A waiting job became claimable at ``GREATEST(run_at, created_at)``
+# (``run_at`` may name a moment before the enqueue, e.g. a schedule's missed tick); a
+# reclaimed one when its lease lapsed. The final join to the few ``lapsed`` rows is the
+# only cost this adds to the claim.
 _CLAIM_TEMPLATE = """
-WITH expired AS MATERIALIZED (
-    SELECT id FROM jobq_job
+WITH lapsed AS MATERIALIZED (
+    SELECT id, lease_deadline FROM jobq_job
     WHERE status = 'running' AND lease_deadline < now(){queue_filter}
     ORDER BY lease_deadline
     LIMIT %(limit)s
@@ -91,19 +97,28 @@ WITH expired AS MATERIALIZED (
     SELECT id FROM jobq_job
     WHERE status = 'ready' AND run_at <= now(){queue_filter}
     ORDER BY priority DESC, run_at, id
-    LIMIT %(limit)s - (SELECT count(*) FROM expired)
+    LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
     FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE jobq_job AS job
+    SET status = 'running',
+        attempts = job.attempts + 1,
+        worker_id = %(worker_id)s,
+        started_at = now(),
+        lease_deadline = now() + job.visibility_timeout
+    WHERE job.id = ANY(ARRAY(SELECT id FROM lapsed UNION ALL SELECT id FROM ready))
+    RETURNING job.id, job.queue, job.kind, job.payload, job.priority, job.run_at, job.attempts,
+              job.max_attempts, job.visibility_timeout, job.lease_deadline,
+              COALESCE(job.expires_at <= now(), false) AS expired,
+              GREATEST(job.run_at, job.created_at) AS waiting_since
 )
-UPDATE jobq_job AS job
-SET status = 'running',
-    attempts = job.attempts + 1,
-    worker_id = %(worker_id)s,
-    started_at = now(),
-    lease_deadline = now() + job.visibility_timeout
-WHERE job.id = ANY(ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM ready))
-RETURNING job.id, job.queue, job.kind, job.payload, job.priority, job.run_at, job.attempts,
-          job.max_attempts, job.visibility_timeout, job.lease_deadline,
-          COALESCE(job.expires_at <= now(), false) AS expired
+SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload, claimed.priority,
+       claimed.run_at, claimed.attempts, claimed.max_attempts, claimed.visibility_timeout,
+       claimed.lease_deadline, claimed.expired,
+       lapsed.id IS NOT NULL AS reclaimed,
+       EXTRACT(EPOCH FROM now() - COALESCE(lapsed.lease_deadline, claimed.waiting_since))::float8
+           AS pickup_latency
+FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
 """
 
 #: Claim from one queue: an equality on ``queue`` lets ``jobq_job_claim_idx`` (queue,
@@ -288,6 +303,12 @@ PRUNE_DEDUP_KEYS = _PRUNE_TEMPLATE.format(table="jobq_dedup_key", column="create
 #: Retention of finished task results (``JOBQ['TASK_RESULT_RETENTION']``), by
 #: ``finished_at``: results of ready or running tasks have none and are never pruned.
 PRUNE_TASK_RESULTS = _PRUNE_TEMPLATE.format(table="jobq_task_result", column="finished_at")
+#: Retention of the per-minute outcome rollups (``JOBQ['STATS_RETENTION']``), by ``minute``.
+PRUNE_OUTCOME_ROLLUPS = _PRUNE_TEMPLATE.format(table="jobq_outcome_rollup", column="minute")
+#: Retention of the per-minute queue samples (``JOBQ['STATS_RETENTION']``), by ``minute``.
+PRUNE_QUEUE_SAMPLES = _PRUNE_TEMPLATE.format(table="jobq_queue_sample", column="minute")
+#: Forget workers not seen for a while (crashed without deregistering), by ``last_seen``.
+PRUNE_WORKER_PROCESSES = _PRUNE_TEMPLATE.format(table="jobq_worker_process", column="last_seen")
 
 #: Maintenance runs on one worker at a time: a transaction-scoped advisory lock, taken
 #: without waiting (the other workers skip this round).
@@ -539,6 +560,143 @@ WITH moved AS (
 SELECT dead.job_id, failed.* FROM dead LEFT JOIN failed ON true
 """
 DEAD_LETTER_TASK_JOB = _DEAD_LETTER_TASK_JOB_TEMPLATE.format(insert_dead_letter=_INSERT_DEAD_LETTER)
+# -- observability -------------------------------------------------------------------------
+
+#: The database clock, which every stored time and every window of the statistics uses.
+DATABASE_NOW = "SELECT now()"
+
+# The state of every queue holding live jobs, read in one snapshot:
+#   - ``ready``: ready and due now; ``scheduled``: ready, ``run_at`` in the future;
+#     ``running``: leased (including leases that lapsed and await a reclaim);
+#   - ``oldest_ready_age``: seconds the longest-waiting ready, due job has waited since it
+#     became claimable, ``GREATEST(run_at, created_at)`` (as for the claim's pickup
+#     latency); NULL when no job is due.
+# The counts read every live row (a parallel sequential scan: about 0.3 s per million live
+# jobs on a small server; see bench/README.md). The oldest age costs a few index seeks
+# whatever the depth: a loose index scan of ``jobq_job_claim_idx`` (queue, priority DESC,
+# run_at) walks the distinct (queue, priority) pairs of ready jobs, and for each takes the
+# first due job by ``run_at``. A job's wait starts at or after its ``run_at``, so only jobs
+# with an earlier ``run_at`` than that first job's wait start can have waited longer: the
+# ``earlier`` arm looks at those alone, which is none unless jobs were enqueued with a
+# ``run_at`` in the past.
+_QUEUE_STATES = """
+WITH RECURSIVE pairs AS (
+    (SELECT queue, priority FROM jobq_job
+     WHERE status = 'ready'
+     ORDER BY queue, priority DESC
+     LIMIT 1)
+    UNION ALL
+    SELECT next.queue, next.priority
+    FROM pairs, LATERAL (
+        (SELECT job.queue, job.priority FROM jobq_job AS job
+         WHERE job.status = 'ready' AND job.queue = pairs.queue AND job.priority < pairs.priority
+         ORDER BY job.priority DESC
+         LIMIT 1)
+        UNION ALL
+        (SELECT job.queue, job.priority FROM jobq_job AS job
+         WHERE job.status = 'ready' AND job.queue > pairs.queue
+         ORDER BY job.queue, job.priority DESC
+         LIMIT 1)
+        LIMIT 1
+    ) AS next
+), oldest AS (
+    SELECT pairs.queue, min(LEAST(first.since, earlier.since)) AS since
+    FROM pairs
+    CROSS JOIN LATERAL (
+        SELECT job.run_at, GREATEST(job.run_at, job.created_at) AS since FROM jobq_job AS job
+        WHERE job.status = 'ready' AND job.queue = pairs.queue
+          AND job.priority = pairs.priority AND job.run_at <= now()
+        ORDER BY job.run_at
+        LIMIT 1
+    ) AS first
+    CROSS JOIN LATERAL (
+        SELECT min(GREATEST(job.run_at, job.created_at)) AS since FROM jobq_job AS job
+        WHERE job.status = 'ready' AND job.queue = pairs.queue
+          AND job.priority = pairs.priority
+          AND job.run_at >= first.run_at AND job.run_at < LEAST(first.since, now())
+    ) AS earlier
+    GROUP BY pairs.queue
+), depths AS (
+    SELECT queue,
+           count(*) FILTER (WHERE status = 'ready' AND run_at <= now()) AS ready,
+           count(*) FILTER (WHERE status = 'ready' AND run_at > now()) AS scheduled,
+           count(*) FILTER (WHERE status = 'running') AS running
+    FROM jobq_job
+    GROUP BY queue
+)
+SELECT depths.queue, depths.ready, depths.scheduled, depths.running,
+       EXTRACT(EPOCH FROM now() - oldest.since)::float8 AS oldest_ready_age
+FROM depths LEFT JOIN oldest ON oldest.queue = depths.queue
+"""
+
+#: Every queue's depth by state and its oldest ready age (see above), ordered by queue.
+QUEUE_STATES = _QUEUE_STATES + "ORDER BY depths.queue\n"
+
+#: Whether this minute (UTC) has been sampled already: a worker asks this cheap question
+#: before it takes a sample, so the scan runs about once a minute whatever the number of
+#: workers. (Asked inside SAMPLE_QUEUES instead, it would still cost the statement's
+#: planning, and on a large table its JIT compilation.)
+QUEUES_SAMPLED_THIS_MINUTE = """
+SELECT EXISTS (SELECT 1 FROM jobq_queue_sample WHERE minute = date_trunc('minute', now(), 'UTC'))
+"""
+
+#: Sample every queue's state into ``jobq_queue_sample`` for the current minute (UTC), for
+#: the dashboard's charts. Two workers racing past QUEUES_SAMPLED_THIS_MINUTE cannot write
+#: a minute twice (unique (queue, minute)); the second one's rows are dropped. Returns the
+#: rows written.
+_SAMPLE_QUEUES_TEMPLATE = """
+INSERT INTO jobq_queue_sample (queue, minute, ready, scheduled, running, oldest_ready_age)
+SELECT state.queue, date_trunc('minute', now(), 'UTC'), state.ready, state.scheduled,
+       state.running, COALESCE(state.oldest_ready_age, 0)
+FROM ({queue_states}) AS state
+ON CONFLICT (queue, minute) DO NOTHING
+RETURNING queue
+"""
+SAMPLE_QUEUES = _SAMPLE_QUEUES_TEMPLATE.format(queue_states=_QUEUE_STATES)
+
+#: Add a worker's outcome counts and duration histograms to the current minute's rollup
+#: rows (UTC), one row per (queue, kind), in one statement. Each input row's
+#: ``%(bucket_count)s`` bucket counts are a slice of the flat ``%(buckets)s`` array. The
+#: caller sorts the rows by (queue, kind), so concurrent flushes lock rows in the same order
+#: and cannot deadlock. Concurrent workers add up: each increment is applied to the row as
+#: it is when the update takes its lock.
+UPSERT_OUTCOME_ROLLUPS = """
+INSERT INTO jobq_outcome_rollup AS rollup (queue, kind, minute, succeeded, retried,
+                                           dead_lettered, duration_sum, duration_buckets)
+SELECT input.queue, input.kind, date_trunc('minute', now(), 'UTC'), input.succeeded,
+       input.retried, input.dead_lettered, input.duration_sum,
+       (%(buckets)s::bigint[])[(input.n - 1) * %(bucket_count)s + 1 : input.n * %(bucket_count)s]
+FROM unnest(%(queue)s::text[], %(kind)s::text[], %(succeeded)s::bigint[], %(retried)s::bigint[],
+            %(dead_lettered)s::bigint[], %(duration_sum)s::float8[])
+     WITH ORDINALITY AS input(queue, kind, succeeded, retried, dead_lettered, duration_sum, n)
+ON CONFLICT (queue, kind, minute) DO UPDATE
+SET succeeded = rollup.succeeded + EXCLUDED.succeeded,
+    retried = rollup.retried + EXCLUDED.retried,
+    dead_lettered = rollup.dead_lettered + EXCLUDED.dead_lettered,
+    duration_sum = rollup.duration_sum + EXCLUDED.duration_sum,
+    duration_buckets = ARRAY(
+        SELECT pair.old + pair.new
+        FROM unnest(rollup.duration_buckets, EXCLUDED.duration_buckets)
+             WITH ORDINALITY AS pair(old, new, n)
+        ORDER BY pair.n
+    )
+"""
+
+#: Register a starting worker; returns its row id (the key of its beats and deregistration).
+REGISTER_WORKER = """
+INSERT INTO jobq_worker_process (worker_id, host, pid, queues, concurrency)
+VALUES (%(worker_id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s)
+RETURNING id
+"""
+
+#: A worker's sign of life: refresh ``last_seen``. Returns nothing if the row is gone (the
+#: maintenance sweep pruned it while the worker was stalled): the worker registers again.
+BEAT_WORKER = """
+UPDATE jobq_worker_process SET last_seen = now() WHERE id = %(id)s RETURNING id
+"""
+
+#: A stopping worker removes its row.
+DEREGISTER_WORKER = "DELETE FROM jobq_worker_process WHERE id = %(id)s"
 
 # -- chaos suite (django_jobq.chaos, manage.py jobq_chaos; never run by workers) ------------
 

@@ -53,6 +53,15 @@ def test_a_queue_database_that_is_not_postgresql_is_e001():
         ({"DEAD_LETTER_RETENTION": -5}, ["django_jobq.E003"]),
         ({"DEFAULT_QUEUE": "has space"}, ["django_jobq.E003"]),
         ({"DATABASE": "missing"}, ["django_jobq.E004"]),
+        ({"METRICS_TOKEN": "short"}, ["django_jobq.E012"]),
+        ({"METRICS_TOKEN": 12345678901234567890}, ["django_jobq.E012"]),
+        ({"METRICS_TOKEN": " padded-token-of-enough-length "}, ["django_jobq.E012"]),
+        ({"STATS_RETENTION": 600}, ["django_jobq.E013"]),
+        ({"STATS_RETENTION": 0}, ["django_jobq.E003"]),
+        ({"METRICS_CACHE_TIMEOUT": -1}, ["django_jobq.E003"]),
+        ({"ALERT_OLDEST_READY_AGE": "5m"}, ["django_jobq.E003"]),
+        ({"ALERT_DEAD_LETTERS": -1}, ["django_jobq.E003"]),
+        ({"ALERT_DEAD_LETTERS": 2.5}, ["django_jobq.E003"]),
     ],
 )
 def test_invalid_settings_have_an_error_id(jobq, expected):
@@ -76,3 +85,33 @@ def test_manage_py_check_reports_the_error():
 @pytest.mark.django_db
 def test_models_and_migrations_agree():
     call_command("makemigrations", "--check", "--dry-run", verbosity=0)
+
+
+def test_observability_settings_accept_their_documented_values():
+    from datetime import timedelta
+
+    jobq = {
+        "METRICS_TOKEN": "a" * 16,
+        "METRICS_CACHE_TIMEOUT": 0,
+        "STATS_RETENTION": timedelta(days=30),
+        "ALERT_OLDEST_READY_AGE": timedelta(minutes=2),
+        "ALERT_DEAD_LETTERS": None,
+    }
+    with override_settings(JOBQ=jobq):
+        assert check_ids() == []
+        config = get_settings()
+    assert (config.STATS_RETENTION, config.ALERT_OLDEST_READY_AGE) == (30 * 86400.0, 120.0)
+    with override_settings(JOBQ={"STATS_RETENTION": None}):
+        assert check_ids() == []
+
+
+def test_a_multiprocess_directory_that_cannot_be_written_is_e012(monkeypatch, tmp_path):
+    from django_jobq.checks import check_metrics
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "missing"))
+    (error,) = check_metrics()
+    assert error.id == "django_jobq.E014"
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    assert check_metrics() == []
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR")
+    assert check_metrics() == []

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from .. import faults, leases, task_results
 from .executor import Action, Outcome
+from .observer import Observer, log_fields, outcome_name
 
 logger = logging.getLogger("django_jobq.worker")
 
@@ -32,11 +33,13 @@ class Completer:
     """Records outcomes on the worker's queue connection.
 
     Outcomes wait in :attr:`pending` until :meth:`flush` applies them; ``on_applied`` is
-    called with each one applied (or found to need no statement).
+    called with each one applied (or found to need no statement), and the observer records
+    each (metrics, rollups, signals).
     """
 
-    def __init__(self, on_applied: Callable[[Outcome], None]) -> None:
+    def __init__(self, on_applied: Callable[[Outcome], None], observer: Observer) -> None:
         self._on_applied = on_applied
+        self._observer = observer
         self.pending: list[Outcome] = []
         self.tally = Tally()
 
@@ -118,8 +121,12 @@ class Completer:
         self._applied([outcome for outcome, _ in recorded])
 
     def _log(self, outcome: Outcome, what: str, detail: str, applied: bool) -> None:
-        """One line per job: ``job 12 shop.jobs.x attempt 1/5 succeeded in 3.1 ms``."""
+        """One line per job: ``job 12 shop.jobs.x attempt 1/5 succeeded in 3.1 ms``, with
+        structured fields (``extra``, see :func:`.observer.log_fields`); then the observer
+        records the outcome (metrics, rollup, signal)."""
         job = outcome.job
+        name = outcome_name(outcome, applied)
+        fields = log_fields(outcome, name)
         if not applied:
             self.tally.lease_lost += 1
             logger.warning(
@@ -129,7 +136,9 @@ class Completer:
                 job.attempt,
                 what,
                 detail,
+                extra=fields,
             )
+            self._observer.record(outcome, name)
             return
         logger.debug(
             "job %s %s attempt %s/%s %s in %.1f ms%s%s",
@@ -141,4 +150,6 @@ class Completer:
             outcome.duration * 1000,
             detail,
             f": {outcome.error[:500]}" if outcome.error else "",
+            extra=fields,
         )
+        self._observer.record(outcome, name)

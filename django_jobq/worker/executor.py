@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import close_old_connections, connections
 
-from .. import registry
+from .. import metrics, registry, signals
 from ..backoff import ExponentialBackoff
 from ..conf import MAX_DURATION, get_settings
 from ..context import JobContext
@@ -208,6 +208,8 @@ def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
             f"no handler is registered for kind {job.kind!r} in this worker",
         )
     close_old_connections()
+    signals.send(signals.job_started, job)
+    metrics.handler_started()
     started = held.started = time.monotonic()
     try:
         if definition.takes_context:
@@ -223,6 +225,7 @@ def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
             return Outcome(job, Action.LEASE_LOST, duration=duration, error=error)
         return _verdict_on_failure(job, definition, exc, duration)
     finally:
+        metrics.handler_finished()
         close_old_connections()
     duration = time.monotonic() - started
     action = Action.ACKED_BY_HANDLER if held.acked else Action.ACK

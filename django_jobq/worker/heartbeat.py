@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from .. import db, leases
+from .. import db, leases, metrics
 from .held import HeldJob, HeldJobs
 
 logger = logging.getLogger("django_jobq.worker")
@@ -120,9 +120,11 @@ class Heartbeater:
                 held.deadline = extended[held.job.id]
                 held.next_heartbeat = now + held.heartbeat_interval
                 self.heartbeats += 1
+                metrics.observe_heartbeat(held.job.queue)
             else:
                 held.lease_lost = True
                 self.refused += 1
+                metrics.observe_refused("heartbeat")
                 logger.warning(
                     "job %s %s attempt %s: heartbeat refused, lease lost (deadline %s passed "
                     "or another attempt holds the job)",

@@ -3,8 +3,10 @@
 Every :data:`INTERVAL` seconds each worker tries a transaction-scoped advisory lock
 (``TRY_MAINTENANCE_LOCK``); the one that gets it runs the sweeps, the others skip the round.
 The sweeps delete dead letters older than ``JOBQ['DEAD_LETTER_RETENTION']``, dedup keys
-older than ``JOBQ['DEDUP_RETENTION']`` and task results finished longer ago than
-``JOBQ['TASK_RESULT_RETENTION']``.
+older than ``JOBQ['DEDUP_RETENTION']``, task results finished longer ago than
+``JOBQ['TASK_RESULT_RETENTION']``, per-minute statistics (outcome rollups and queue samples)
+older than ``JOBQ['STATS_RETENTION']``, and the rows of workers not seen for an hour
+(:data:`.registration.PRUNE_AFTER`: crashed without deregistering).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import psycopg
 
 from .. import sql
 from ..conf import get_settings
+from .registration import PRUNE_AFTER
 
 logger = logging.getLogger("django_jobq.worker")
 
@@ -51,6 +54,9 @@ class Maintenance:
             ("dead letters", sql.PRUNE_DEAD_LETTERS, config.DEAD_LETTER_RETENTION),
             ("dedup keys", sql.PRUNE_DEDUP_KEYS, config.DEDUP_RETENTION),
             ("task results", sql.PRUNE_TASK_RESULTS, config.TASK_RESULT_RETENTION),
+            ("outcome rollups", sql.PRUNE_OUTCOME_ROLLUPS, config.STATS_RETENTION),
+            ("queue samples", sql.PRUNE_QUEUE_SAMPLES, config.STATS_RETENTION),
+            ("stale workers", sql.PRUNE_WORKER_PROCESSES, PRUNE_AFTER),
         ):
             if retention is not None and not self._prune(connection, what, statement, retention):
                 return  # another worker holds the maintenance lock this round

@@ -77,16 +77,24 @@ class Supervisor:
             the child's own signal handlers. ``slot`` is 0 to ``processes - 1``.
         restart_finished: restart a child that exited with status 0 (a worker only does so
             when stopped; a burst worker when its queue is drained, and then it is done).
+        on_exit: called with the pid of each child reaped (e.g.
+            :func:`django_jobq.metrics.mark_process_dead`).
     """
 
     def __init__(
-        self, processes: int, run_worker: Callable[[int], int], *, restart_finished: bool = True
+        self,
+        processes: int,
+        run_worker: Callable[[int], int],
+        *,
+        restart_finished: bool = True,
+        on_exit: Callable[[int], None] | None = None,
     ) -> None:
         if processes < 1:
             raise ValueError(f"processes must be >= 1, not {processes}.")
         self._slots = [_Slot(n) for n in range(processes)]
         self._run_worker = run_worker
         self._restart_finished = restart_finished
+        self._on_exit = on_exit
         self._context = multiprocessing.get_context("fork")
         self._signals = 0
         self.restarts = 0
@@ -123,6 +131,8 @@ class Supervisor:
         assert slot.process is not None
         slot.process.join()
         slot.exit_code = code = slot.process.exitcode
+        if self._on_exit is not None and slot.process.pid is not None:
+            self._on_exit(slot.process.pid)
         ran = time.monotonic() - slot.started
         if self._signals:
             return

@@ -37,6 +37,7 @@ from .heartbeat import Heartbeater
 from .held import HeldJob, HeldJobs
 from .listener import Listener, reconnect_delays
 from .maintenance import Maintenance
+from .observer import Observer
 from .scheduler import Scheduler
 
 logger = logging.getLogger("django_jobq.worker")
@@ -155,7 +156,11 @@ class Worker:
             extend=self._heartbeater.extend_one,
             name=self.worker_id,
         )
-        self._completer = Completer(on_applied=self._applied)
+        self._observer = Observer(
+            worker_id=self.worker_id, queues=self.queues, concurrency=concurrency
+        )
+        self._observing = False  # registered (on the first connection)
+        self._completer = Completer(on_applied=self._applied, observer=self._observer)
         self._maintenance = Maintenance()
         self._capacity = self.concurrency + self.batch_size
         self._refill_at = max(1, self.batch_size // 2)
@@ -225,6 +230,7 @@ class Worker:
         next_tick = self._scheduler.next_due if self._scheduler is not None else None
         if next_tick is not None:
             timeout = min(timeout, (next_tick - timezone.now()).total_seconds())
+        timeout = min(timeout, self._observer.seconds_until_due())
         return max(timeout, 0.0)
 
     def _applied(self, outcome: Outcome) -> None:
@@ -246,6 +252,7 @@ class Worker:
         cursor = connection.cursor()
         self._completer.pending.extend(self._take_outcomes())
         self._completer.flush(cursor)
+        self._observer.tick(cursor)
         if self._stopping.is_set():
             return self._shutdown_turn(cursor)
         self._maintenance.run_if_due(connection)
@@ -260,6 +267,7 @@ class Worker:
         jobs = leases.claim(cursor, worker_id=self.worker_id, limit=limit, queues=self.queues)
         if jobs:
             faults.reached("after_claim")
+        self._observer.claimed(jobs)
         for job in jobs:
             self._pool.submit(self._hold(job))
         self._outstanding += len(jobs)
@@ -325,6 +333,9 @@ class Worker:
                         connection = db.connect(application_name=f"jobq worker {self.worker_id}")
                         if self._reconnects:
                             logger.info("worker %s: database connection restored", self.worker_id)
+                    if not self._observing:
+                        self._observer.start(connection.cursor())
+                        self._observing = True
                     timeout = self._turn(connection)
                     delays = reconnect_delays()
                 except psycopg.OperationalError as exc:
@@ -368,6 +379,8 @@ class Worker:
             self._pool.take_unstarted()
             self._pool.stop(wait=not (failed or self._abandoned))
             if connection is not None:
+                if self._observing:
+                    self._observer.stop(connection.cursor())
                 connection.close()
         return self._finish(time.monotonic() - started)
 

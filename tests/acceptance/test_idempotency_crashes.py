@@ -19,11 +19,9 @@ TIMEOUT = 60
 
 def waiting_for_advisory_lock():
     with connection.cursor() as cursor:
-        # pg_locks covers the whole server: count only this database's waiters (other test
-        # runs on a shared server use the same lock ids).
-        cursor.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        cursor.execute(  # this test's database only: the server is shared
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
         )
         return cursor.fetchone()[0] == 1
 

@@ -43,6 +43,19 @@ def db_now():
         return cursor.fetchone()[0]
 
 
+def handler_waiting():
+    """A handler (of this test's database: the server is shared) waits for ``LOCK``: the job
+    has started, beyond being claimed."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+            "AND objid = %s AND database = (SELECT oid FROM pg_database "
+            "WHERE datname = current_database())",
+            [LOCK],
+        )
+        return cursor.fetchone()[0] == 1
+
+
 def running(job_id, attempt=1):
     return Job.objects.filter(pk=job_id, status="running", attempts=attempt).first()
 
@@ -143,7 +156,8 @@ def test_a_crash_on_the_final_attempt_ends_as_a_dead_letter(manage, lock):
 def test_shutdown_timeout_leaves_the_running_job_to_lapse_and_exits_1(manage, lock):
     job = hold_lock.using(visibility_timeout=1).enqueue(lock_id=LOCK, label="slow")
     worker = manage("jobq_worker", "--queue", "leases", "--shutdown-timeout", "0.5")
-    wait_until(lambda: running(job.pk), what="the worker to start the job")
+    # Claimed is not enough: a SIGTERM before a thread takes the job releases it instead.
+    wait_until(handler_waiting, what="the handler to start")
     worker.send_signal(signal.SIGTERM)
     _, stderr = worker.communicate(timeout=TIMEOUT)
     assert worker.returncode == 1, stderr

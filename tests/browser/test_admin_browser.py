@@ -1,5 +1,5 @@
-"""The dead-letter admin in a real browser: Playwright driving Debian's Chromium against
-pytest-django's live server.
+"""The dead-letter admin and the dashboard in a real browser: Playwright driving Debian's
+Chromium against pytest-django's live server.
 
 Chromium comes from apt (``scripts/test`` installs it when missing and it can); where it
 cannot be found these tests are skipped, saying why. Set ``JOBQ_SCREENSHOTS=docs/img`` to
@@ -16,7 +16,7 @@ from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from django_jobq.models import DeadLetter, Job
-from tests.factories import DeadLetterFactory
+from tests.factories import DeadLetterFactory, JobFactory, dashboard_scene
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -159,3 +159,50 @@ def test_view_only_staff_sees_no_redrive_action_or_button(log_in, live_server, d
     page.wait_for_selector("#content-main")
     assert page.get_by_role("button", name="Redrive").count() == 0
     assert DeadLetter.objects.count() == 3
+
+
+def test_the_dashboard_shows_the_queue_at_a_glance(
+    log_in, live_server, django_user_model, screenshots
+):
+    dashboard_scene(kind=KIND)
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "pw")
+    page = log_in(admin)
+    page.goto(f"{live_server.url}/admin/django_jobq/")
+    page.locator("#jobq-dashboard-link").get_by_role("link", name="Dashboard").click()
+    page.wait_for_selector("#jobq-queues")
+
+    emails = page.locator('#jobq-queues tr[data-queue="emails"]').inner_text().split()
+    assert emails[:5] == ["emails", "262", "0", "0", "13"]  # 13 min: the oldest ready job
+    assert page.locator('#jobq-queues tr[data-queue="emails"] .jobq-alert').inner_text() == "13 min"
+    default = page.locator('#jobq-queues tr[data-queue="default"]').inner_text().split()
+    assert default[:4] == ["default", "4", "12", "0"]
+    assert page.locator("svg.jobq-chart").count() == 3 * 4
+    summary = page.locator("#jobq-summary").inner_text()
+    assert "1 live worker" in summary and "7 dead letters" in summary
+    dead = page.locator("#jobq-dead-letters").inner_text()
+    assert "shop.jobs.notify_order_webhook\t2" in dead and f"{KIND}\t5" in dead
+    assert "stale" in page.locator("#jobq-workers").inner_text()
+    page.click("#toggle-nav-sidebar")  # room for the charts in the screenshot
+    page.screenshot(path=screenshots / "dashboard.png", full_page=True)
+
+    page.locator("#jobq-dead-letters").get_by_role("link", name=KIND).click()
+    page.wait_for_url("**/deadletter/?*")
+    assert "5 dead letters" in page.locator(".paginator").inner_text()
+
+
+def test_staff_who_may_view_jobs_see_the_dashboard_without_dead_letters(
+    log_in, live_server, django_user_model
+):
+    make_dead_letters(3, kind=KIND)
+    JobFactory.create_batch(2, queue="default")
+    user = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename="view_job"))
+    page = log_in(user)
+    page.goto(f"{live_server.url}/admin/django_jobq/job/")
+    page.locator(".object-tools").get_by_role("link", name="Dashboard").click()
+    page.wait_for_selector("#jobq-queues")
+    assert page.locator('#jobq-queues tr[data-queue="default"]').inner_text().split()[:2] == [
+        "default",
+        "2",
+    ]
+    assert page.locator("#jobq-dead-letters").count() == 0

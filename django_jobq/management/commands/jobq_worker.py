@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import signal
 import sys
+import tempfile
 from argparse import ArgumentParser, ArgumentTypeError
 from collections.abc import Callable
 from types import FrameType
@@ -14,7 +16,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import schedules
+from ... import metrics, schedules
 from ...conf import QUEUE_NAME_RE
 from ...worker.supervisor import Supervisor
 from ...worker.worker import (
@@ -166,6 +168,20 @@ class Command(BaseCommand):
             dest="scheduler",
             help="Do not enqueue the jobs of schedule ticks (other workers' schedulers do).",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=_bounded_int(0, 65535),
+            default=None,
+            metavar="PORT",
+            help="Serve this process's Prometheus metrics on http://ADDR:PORT/metrics "
+            "(0: any free port, logged). Default: not served.",
+        )
+        parser.add_argument(
+            "--metrics-addr",
+            default="0.0.0.0",  # noqa: S104 - scraped from other hosts, as exporters are
+            metavar="ADDR",
+            help="Address the metrics server binds (default 0.0.0.0: every interface).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         for queue in options["queues"] or []:
@@ -178,20 +194,58 @@ class Command(BaseCommand):
             raise CommandError(f"--worker-id must be 1 to {MAX_WORKER_ID_LENGTH} characters.")
         self._configure_logging(options["verbosity"])
         processes = options["processes"]
+        port, addr = options["metrics_port"], options["metrics_addr"]
         if processes == 1:
-            status = run_worker(options)
+            server = self._serve_metrics(port, addr, metrics.serve)
+            try:
+                status = run_worker(options)
+            finally:
+                if server is not None:
+                    server.close()
         else:
-            if options["scheduler"]:
-                schedules.collect()  # an invalid schedule fails here, not in every child
-
-            def run_slot(slot: int) -> int:
-                given = options["worker_id"]
-                return run_worker({**options, "worker_id": f"{given}-{slot}" if given else None})
-
-            restart_finished = not options["burst"]
-            status = Supervisor(processes, run_slot, restart_finished=restart_finished).run()
+            status = self._supervise(processes, options)
         if status:
             sys.exit(status)
+
+    def _supervise(self, processes: int, options: dict[str, Any]) -> int:
+        """Run ``processes`` workers under a supervisor; with ``--metrics-port`` it serves
+        the sum of their metrics (prometheus-client's multiprocess mode, in a directory of
+        its own for this run)."""
+        if options["scheduler"]:
+            schedules.collect()  # an invalid schedule fails here, not in every child
+
+        def run_slot(slot: int) -> int:
+            given = options["worker_id"]
+            return run_worker({**options, "worker_id": f"{given}-{slot}" if given else None})
+
+        port, addr = options["metrics_port"], options["metrics_addr"]
+        with contextlib.ExitStack() as cleanup:
+            on_exit = None
+            if port is not None:
+                directory = cleanup.enter_context(
+                    tempfile.TemporaryDirectory(prefix="jobq-metrics-")
+                )
+                metrics.prepare_multiprocess(directory)  # before any child is forked
+                server = self._serve_metrics(port, addr, metrics.serve_multiprocess)
+                assert server is not None
+                cleanup.callback(server.close)
+                on_exit = metrics.mark_process_dead
+            supervisor = Supervisor(
+                processes, run_slot, restart_finished=not options["burst"], on_exit=on_exit
+            )
+            return supervisor.run()
+
+    def _serve_metrics(
+        self, port: int | None, addr: str, serve: Callable[[int, str], metrics.MetricsServer]
+    ) -> metrics.MetricsServer | None:
+        if port is None:
+            return None
+        try:
+            server = serve(port, addr)
+        except OSError as exc:
+            raise CommandError(f"cannot serve metrics on {addr}:{port}: {exc}") from exc
+        logger.info("serving metrics on http://%s:%s/metrics", addr, server.port)
+        return server
 
     def _configure_logging(self, verbosity: int) -> None:
         """Log to stderr unless the project's LOGGING already handles django_jobq.

@@ -1,0 +1,186 @@
+"""Enqueue the benchmark's jobs: ``python -m benchsite.produce SYSTEM MODE [options]``.
+
+Each job's payload is ``{"n": <number>}``, numbers 0 to N-1: the key that joins a job's
+commit time here to its handler's start time (:mod:`benchsite.recorder`). Modes:
+
+- ``bulk``: N jobs as fast as the system's API allows, in one transaction where the API
+  has one (django-jobq: ``enqueue_many`` of ``--batch`` jobs per statement in one
+  ``atomic()``; django-tasks-db: one ``enqueue()`` per job in one ``atomic()``; procrastinate:
+  ``batch_defer`` of ``--batch`` jobs, each call its own transaction).
+- ``paced``: ``--rate`` jobs/s, ``--batch`` jobs per transaction; transaction k is due at
+  t0 + k * batch / rate (open loop: a late transaction does not delay the next one's due
+  time).
+- ``unpaced``: transactions of ``--batch`` jobs, back to back.
+- ``rate``: like ``unpaced``, timed: the enqueue-rate scenario.
+
+One line per transaction goes to ``--out``: ``<first n> <count> <commit ns>``, the
+``time.monotonic_ns()`` read right after the commit returned. A JSON summary goes to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+
+class Enqueuer:
+    """Enqueues jobs ``ns`` for one system; ``enqueue`` is one transaction."""
+
+    def enqueue(self, ns: Sequence[int]) -> None:
+        raise NotImplementedError
+
+    def bulk(self, ns: Sequence[int], chunk: int) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+def chunks(ns: Sequence[int], size: int) -> list[Sequence[int]]:
+    return [ns[start : start + size] for start in range(0, len(ns), size)]
+
+
+class JobqEnqueuer(Enqueuer):
+    def __init__(self) -> None:
+        import django
+
+        django.setup()
+        from django.db import connection, transaction
+
+        from benchsite.jobs import noop
+        from django_jobq import enqueue_many
+
+        self.atomic = transaction.atomic
+        self.noop = noop
+        self.enqueue_many = enqueue_many
+        connection.ensure_connection()
+
+    def _insert(self, ns: Sequence[int]) -> None:
+        if len(ns) == 1:
+            self.noop.enqueue(n=ns[0])
+        else:
+            self.enqueue_many([self.noop.prepare(n=n) for n in ns])
+
+    def enqueue(self, ns: Sequence[int]) -> None:
+        with self.atomic():
+            self._insert(ns)
+
+    def bulk(self, ns: Sequence[int], chunk: int) -> None:
+        with self.atomic():
+            for part in chunks(ns, chunk):
+                self._insert(part)
+
+
+class TasksEnqueuer(Enqueuer):
+    """Django Tasks' ``Task.enqueue()`` on one backend (there is no bulk enqueue)."""
+
+    def __init__(self, backend: str) -> None:
+        import django
+
+        django.setup()
+        from django.db import connection, transaction
+
+        from benchsite.tasks import noop
+
+        self.atomic = transaction.atomic
+        self.task = noop if backend == "default" else noop.using(backend=backend)
+        connection.ensure_connection()
+
+    def enqueue(self, ns: Sequence[int]) -> None:
+        with self.atomic():
+            for n in ns:
+                self.task.enqueue(n=n)
+
+    def bulk(self, ns: Sequence[int], chunk: int) -> None:
+        self.enqueue(ns)
+
+
+class ProcrastinateEnqueuer(Enqueuer):
+    def __init__(self) -> None:
+        from benchsite.procrastinate_app import app, noop
+
+        self.app = app.open()
+        self.noop = noop
+
+    def enqueue(self, ns: Sequence[int]) -> None:
+        if len(ns) == 1:
+            self.noop.defer(n=ns[0])
+        else:
+            self.noop.batch_defer(*({"n": n} for n in ns))
+
+    def bulk(self, ns: Sequence[int], chunk: int) -> None:
+        for part in chunks(ns, chunk):
+            self.enqueue(part)
+
+    def close(self) -> None:
+        self.app.close()
+
+
+def make_enqueuer(system: str) -> Enqueuer:
+    if system == "jobq":
+        return JobqEnqueuer()
+    if system == "procrastinate":
+        return ProcrastinateEnqueuer()
+    if system == "tasksdb":
+        return TasksEnqueuer("default")
+    if system == "tasks-jobq":
+        return TasksEnqueuer("jobq")
+    if system == "tasks-db":
+        return TasksEnqueuer("default")
+    raise SystemExit(f"unknown system {system!r}")
+
+
+def produce(enqueuer: Enqueuer, args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
+    numbers = range(args.jobs)
+    lines: list[str] = []
+    started = time.monotonic_ns()
+    if args.mode == "bulk":
+        enqueuer.bulk(numbers, args.batch)
+        lines.append(f"0 {args.jobs} {time.monotonic_ns()}")
+        return lines, {"seconds": (time.monotonic_ns() - started) / 1e9, "late_ms": 0.0}
+    interval_ns = args.batch * 1e9 / args.rate if args.mode == "paced" else 0.0
+    late_ns = 0.0
+    for k, part in enumerate(chunks(numbers, args.batch)):
+        if interval_ns:
+            due = started + k * interval_ns
+            wait = due - time.monotonic_ns()
+            if wait > 0:
+                time.sleep(wait / 1e9)
+            else:
+                late_ns = max(late_ns, -wait)
+        enqueuer.enqueue(part)
+        lines.append(f"{part[0]} {len(part)} {time.monotonic_ns()}")
+    seconds = (time.monotonic_ns() - started) / 1e9
+    return lines, {"seconds": seconds, "late_ms": late_ns / 1e6}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("system")
+    parser.add_argument("mode", choices=["bulk", "paced", "unpaced", "rate"])
+    parser.add_argument("--jobs", type=int, required=True)
+    parser.add_argument("--batch", type=int, default=1, help="jobs per transaction")
+    parser.add_argument("--rate", type=float, default=0.0, help="jobs/s (paced)")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    if args.mode == "paced" and args.rate <= 0:
+        parser.error("paced needs --rate")
+    enqueuer = make_enqueuer(args.system)
+    try:
+        lines, summary = produce(enqueuer, args)
+    finally:
+        enqueuer.close()
+    with open(args.out, "w", encoding="ascii") as out:
+        out.write("\n".join(lines) + "\n")
+    summary.update(jobs=args.jobs, transactions=len(lines), pid=os.getpid())
+    json.dump(summary, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,122 @@
+"""The admin dashboard: the queue at a glance (``/admin/django_jobq/job/dashboard/``).
+
+Per queue: ready, scheduled and running jobs, the oldest ready job's wait (red above
+``JOBQ['ALERT_OLDEST_READY_AGE']``), the last hour's outcomes and p50/p99 durations, and four
+charts of the last hour minute by minute (ready depth, oldest ready age, succeeded, failed).
+Below: dead letters by queue and kind, linked to the filtered dead-letter list (shown to
+users who may view dead letters), and the registered workers, stale ones marked.
+
+Linked from the app's index page and the Jobs list. Needs staff status and the permission to
+view jobs (``django_jobq.view_job`` or ``change_job``); it only reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import urlencode
+
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.safestring import SafeString
+
+from . import stats
+from .charts import chart
+from .conf import get_settings
+from .models import DeadLetter
+
+if TYPE_CHECKING:
+    from .admin import JobAdmin
+
+VIEW_DEAD_LETTERS_PERMISSION = "django_jobq.view_deadletter"
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One queue's line and charts on the dashboard."""
+
+    state: stats.QueueState
+    last_hour: stats.Outcomes
+    oldest_ready_age: str
+    duration_p50: str
+    duration_p99: str
+    alert: bool
+    charts: list[SafeString]
+
+
+def _charts(history: stats.QueueHistory | None) -> list[SafeString]:
+    minutes = stats.HISTORY_MINUTES
+    if history is None:
+        empty: list[float | None] = [None] * minutes
+        ready = age = empty
+        succeeded = failed = [0.0] * minutes
+    else:
+        ready = [None if value is None else float(value) for value in history.ready]
+        age = list(history.oldest_ready_age)
+        succeeded = [float(value) for value in history.succeeded]
+        failed = [float(value) for value in history.failed]
+    return [
+        chart(ready, title="Ready jobs", style="line"),
+        chart(age, title="Oldest ready age", style="line", label=stats.format_seconds),
+        chart(succeeded, title="Succeeded / min"),
+        chart(failed, title="Failed / min", color="#ba2121"),
+    ]
+
+
+def dashboard_view(request: HttpRequest, model_admin: JobAdmin) -> TemplateResponse:
+    """Render the dashboard (one :func:`django_jobq.stats.snapshot`).
+
+    Raises:
+        PermissionDenied: the user may not view jobs.
+    """
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    config = get_settings()
+    taken = stats.snapshot()
+    rows = []
+    for name in taken.queue_names:
+        state = taken.queue(name)
+        activity = taken.activity.get(name)
+        rows.append(
+            QueueRow(
+                state=state,
+                last_hour=activity.last_hour if activity else stats.Outcomes(),
+                oldest_ready_age=stats.format_seconds(state.oldest_ready_age)
+                if state.ready
+                else "-",
+                duration_p50=stats.format_seconds(activity.duration_p50 if activity else None),
+                duration_p99=stats.format_seconds(activity.duration_p99 if activity else None),
+                alert=state.oldest_ready_age > config.ALERT_OLDEST_READY_AGE,
+                charts=_charts(taken.history.get(name)),
+            )
+        )
+    show_dead_letters = request.user.has_perm(VIEW_DEAD_LETTERS_PERMISSION)
+    dead_letters_url = reverse(f"{model_admin.admin_site.name}:django_jobq_deadletter_changelist")
+    dead_letters = [
+        {
+            "group": group,
+            "url": f"{dead_letters_url}?{urlencode({'queue': group.queue, 'kind': group.kind})}",
+        }
+        for group in taken.dead_letters
+    ]
+    total_dead = sum(group.count for group in taken.dead_letters)
+    limit = config.ALERT_DEAD_LETTERS
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": "Job queue dashboard",
+        "opts": model_admin.model._meta,
+        "dead_letter_opts": DeadLetter._meta,
+        "taken": taken,
+        "rows": rows,
+        "show_dead_letters": show_dead_letters,
+        "dead_letters": dead_letters,
+        "total_dead_letters": total_dead,
+        "dead_letters_alert": limit is not None and total_dead > limit,
+        "workers": [(worker, stats.format_seconds(worker.seen_ago)) for worker in taken.workers],
+        "live_workers": sum(not worker.stale for worker in taken.workers),
+        "alert_oldest_ready_age": stats.format_seconds(config.ALERT_OLDEST_READY_AGE),
+        "history_minutes": stats.HISTORY_MINUTES,
+    }
+    return TemplateResponse(request, "admin/django_jobq/dashboard.html", context)

@@ -1,0 +1,327 @@
+"""What the queue holds now and what it did lately: the numbers behind ``jobq_stats``, the
+admin dashboard and the database gauges of :mod:`django_jobq.metrics`.
+
+::
+
+    from django_jobq import stats
+
+    now = stats.snapshot()                    # -> Snapshot (a few statements)
+    for queue in now.queues:                  # QueueState, by queue name
+        print(queue.queue, queue.ready, queue.oldest_ready_age)   # jobs, seconds
+    now.activity["default"].last_hour.succeeded                   # from the rollups
+
+History: finished jobs are deleted by their ack, so throughput and durations come from
+``OutcomeRollup`` rows (per minute, queue and kind), which workers write every few seconds,
+and the depth charts from ``QueueSample`` rows (per minute and queue). Windows are whole
+minutes on the database clock, UTC: "the last minute" is the minute before the current one,
+"the last hour" the 60 minutes before the current one. The current, unfinished minute is
+left out, so a window's numbers do not grow while you look at them; they lag by up to a
+minute plus a worker's flush interval (5 s).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import connections
+from django.db.models import Count
+
+from . import sql
+from .conf import get_settings
+from .metrics import DURATION_BUCKETS
+from .models import DeadLetter, OutcomeRollup, QueueSample, WorkerProcess
+
+#: Seconds after its last beat (``WorkerProcess.last_seen``) that a worker counts as stale:
+#: six missed beats (a worker beats every 10 s, see :mod:`django_jobq.worker.registration`).
+STALE_AFTER = 60.0
+#: Minutes of history the dashboard charts and ``jobq_stats`` read ("the last hour").
+HISTORY_MINUTES = 60
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """A queue's live jobs now: ``ready`` (due), ``scheduled`` (``run_at`` in the future),
+    ``running`` (leased); ``oldest_ready_age`` is the seconds the longest-waiting due job
+    has waited since it became claimable, ``GREATEST(run_at, created_at)`` (0.0: none)."""
+
+    queue: str
+    ready: int
+    scheduled: int
+    running: int
+    oldest_ready_age: float
+
+
+@dataclass(frozen=True)
+class DeadLetterGroup:
+    """How many dead letters one kind has on one queue."""
+
+    queue: str
+    kind: str
+    count: int
+
+
+@dataclass(frozen=True)
+class WorkerState:
+    """A registered worker process. ``seen_ago`` is the seconds since its last beat;
+    ``stale`` means more than :data:`STALE_AFTER` (crashed, hung, or cut off from the
+    database). ``queues`` is ``None`` for a worker of every queue."""
+
+    worker_id: str
+    host: str
+    pid: int
+    queues: list[str] | None
+    concurrency: int
+    started_at: datetime
+    last_seen: datetime
+    seen_ago: float
+    stale: bool
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """Outcome counts over a window."""
+
+    succeeded: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+
+    @property
+    def failed(self) -> int:
+        """Failed attempts: retried or dead-lettered."""
+        return self.retried + self.dead_lettered
+
+    def __add__(self, other: Outcomes) -> Outcomes:
+        return Outcomes(
+            self.succeeded + other.succeeded,
+            self.retried + other.retried,
+            self.dead_lettered + other.dead_lettered,
+        )
+
+
+@dataclass(frozen=True)
+class QueueActivity:
+    """What a queue's workers did: outcomes over the last minute and the last hour, and the
+    estimated median and 99th percentile of the last hour's handler durations (seconds;
+    ``None`` without runs), from the rollups' buckets (see :func:`quantile`)."""
+
+    queue: str
+    last_minute: Outcomes
+    last_hour: Outcomes
+    duration_p50: float | None
+    duration_p99: float | None
+
+
+@dataclass(frozen=True)
+class QueueHistory:
+    """A queue's last hour, minute by minute (oldest first, :data:`HISTORY_MINUTES` long):
+    outcomes from the rollups (0 for a minute without any), and the sampled ``ready`` depth
+    and oldest ready age (``None`` for a minute no worker sampled)."""
+
+    queue: str
+    minutes: list[datetime]
+    succeeded: list[int]
+    failed: list[int]
+    ready: list[int | None]
+    oldest_ready_age: list[float | None]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything :func:`snapshot` read. ``taken_at`` is the database's ``now()``;
+    ``activity`` and ``history`` are keyed by queue and empty for ``history=False``."""
+
+    taken_at: datetime
+    queues: list[QueueState]
+    dead_letters: list[DeadLetterGroup]
+    workers: list[WorkerState]
+    activity: dict[str, QueueActivity] = field(default_factory=dict)
+    history: dict[str, QueueHistory] = field(default_factory=dict)
+
+    @property
+    def queue_names(self) -> list[str]:
+        """Every queue with live jobs, dead letters or recent outcomes, sorted."""
+        names = {queue.queue for queue in self.queues}
+        names.update(group.queue for group in self.dead_letters)
+        names.update(self.activity)
+        return sorted(names)
+
+    def queue(self, name: str) -> QueueState:
+        """The state of queue ``name`` (all zero if it holds no live job)."""
+        for queue in self.queues:
+            if queue.queue == name:
+                return queue
+        return QueueState(name, 0, 0, 0, 0.0)
+
+
+def format_seconds(seconds: float | None) -> str:
+    """A duration for people: ``"38 ms"``, ``"4.2 s"``, ``"12 min"``, ``"3.5 h"``; ``"-"``
+    for ``None``."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def quantile(
+    q: float, counts: Sequence[int], bounds: Sequence[float] = DURATION_BUCKETS
+) -> float | None:
+    """Estimate the ``q`` quantile (0 < q <= 1) of a histogram, as Prometheus's
+    ``histogram_quantile`` does: find the bucket holding the rank ``q * total`` and
+    interpolate linearly inside it (the first bucket starts at 0).
+
+    ``counts[i]`` is the number of values at most ``bounds[i]`` and above ``bounds[i - 1]``;
+    ``counts[len(bounds)]`` the values above the last bound. A rank in that last bucket
+    gives the last bound (the estimate cannot say how far above it). Returns ``None`` for an
+    empty histogram.
+
+    Raises:
+        ValueError: ``q`` out of range, or ``counts`` not one longer than ``bounds``.
+    """
+    if not 0 < q <= 1:
+        raise ValueError(f"q must be more than 0 and at most 1, not {q}")
+    if len(counts) != len(bounds) + 1:
+        raise ValueError(f"expected {len(bounds) + 1} bucket counts, got {len(counts)}")
+    total = sum(counts)
+    if total == 0:
+        return None
+    rank = q * total
+    below = 0
+    for index, count in enumerate(counts):
+        if count and below + count >= rank:
+            if index == len(bounds):
+                return float(bounds[-1])
+            lower = bounds[index - 1] if index else 0.0
+            return float(lower + (bounds[index] - lower) * (rank - below) / count)
+        below += count
+    return float(bounds[-1])  # unreachable: the ranks above are covered by the loop
+
+
+def queue_states() -> list[QueueState]:
+    """Every queue holding live jobs, by name (``sql.QUEUE_STATES``: one statement)."""
+    with connections[get_settings().DATABASE].cursor() as cursor:
+        cursor.execute(sql.QUEUE_STATES)
+        rows = cursor.fetchall()
+    return [
+        QueueState(queue, ready, scheduled, running, age or 0.0)
+        for queue, ready, scheduled, running, age in rows
+    ]
+
+
+def dead_letter_groups() -> list[DeadLetterGroup]:
+    """Dead letters counted by queue and kind, sorted."""
+    rows = (
+        DeadLetter.objects.using(get_settings().DATABASE)
+        .values("queue", "kind")
+        .annotate(count=Count("id"))
+        .order_by("queue", "kind")
+    )
+    return [DeadLetterGroup(row["queue"], row["kind"], row["count"]) for row in rows]
+
+
+def workers(now: datetime) -> list[WorkerState]:
+    """The registered workers, by host and pid; ``now`` is the database's clock."""
+    states = []
+    for row in WorkerProcess.objects.using(get_settings().DATABASE).order_by("host", "pid", "id"):
+        seen_ago = max((now - row.last_seen).total_seconds(), 0.0)
+        states.append(
+            WorkerState(
+                worker_id=row.worker_id,
+                host=row.host,
+                pid=row.pid,
+                queues=row.queues,
+                concurrency=row.concurrency,
+                started_at=row.started_at,
+                last_seen=row.last_seen,
+                seen_ago=seen_ago,
+                stale=seen_ago > STALE_AFTER,
+            )
+        )
+    return states
+
+
+def _database_now() -> datetime:
+    with connections[get_settings().DATABASE].cursor() as cursor:
+        cursor.execute(sql.DATABASE_NOW)
+        now: datetime = cursor.fetchone()[0]
+    return now
+
+
+def current_minute(now: datetime) -> datetime:
+    """The start of the minute ``now`` falls in (seconds and microseconds dropped)."""
+    return now.replace(second=0, microsecond=0)
+
+
+def _activity_and_history(
+    now: datetime,
+) -> tuple[dict[str, QueueActivity], dict[str, QueueHistory]]:
+    alias = get_settings().DATABASE
+    end = current_minute(now)
+    start = end - timedelta(minutes=HISTORY_MINUTES)
+    minutes = [start + timedelta(minutes=n) for n in range(HISTORY_MINUTES)]
+    last_minute = minutes[-1]
+    hour: dict[str, Outcomes] = defaultdict(Outcomes)
+    minute: dict[str, Outcomes] = defaultdict(Outcomes)
+    buckets: dict[str, list[int]] = defaultdict(lambda: [0] * (len(DURATION_BUCKETS) + 1))
+    per_minute: dict[str, dict[datetime, Outcomes]] = defaultdict(lambda: defaultdict(Outcomes))
+    for row in OutcomeRollup.objects.using(alias).filter(minute__gte=start, minute__lt=end):
+        outcomes = Outcomes(row.succeeded, row.retried, row.dead_lettered)
+        hour[row.queue] += outcomes
+        per_minute[row.queue][row.minute] += outcomes
+        if row.minute == last_minute:
+            minute[row.queue] += outcomes
+        if len(row.duration_buckets) == len(DURATION_BUCKETS) + 1:
+            queue_buckets = buckets[row.queue]
+            for index, count in enumerate(row.duration_buckets):
+                queue_buckets[index] += count
+    samples: dict[str, dict[datetime, QueueSample]] = defaultdict(dict)
+    for sample in QueueSample.objects.using(alias).filter(minute__gte=start, minute__lt=end):
+        samples[sample.queue][sample.minute] = sample
+    activity = {
+        queue: QueueActivity(
+            queue=queue,
+            last_minute=minute[queue],
+            last_hour=hour[queue],
+            duration_p50=quantile(0.5, buckets[queue]),
+            duration_p99=quantile(0.99, buckets[queue]),
+        )
+        for queue in sorted(hour)
+    }
+    history = {}
+    for queue in sorted(set(per_minute) | set(samples)):
+        counted = [per_minute[queue].get(moment, Outcomes()) for moment in minutes]
+        sampled = [samples[queue].get(moment) for moment in minutes]
+        history[queue] = QueueHistory(
+            queue=queue,
+            minutes=minutes,
+            succeeded=[o.succeeded for o in counted],
+            failed=[o.failed for o in counted],
+            ready=[s.ready if s else None for s in sampled],
+            oldest_ready_age=[s.oldest_ready_age if s else None for s in sampled],
+        )
+    return activity, history
+
+
+def snapshot(*, history: bool = True) -> Snapshot:
+    """Read the queue's state now: queue depths and oldest ready ages, dead letters by
+    queue and kind, registered workers; with ``history``, also the last hour's activity and
+    per-minute history per queue (from the rollups and samples).
+
+    Raises:
+        django.db.DatabaseError: the queue database cannot be read.
+    """
+    now = _database_now()
+    queues = queue_states()
+    dead_letters = dead_letter_groups()
+    registered = workers(now)
+    if not history:
+        return Snapshot(now, queues, dead_letters, registered)
+    activity, per_minute = _activity_and_history(now)
+    return Snapshot(now, queues, dead_letters, registered, activity, per_minute)
