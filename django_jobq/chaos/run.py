@@ -6,8 +6,9 @@
     assert report.ok, report.problems
 
 The run works on the queue database (``JOBQ['DATABASE']``) and touches only its own rows: the
-jobs and dead letters of queue ``jobq-chaos``, the dedup keys of its kinds, and its own
-table ``jobq_chaos_business_row``, which it creates (no migration) and drops. It refuses to
+jobs, dead letters and statistics (outcome rollups, queue samples) of queue ``jobq-chaos``,
+the dedup keys of its kinds, its workers' registrations, and its own table
+``jobq_chaos_business_row``, which it creates (no migration) and drops. It refuses to
 start beside other jobs or workers (:class:`ChaosRefused`). After a successful run nothing
 of it is left; after a failed one (or with ``keep``) its rows, the workers' logs and the
 effect log stay for inspection, and the next run clears them.
@@ -32,7 +33,7 @@ from django.db import connections
 from .. import faults, sql
 from ..conf import get_settings
 from ..enqueueing import enqueue_many
-from ..models import DeadLetter, DedupKey, Job
+from ..models import DeadLetter, DedupKey, Job, OutcomeRollup, QueueSample, WorkerProcess
 from . import handlers
 from .handlers import EFFECT_LOG_ENV, QUEUE
 from .plan import Plan, make_plan
@@ -44,6 +45,8 @@ from .worker import DATABASE_ENV
 #: enough to be heartbeated once (so heartbeat connections exist, and get terminated).
 SLOW_JOB_EVERY = 10
 SLOW_JOB_HOLD = 0.4
+#: Every chaos worker's id starts with it (then the run's token, then a number).
+WORKER_ID_PREFIX = "chaos-"
 #: Seconds the refusal check waits for the sessions of workers that were just stopped.
 _OTHER_WORKERS_GRACE = 5.0
 
@@ -119,7 +122,7 @@ def run(config: ChaosConfig, *, say: Callable[[str], None] = lambda line: None) 
         env=_worker_env(alias, effect_log),
         plan=config.plan(),
         run_dir=run_dir,
-        prefix=f"chaos-{secrets.token_hex(3)}-",
+        prefix=f"{WORKER_ID_PREFIX}{secrets.token_hex(3)}-",
         alias=alias,
         stall_timeout=config.stall_timeout,
         restart_command=config.restart_command,
@@ -177,13 +180,19 @@ def _connections(alias: str, pattern: str) -> list[str]:
 
 
 def _clear(alias: str) -> str:
-    """Delete every row of the chaos run's (jobs, dead letters, dedup keys, its table);
-    describe what there was."""
+    """Delete every row of the chaos runs' (jobs, dead letters, dedup keys, the statistics
+    of their queue, their workers' registrations, their table); describe what there was."""
     kinds = [handlers.transactional.kind, handlers.external.kind]
+    chaos_workers = WorkerProcess.objects.using(alias).filter(
+        worker_id__startswith=WORKER_ID_PREFIX, queues=[QUEUE]
+    )
     counts = {
         "jobs": Job.objects.using(alias).filter(queue=QUEUE).delete()[0],
         "dead letters": DeadLetter.objects.using(alias).filter(queue=QUEUE).delete()[0],
         "dedup keys": DedupKey.objects.using(alias).filter(kind__in=kinds).delete()[0],
+        "outcome rollups": OutcomeRollup.objects.using(alias).filter(queue=QUEUE).delete()[0],
+        "queue samples": QueueSample.objects.using(alias).filter(queue=QUEUE).delete()[0],
+        "worker registrations": chaos_workers.delete()[0],
     }
     with connections[alias].cursor() as cursor:
         cursor.execute(sql.DROP_CHAOS_BUSINESS_TABLE)
