@@ -52,6 +52,9 @@ class EnqueueOptions(TypedDict, total=False):
     visibility_timeout: timedelta | float
 
 
+_OPTION_NAMES = frozenset(EnqueueOptions.__annotations__)
+
+
 @dataclass(frozen=True)
 class PreparedJob:
     """A validated job, ready to insert. Make one with :func:`prepare_job` or
@@ -260,7 +263,7 @@ def prepare_job(
     Defaults come from the kind's ``@job(...)`` when it is registered in this process,
     then from the ``JOBQ`` setting. Nothing is written.
     """
-    unknown = set(options) - set(EnqueueOptions.__annotations__)
+    unknown = options.keys() - _OPTION_NAMES
     if unknown:
         raise TypeError(f"unknown enqueue options: {', '.join(sorted(unknown))}.")
     config = get_settings()
@@ -268,7 +271,7 @@ def prepare_job(
     payload = {} if payload is None else payload
     payload_json = encode_payload(payload)
     if definition is not None:
-        definition.payload_for((), payload)  # raises TypeError if the handler cannot take it
+        definition.check_payload(payload)  # raises TypeError if the handler cannot take it
     validate_options(
         kind=kind,
         queue=options.get("queue"),

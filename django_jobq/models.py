@@ -12,7 +12,6 @@ durations are kept per minute instead.
 
 from __future__ import annotations
 
-from django.contrib.postgres.fields import ArrayField
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models.functions import Now
@@ -272,7 +271,7 @@ class OutcomeRollup(models.Model):
     retried = models.BigIntegerField(default=0)
     dead_lettered = models.BigIntegerField(default=0)
     duration_sum = models.FloatField(default=0.0, help_text="Seconds, summed over the runs.")
-    duration_buckets = ArrayField(models.BigIntegerField())
+    duration_buckets = models.JSONField(default=list, help_text="Counts per duration bucket.")
 
     class Meta:
         db_table = "jobq_outcome_rollup"

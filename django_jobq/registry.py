@@ -69,6 +69,34 @@ class JobDefinition:
             signature = signature.replace(parameters=parameters)
         return signature
 
+    @functools.cached_property
+    def _payload_shape(self) -> tuple[frozenset[str], frozenset[str], bool]:
+        """The payload's keys the handler takes, those it requires, and whether it takes
+        any other (``**kwargs``). Handlers have no positional-only or ``*args`` parameters
+        (refused at registration), so this is all a payload's fit depends on."""
+        parameters = self.signature.parameters.values()
+        named = [p for p in parameters if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        return (
+            frozenset(p.name for p in named),
+            frozenset(p.name for p in named if p.default is inspect.Parameter.empty),
+            len(named) < len(parameters),
+        )
+
+    def check_payload(self, payload: Mapping[str, Any]) -> None:
+        """Check that the handler can be called with ``payload`` as its keyword arguments
+        (what binding them to its signature checks, without the cost).
+
+        Raises:
+            TypeError: a key the handler does not take, or a required one missing.
+        """
+        names, required, takes_any = self._payload_shape
+        if not required.issubset(payload):
+            missing = next(name for name in self.signature.parameters if name not in payload)
+            raise TypeError(f"{self.kind}: missing a required argument: {missing!r}")
+        if not takes_any and not names.issuperset(payload):
+            unexpected = next(key for key in payload if key not in names)
+            raise TypeError(f"{self.kind}: got an unexpected keyword argument {unexpected!r}")
+
     def payload_for(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Map a call's arguments to the payload dict the handler will be called with.
 

@@ -330,7 +330,7 @@ def _bind(origin: str, kind: Any, schedule: Schedule) -> ScheduledJob:
     enqueueing.validate_options(kind=kind)  # settings may hold anything
     definition = registry.get(kind)
     if definition is not None:
-        definition.payload_for((), schedule.payload)  # TypeError if the handler cannot take it
+        definition.check_payload(schedule.payload)  # TypeError if the handler cannot take it
     return ScheduledJob(
         name=schedule.name or kind,
         kind=kind,

@@ -656,7 +656,9 @@ SAMPLE_QUEUES = _SAMPLE_QUEUES_TEMPLATE.format(queue_states=_QUEUE_STATES)
 
 #: Add a worker's outcome counts and duration histograms to the current minute's rollup
 #: rows (UTC), one row per (queue, kind), in one statement. Each input row's
-#: ``%(bucket_count)s`` bucket counts are a slice of the flat ``%(buckets)s`` array. The
+#: ``%(bucket_count)s`` bucket counts are a slice of the flat ``%(buckets)s`` array, stored
+#: as a jsonb array (jsonb, not an SQL array, so the model needs no
+#: ``django.contrib.postgres``); an existing row's counts are added element by element. The
 #: caller sorts the rows by (queue, kind), so concurrent flushes lock rows in the same order
 #: and cannot deadlock. Concurrent workers add up: each increment is applied to the row as
 #: it is when the update takes its lock.
@@ -665,7 +667,8 @@ INSERT INTO jobq_outcome_rollup AS rollup (queue, kind, minute, succeeded, retri
                                            dead_lettered, duration_sum, duration_buckets)
 SELECT input.queue, input.kind, date_trunc('minute', now(), 'UTC'), input.succeeded,
        input.retried, input.dead_lettered, input.duration_sum,
-       (%(buckets)s::bigint[])[(input.n - 1) * %(bucket_count)s + 1 : input.n * %(bucket_count)s]
+       to_jsonb((%(buckets)s::bigint[])
+                [(input.n - 1) * %(bucket_count)s + 1 : input.n * %(bucket_count)s])
 FROM unnest(%(queue)s::text[], %(kind)s::text[], %(succeeded)s::bigint[], %(retried)s::bigint[],
             %(dead_lettered)s::bigint[], %(duration_sum)s::float8[])
      WITH ORDINALITY AS input(queue, kind, succeeded, retried, dead_lettered, duration_sum, n)
@@ -674,11 +677,12 @@ SET succeeded = rollup.succeeded + EXCLUDED.succeeded,
     retried = rollup.retried + EXCLUDED.retried,
     dead_lettered = rollup.dead_lettered + EXCLUDED.dead_lettered,
     duration_sum = rollup.duration_sum + EXCLUDED.duration_sum,
-    duration_buckets = ARRAY(
-        SELECT pair.old + pair.new
-        FROM unnest(rollup.duration_buckets, EXCLUDED.duration_buckets)
-             WITH ORDINALITY AS pair(old, new, n)
-        ORDER BY pair.n
+    duration_buckets = (
+        SELECT jsonb_agg(before.count::bigint + added.count::bigint ORDER BY before.n)
+        FROM jsonb_array_elements_text(rollup.duration_buckets)
+             WITH ORDINALITY AS before(count, n)
+        JOIN jsonb_array_elements_text(EXCLUDED.duration_buckets)
+             WITH ORDINALITY AS added(count, n) USING (n)
     )
 """
 
