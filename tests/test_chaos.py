@@ -297,3 +297,35 @@ def test_the_command_exits_1_naming_the_problems(monkeypatch):
 def test_the_command_refuses_bad_arguments():
     with pytest.raises(CommandError, match="jobs must be at least 1"):
         call_command("jobq_chaos", "--jobs", "0")
+
+
+# -- docs/guarantees.md --------------------------------------------------------------------
+
+DOC = (REPO_ROOT / "docs" / "guarantees.md").read_text()
+
+
+def test_the_documented_options_are_the_commands_own():
+    from django_jobq.management.commands.jobq_chaos import Command
+
+    parser = Command().create_parser("manage.py", "jobq_chaos")
+    common = {"--version", "--verbosity", "--settings", "--pythonpath", "--traceback"}
+    common |= {"--no-color", "--force-color", "--skip-checks", "--help"}
+    own = {o for action in parser._actions for o in action.option_strings if o.startswith("--")}
+    table = DOC.split("| option | default | |")[1].split("\n\n")[0]
+    assert set(re.findall(r"`(--[a-z-]+)", table)) == own - common
+
+
+def test_the_documented_report_has_the_commands_rows(monkeypatch):
+    monkeypatch.setattr(
+        "django_jobq.management.commands.jobq_chaos.run", lambda config, say: canned_report()
+    )
+    out = StringIO()
+    call_command("jobq_chaos", stdout=out)
+    documented = DOC.split("$ python manage.py jobq_chaos\n")[1].split("```")[0]
+
+    def checks(report):  # the labels of the second table
+        return [line.split("  ")[0] for line in report.split("\n\n")[1].splitlines() if line]
+
+    assert checks(documented) == checks(out.getvalue())
+    for point in faults.POINTS:
+        assert re.search(rf"^{point} +\d+ +\d+$", documented, re.MULTILINE)
