@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from django.db import connections, transaction
 
-from . import leases
+from . import faults, leases
 from .conf import get_settings
 from .idempotency import LeaseLost, idempotent
 
@@ -98,6 +98,7 @@ class JobContext:
                         f"job {self.job_id} attempt {self.attempt}: lease lost before commit; "
                         f"this attempt's writes were rolled back"
                     )
+        faults.reached("after_ack")
         self._held.acked = True
 
     def idempotent(self, key: str | None = None) -> AbstractContextManager[bool]:

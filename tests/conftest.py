@@ -15,6 +15,7 @@ import pytest
 from django.db import connection
 
 from django_jobq import db
+from tests import cluster
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -122,3 +123,18 @@ def run_together(count: int, action: Callable[[int], Any]) -> list[Any]:
     for thread in threads:
         thread.join()
     return results
+
+
+@pytest.fixture
+def postgres_cluster() -> Iterator[cluster.Cluster]:
+    """A running PostgreSQL cluster of this test's own (see tests/cluster.py), for tests that
+    restart the server; removed afterwards. Skips when no PostgreSQL binaries exist."""
+    reason = cluster.unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    own = cluster.Cluster()
+    try:
+        own.start()
+        yield own
+    finally:
+        own.remove()

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .. import leases, task_results
+from .. import faults, leases, task_results
 from .executor import Action, Outcome
 from .observer import Observer, log_fields, outcome_name
 
@@ -58,7 +58,10 @@ class Completer:
         self._complete_tasks(cursor)
         succeeded = [o for o in self.pending if o.action is Action.ACK]
         if succeeded:
+            faults.reached("after_handler")
             acked = leases.ack_many(cursor, [o.job.lease for o in succeeded])
+            if acked:
+                faults.reached("after_ack")
             for outcome in succeeded:
                 applied = outcome.job.id in acked
                 self._log(outcome, "succeeded", "", applied=applied)

@@ -29,7 +29,7 @@ from typing import Any
 import psycopg
 from django.utils import timezone
 
-from .. import db, leases, registry, sql, task_results
+from .. import db, faults, leases, registry, sql, task_results
 from ..conf import get_settings
 from .completer import Completer, Tally
 from .executor import ExecutorPool, Outcome
@@ -262,7 +262,11 @@ class Worker:
         # cost a statement (and a commit) for a job or two.
         room = self._capacity - self._outstanding
         limit = min(self.batch_size, room) if room >= self._refill_at else 0
+        if limit:
+            faults.reached("before_claim")
         jobs = leases.claim(cursor, worker_id=self.worker_id, limit=limit, queues=self.queues)
+        if jobs:
+            faults.reached("after_claim")
         self._observer.claimed(jobs)
         for job in jobs:
             self._pool.submit(self._hold(job))
