@@ -67,13 +67,14 @@ def manage(transactional_db: None) -> Callable[..., subprocess.Popen[str]]:
     }
     started: list[subprocess.Popen[str]] = []
 
-    def start(*args: str, **extra_env: str) -> subprocess.Popen[str]:
+    def start(*args: str, new_session: bool = False, **extra_env: str) -> subprocess.Popen[str]:
         process = subprocess.Popen(
             [sys.executable, str(REPO_ROOT / "testproject" / "manage.py"), *args],
             env={**env, **extra_env},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=new_session,  # its own process group, to signal as a terminal does
         )
         started.append(process)
         return process

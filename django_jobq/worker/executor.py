@@ -293,6 +293,7 @@ class ExecutorPool:
                     outcome = Outcome(
                         held.job, Action.RETRY, retry_delay=60.0, error=error, traceback=tb
                     )
+                held.finished = True
                 self._report(outcome)
         finally:
             connections.close_all()

@@ -121,6 +121,10 @@ class Heartbeater:
                 held.next_heartbeat = now + held.heartbeat_interval
                 self.heartbeats += 1
                 metrics.observe_heartbeat(held.job.queue)
+            elif held.finished:
+                # Acked between the snapshot and this statement: not a lost lease (the ack
+                # says whether the lease held). No more beats for it.
+                held.lease_lost = True
             else:
                 held.lease_lost = True
                 self.refused += 1

@@ -27,6 +27,7 @@ class HeldJob:
     lease_lost: bool = False
     overran: bool = False
     acked: bool = False  # by the handler, in its transaction (JobContext.atomic)
+    finished: bool = False  # its outcome is reported; the worker's ack may have deleted it
 
     def __post_init__(self) -> None:
         self.deadline = self.job.lease_deadline

@@ -7,10 +7,13 @@ its own threads and connections; it holds no database connection itself. A child
 so a child that cannot start does not spin. Its jobs are not lost: their leases lapse and
 any worker reclaims them.
 
-SIGTERM or SIGINT to the supervisor is forwarded to every child (each stops gracefully, as a
-single worker does); a second one is forwarded too (each child then exits at once). The
-supervisor exits when all children have, with status 0 if every child exited 0. On Linux a
-child is sent SIGTERM if the supervisor itself dies, so no worker is orphaned.
+SIGTERM or SIGINT to the supervisor is forwarded to every child as SIGTERM: each stops
+gracefully, as a single worker does. A child ignores any further stop signal (Ctrl-C in a
+terminal, or systemd, signals the whole process group: each child gets the signal itself and
+again from the supervisor), so only the supervisor decides to hurry: a second signal to it
+SIGKILLs the children (their leases lapse, as after any crash). The supervisor exits when all
+children have, with status 0 if every child exited 0. On Linux a child is sent SIGTERM if the
+supervisor itself dies, so no worker is orphaned.
 """
 
 from __future__ import annotations
@@ -43,16 +46,28 @@ MAX_RESTART_DELAY = 30.0
 _PR_SET_PDEATHSIG = 1
 
 
-def _exit_with_parent() -> None:
-    """Ask the kernel for SIGTERM when the supervisor dies (Linux only; elsewhere a no-op)."""
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+#: The signals the supervisor handles and forwards.
+_STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 
 
-def _child_main(run_worker: Callable[[int], int], slot: int) -> None:
-    _exit_with_parent()
+def _exit_with_parent(parent: int) -> None:
+    """Ask the kernel for SIGTERM when the supervisor dies (Linux only; elsewhere a no-op),
+    and exit if it died already (between the fork and this call)."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _child_main(run_worker: Callable[[int], int], slot: int, parent: int) -> None:
+    """A child's first steps: the supervisor's signal handlers are not the child's (default
+    actions until ``run_worker`` installs its own: a child stopped before it holds any job
+    has nothing to finish), then the signals blocked across the fork are let through."""
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    _exit_with_parent(parent)
     sys.exit(run_worker(slot))
 
 
@@ -101,16 +116,17 @@ class Supervisor:
 
     def _forward(self, signum: int, frame: FrameType | None) -> None:
         self._signals += 1
+        hurry = self._signals > 1
         logger.info(
-            "supervisor: %s, forwarding it to %s worker process(es)%s",
+            "supervisor: %s, %s %s worker process(es)",
             signal.Signals(signum).name,
+            "killing" if hurry else "stopping",
             len(self._running()),
-            "" if self._signals == 1 else " (they exit at once)",
         )
         for slot in self._running():
             assert slot.process is not None and slot.process.pid is not None
             with contextlib.suppress(ProcessLookupError):  # exited just now
-                os.kill(slot.process.pid, signal.SIGTERM)
+                os.kill(slot.process.pid, signal.SIGKILL if hurry else signal.SIGTERM)
 
     def _running(self) -> list[_Slot]:
         return [s for s in self._slots if s.process is not None and s.exit_code is None]
@@ -119,10 +135,15 @@ class Supervisor:
         connections.close_all()  # a child must never share the supervisor's connections
         process = self._context.Process(
             target=_child_main,
-            args=(self._run_worker, slot.number),
+            args=(self._run_worker, slot.number, os.getpid()),
             name=f"jobq-worker-{slot.number}",
         )
-        process.start()
+        # Blocked across the fork, so the child never runs the supervisor's handler.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         slot.process, slot.started, slot.exit_code = process, time.monotonic(), None
         logger.info("supervisor: started worker process %s (pid %s)", slot.number, process.pid)
 

@@ -87,6 +87,41 @@ def test_a_supervisor_runs_n_processes_restarts_a_killed_one_and_stops_them_on_s
     assert len(blocked) == 4
 
 
+def test_ctrl_c_to_the_process_group_stops_every_process_gracefully(manage):
+    # Ctrl-C (and systemd) signal the whole group: each child gets SIGINT itself and SIGTERM
+    # from the supervisor. That is one stop, not "a second signal: exit now".
+    lock_id = 6262
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [lock_id])
+    for n in range(4):
+        wait_for_lock.enqueue(lock_id=lock_id, label=f"g{n}")
+    supervisor = manage(
+        "jobq_worker",
+        "--processes",
+        "2",
+        "--concurrency",
+        "1",
+        "--batch-size",
+        "1",
+        new_session=True,
+    )
+    # Each process runs one job and holds one prefetched.
+    wait_until(
+        lambda: Job.objects.filter(status="running").count() == 4,
+        what="the two processes to lease two blocking jobs each",
+    )
+    os.killpg(supervisor.pid, signal.SIGINT)
+    # The prefetched jobs are released; the running ones are still blocked and must finish.
+    wait_until(lambda: Job.objects.filter(status="ready").count() == 2, what="the release")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_unlock(%s)", [lock_id])
+    _, stderr = supervisor.communicate(timeout=WORKER_TIMEOUT)
+    assert supervisor.returncode == 0, stderr
+    assert "exiting now" not in stderr
+    assert Effect.objects.count() == 2
+    assert list(Job.objects.values_list("status", "attempts")) == [("ready", 0)] * 2
+
+
 def test_burst_processes_drain_the_queue_and_the_supervisor_exits_0(manage):
     for n in range(40):
         record.enqueue(f"j{n}")

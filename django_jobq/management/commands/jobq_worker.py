@@ -59,10 +59,11 @@ def _seconds(high: float) -> Callable[[str], float]:
     return parse
 
 
-def run_worker(options: dict[str, Any]) -> int:
+def run_worker(options: dict[str, Any], *, supervised: bool = False) -> int:
     """Run one worker with the command's options until it is stopped; return the exit
     status (1 if the shutdown timeout left jobs running). The first SIGTERM/SIGINT stops it
-    gracefully, a second one exits at once."""
+    gracefully; a second one exits at once, unless ``supervised``: then the supervisor
+    decides (see :mod:`django_jobq.worker.supervisor`) and later signals are ignored."""
     worker = Worker(
         queues=options["queues"],
         concurrency=options["concurrency"],
@@ -76,6 +77,8 @@ def run_worker(options: dict[str, Any]) -> int:
     )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
+        if worker.stopping and supervised:
+            return  # the same stop, come again through the supervisor or the process group
         if worker.stopping:
             logger.warning("second %s: exiting now", signal.Signals(signum).name)
             sys.stderr.flush()
@@ -216,7 +219,8 @@ class Command(BaseCommand):
 
         def run_slot(slot: int) -> int:
             given = options["worker_id"]
-            return run_worker({**options, "worker_id": f"{given}-{slot}" if given else None})
+            worker_id = f"{given}-{slot}" if given else None
+            return run_worker({**options, "worker_id": worker_id}, supervised=True)
 
         port, addr = options["metrics_port"], options["metrics_addr"]
         with contextlib.ExitStack() as cleanup:
