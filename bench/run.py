@@ -41,9 +41,12 @@ DEFAULT_SERVER = "postgres://postgres@127.0.0.1:5432"
 #: Worker configurations (PROCESSESxCONCURRENCY[/BATCH], comma-separated: each is a row) for
 #: burn-down and sustained, and for pickup latency (an idle-ish single process). Each was the
 #: best of a small sweep on the reference machine (2 cores, busy with other work then):
-#: django-jobq 1x4 .. 4x4/32, procrastinate 1x8, 2x4, 2x8, 4x4, django-tasks-db 2x1, 4x1, 8x1.
-#: django-tasks-db's db_worker runs one task per process, so its slots are processes.
-DEFAULT_CONFIGS = {"jobq": "1x8/64,2x8/64", "procrastinate": "4x4", "tasksdb": "8x1"}
+#: procrastinate 1x8, 2x4, 2x8, 4x4, django-tasks-db 2x1, 4x1, 8x1; django-jobq re-swept on
+#: the LISTEN/NOTIFY worker with batched acks (bench/README.md, "Choosing the defaults"):
+#: 1x8/64, 1x16/128, 2x4/32, 2x8/64, 2x8/128, 2x16/128, 2x16/256 for burn-down, 1x4, 1x8/8,
+#: 2x4/4 for pickup. django-tasks-db's db_worker runs one task per process: its slots are
+#: processes.
+DEFAULT_CONFIGS = {"jobq": "2x8/128,2x16/256", "procrastinate": "4x4", "tasksdb": "8x1"}
 DEFAULT_PICKUP_CONFIGS = {"jobq": "1x4", "procrastinate": "1x4", "tasksdb": "4x1"}
 
 #: Sizes: (full, --quick).

@@ -162,6 +162,19 @@ def run_checked(command: list[str], env: Mapping[str, str]) -> None:
         raise RuntimeError(f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr}")
 
 
+def result_problems(counts: Mapping[str, int], jobs: int) -> list[str]:
+    """What is wrong with a Django Tasks backend's result rows (``status -> count``) after
+    ``jobs`` tasks all succeeded: exactly ``jobs`` rows, all SUCCESSFUL."""
+    problems = [
+        f"{count} task results with status {status}"
+        for status, count in counts.items()
+        if status != "SUCCESSFUL"
+    ]
+    if counts.get("SUCCESSFUL", 0) != jobs:
+        problems.append(f"{counts.get('SUCCESSFUL', 0)} successful task results, not {jobs}")
+    return problems
+
+
 class Django(System):
     """A system whose workers are Django management commands of benchsite.settings."""
 
@@ -317,15 +330,7 @@ class TasksDb(Django):
         ).fetchall()
         # django-tasks-db keeps a row per task as its result (prune_db_task_results
         # deletes old ones): all of them must have succeeded.
-        counts = dict(rows)
-        problems = [
-            f"{count} tasks with status {status}"
-            for status, count in counts.items()
-            if status != "SUCCESSFUL"
-        ]
-        if counts.get("SUCCESSFUL", 0) != jobs:
-            problems.append(f"{counts.get('SUCCESSFUL', 0)} successful task results, not {jobs}")
-        return problems
+        return result_problems(dict(rows), jobs)
 
     def worker_commands(self, config: WorkerConfig) -> list[list[str]]:
         if config.concurrency != 1:
@@ -360,6 +365,23 @@ class TasksJobq(Jobq):
     label = "django-jobq (Django Tasks backend)"
     database = "jobq_bench_tasks"
     settings_system = "tasks"
+    #: The backend alias of benchsite.settings.TASKS the tasks go through.
+    backend = "jobq"
+
+    RESULTS = "jobq_task_result"
+
+    def reset(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(f"TRUNCATE jobq_job, jobq_dead_letter, {self.RESULTS} RESTART IDENTITY")
+
+    def leftovers(self, conn: psycopg.Connection[Any], jobs: int) -> list[str]:
+        # The backend keeps a result row per task (JOBQ["TASK_RESULT_RETENTION"] prunes
+        # them), written with the job's ack: all of them must say SUCCESSFUL.
+        rows = conn.execute(
+            f"SELECT status, count(*) FROM {self.RESULTS}"  # noqa: S608 (a constant)
+            " WHERE backend = %s GROUP BY status",
+            [self.backend],
+        ).fetchall()
+        return super().leftovers(conn, jobs) + result_problems(dict(rows), jobs)
 
 
 class TasksDbBeside(TasksDb):
