@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack
@@ -199,6 +200,12 @@ def find_unencodable(
     return None
 
 
+#: What :func:`encode_payload` writes with (one encoder: making one per call costs more
+#: than encoding a small payload).
+_ENCODER = DjangoJSONEncoder(allow_nan=False)
+_CONTAINERS = (dict, list, tuple)
+
+
 def encode_payload(payload: Any) -> str:
     """Encode a payload as JSON text with :class:`DjangoJSONEncoder`.
 
@@ -211,7 +218,7 @@ def encode_payload(payload: Any) -> str:
     if not isinstance(payload, dict):
         raise TypeError(f"payload must be a dict of JSON values, not {type(payload).__name__}.")
     try:
-        text = json.dumps(payload, cls=DjangoJSONEncoder, allow_nan=False)
+        text = _ENCODER.encode(payload)
     except (TypeError, ValueError, RecursionError):
         text = None
     # The walk that names the offending value runs only when something is wrong: encoding
@@ -237,12 +244,12 @@ def _plain(value: Any, depth: int = 0) -> bool:
     if depth > _MAX_DEPTH:
         return False
     if isinstance(value, dict):
-        return all(isinstance(key, str) for key in value) and all(
-            _plain(item, depth + 1) for item in value.values()
-        )
-    if isinstance(value, list | tuple):
-        return all(_plain(item, depth + 1) for item in value)
-    return True
+        if not all(isinstance(key, str) for key in value):
+            return False
+        items: Iterable[Any] = value.values()
+    else:
+        items = value
+    return all(_plain(item, depth + 1) for item in items if isinstance(item, _CONTAINERS))
 
 
 def _aware(name: str, moment: datetime) -> datetime:
@@ -253,6 +260,62 @@ def _aware(name: str, moment: datetime) -> datetime:
             raise ValueError(f"{name} must be timezone-aware (USE_TZ is True).")
         return timezone.make_aware(moment)
     return moment
+
+
+@dataclass(frozen=True)
+class _KindDefaults:
+    """What a job of one kind gets for the options its enqueue does not give: from the
+    kind's ``@job(...)`` when it is registered in this process, then from ``JOBQ``."""
+
+    definition: registry.JobDefinition | None
+    queue: str
+    priority: int
+    max_attempts: int
+    visibility_timeout_seconds: float
+    expires_after_seconds: float | None
+
+
+#: ``_KindDefaults`` by (kind, registered definition), for one resolved setting: rebuilt
+#: when the setting is replaced (``get_settings`` returns another object) or grows large.
+_defaults_cache: tuple[object, dict[tuple[str, object], _KindDefaults]] = (None, {})
+_DEFAULTS_CACHE_SIZE = 10_000
+
+
+def _kind_defaults(kind: str) -> _KindDefaults:
+    """The defaults of ``kind`` (validated once per kind and setting).
+
+    Raises:
+        ValueError: ``kind`` is not a valid kind name.
+    """
+    global _defaults_cache
+    config = get_settings()
+    definition = registry.get(kind) if isinstance(kind, str) else None
+    cached_config, table = _defaults_cache
+    if cached_config is not config or len(table) >= _DEFAULTS_CACHE_SIZE:
+        table = {}
+        _defaults_cache = (config, table)
+    found = table.get((kind, definition))
+    if found is not None:
+        return found
+    validate_options(kind=kind)
+
+    def pick(from_definition: Any, fallback: Any) -> Any:
+        return fallback if from_definition is None else from_definition
+
+    defaults = _KindDefaults(
+        definition=definition,
+        queue=pick(definition and definition.queue, config.DEFAULT_QUEUE),
+        priority=pick(definition and definition.priority, 0),
+        max_attempts=pick(definition and definition.max_attempts, config.MAX_ATTEMPTS),
+        visibility_timeout_seconds=seconds_option(
+            "visibility_timeout",
+            pick(definition and definition.visibility_timeout, config.VISIBILITY_TIMEOUT),
+            minimum=0.001,
+        ),
+        expires_after_seconds=definition.expires_after if definition else None,
+    )
+    table[(kind, definition)] = defaults
+    return defaults
 
 
 def prepare_job(
@@ -266,12 +329,25 @@ def prepare_job(
     unknown = options.keys() - _OPTION_NAMES
     if unknown:
         raise TypeError(f"unknown enqueue options: {', '.join(sorted(unknown))}.")
-    config = get_settings()
-    definition = registry.get(kind) if isinstance(kind, str) else None
+    defaults = _kind_defaults(kind)
     payload = {} if payload is None else payload
     payload_json = encode_payload(payload)
-    if definition is not None:
-        definition.check_payload(payload)  # raises TypeError if the handler cannot take it
+    if defaults.definition is not None:
+        defaults.definition.check_payload(payload)  # raises TypeError if it cannot take it
+    if not options:
+        return PreparedJob(
+            kind=kind,
+            payload_json=payload_json,
+            queue=defaults.queue,
+            priority=defaults.priority,
+            run_at=None,
+            delay_seconds=0.0,
+            expires_at=None,
+            expires_after_seconds=defaults.expires_after_seconds,
+            max_attempts=defaults.max_attempts,
+            visibility_timeout_seconds=defaults.visibility_timeout_seconds,
+            idempotency_key=None,
+        )
     validate_options(
         kind=kind,
         queue=options.get("queue"),
@@ -284,32 +360,24 @@ def prepare_job(
     if run_at is not None and delay is not None:
         raise ValueError("give run_at or delay, not both.")
     expires_at = options.get("expires_at")
-    expires_after = definition.expires_after if definition and expires_at is None else None
-
-    def default(name: str, fallback: Any) -> Any:
-        given = options.get(name)
-        if given is not None:
-            return given
-        from_definition = getattr(definition, name, None)
-        return from_definition if from_definition is not None else fallback
-
+    visibility_timeout = options.get("visibility_timeout")
+    queue, priority = options.get("queue"), options.get("priority")
+    max_attempts = options.get("max_attempts")
     return PreparedJob(
         kind=kind,
         payload_json=payload_json,
-        queue=default("queue", config.DEFAULT_QUEUE),
-        priority=default("priority", 0),
+        queue=defaults.queue if queue is None else queue,
+        priority=defaults.priority if priority is None else priority,
         run_at=_aware("run_at", run_at) if run_at is not None else None,
         delay_seconds=None
         if run_at is not None
         else seconds_option("delay", delay or 0, minimum=0),
         expires_at=_aware("expires_at", expires_at) if expires_at is not None else None,
-        expires_after_seconds=expires_after,
-        max_attempts=default("max_attempts", config.MAX_ATTEMPTS),
-        visibility_timeout_seconds=seconds_option(
-            "visibility_timeout",
-            default("visibility_timeout", config.VISIBILITY_TIMEOUT),
-            minimum=0.001,
-        ),
+        expires_after_seconds=defaults.expires_after_seconds if expires_at is None else None,
+        max_attempts=defaults.max_attempts if max_attempts is None else max_attempts,
+        visibility_timeout_seconds=defaults.visibility_timeout_seconds
+        if visibility_timeout is None
+        else seconds_option("visibility_timeout", visibility_timeout, minimum=0.001),
         idempotency_key=options.get("idempotency_key"),
     )
 
@@ -398,20 +466,45 @@ def insert(
 def _unsaved_job(job: PreparedJob) -> Job:
     """The :class:`Job` a prepared job becomes; ``run_at`` stays unset for a delay (the
     database computes it)."""
-    instance = Job(
-        queue=job.queue,
-        kind=job.kind,
-        payload=json.loads(job.payload_json),
-        priority=job.priority,
-        status=Job.Status.READY,
-        attempts=0,
-        max_attempts=job.max_attempts,
-        visibility_timeout=timedelta(seconds=job.visibility_timeout_seconds),
-        idempotency_key=job.idempotency_key,
-    )
+    instance = Job(**_prepared_values(job))
     if job.run_at is not None:
         instance.run_at = job.run_at
     return instance
+
+
+def _prepared_values(job: PreparedJob) -> dict[str, Any]:
+    """A new job's field values that the prepared job decides (by attribute name)."""
+    return {
+        "queue": job.queue,
+        "kind": job.kind,
+        "payload": json.loads(job.payload_json),
+        "priority": job.priority,
+        "status": Job.Status.READY,
+        "attempts": 0,
+        "max_attempts": job.max_attempts,
+        "visibility_timeout": timedelta(seconds=job.visibility_timeout_seconds),
+        "idempotency_key": job.idempotency_key,
+        "worker_id": "",
+        "last_error": "",
+        "lease_deadline": None,
+        "started_at": None,
+    }
+
+
+#: ``Job``'s fields in model order, as :meth:`Model.from_db` takes its values.
+_JOB_FIELDS = [field.attname for field in Job._meta.concrete_fields]
+
+
+def _saved_job(alias: str, job: PreparedJob, row: Sequence[Any]) -> Job:
+    """The :class:`Job` that ``INSERT_JOBS`` made of ``job``: its own values plus the
+    database's ``(id, run_at, created_at, expires_at)`` from ``row`` (read in binary: aware
+    datetimes, made naive here when ``USE_TZ`` is off, as Django's ORM returns them)."""
+    values = _prepared_values(job)
+    values["id"], *moments = row[:4]
+    if not django_settings.USE_TZ:
+        moments = [moment and timezone.make_naive(moment) for moment in moments]
+    values["run_at"], values["created_at"], values["expires_at"] = moments
+    return Job.from_db(alias, _JOB_FIELDS, [values[name] for name in _JOB_FIELDS])
 
 
 def _insert(alias: str, jobs: Sequence[PreparedJob], statement: str) -> list[Job]:
@@ -430,7 +523,7 @@ def _insert(alias: str, jobs: Sequence[PreparedJob], statement: str) -> list[Job
             first_of_key[key] = len(unique)
             unique.append(job)
         position.append(first_of_key[key])
-    columns: dict[str, list[Any]] = {
+    parameters: dict[str, Any] = {
         "queue": [job.queue for job in unique],
         "kind": [job.kind for job in unique],
         "payload": [job.payload_json for job in unique],
@@ -442,13 +535,24 @@ def _insert(alias: str, jobs: Sequence[PreparedJob], statement: str) -> list[Job
         "max_attempts": [job.max_attempts for job in unique],
         "visibility_timeout_seconds": [job.visibility_timeout_seconds for job in unique],
         "idempotency_key": [job.idempotency_key for job in unique],
+        "channel": sql.WAKE_CHANNEL,
     }
-    connection = connections[alias]
-    with connection.cursor() as cursor:
-        cursor.execute(statement, {**columns, "channel": sql.WAKE_CHANNEL})
-        names = [column.name for column in cursor.description][:-1]  # drop "inserted"
-        rows = cursor.fetchall()
-    saved = db.from_rows(Job, alias, names, [row[:-1] for row in rows])
+    # A job that already had the key is read in full after the insert has locked it (its
+    # no-op update), in the same transaction, so it cannot change in between.
+    keyed = len(first_of_key) > 0
+    with transaction.atomic(using=alias, savepoint=False) if keyed else nullcontext():
+        with db.server_binding_cursor(alias, binary_results=True) as cursor:
+            cursor.execute(statement, parameters)
+            rows = cursor.fetchall()
+        existing = (
+            Job.objects.using(alias).in_bulk([row[0] for row in rows if not row[-1]])
+            if keyed
+            else {}
+        )
+    saved = [
+        _saved_job(alias, job, row) if row[-1] else existing[row[0]]
+        for job, row in zip(unique, rows, strict=True)
+    ]
     metrics.count_enqueued(
         alias, [(job.queue, job.kind) for job, row in zip(saved, rows, strict=True) if row[-1]]
     )

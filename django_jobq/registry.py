@@ -103,6 +103,9 @@ class JobDefinition:
         Raises:
             TypeError: the arguments do not fit the handler's signature.
         """
+        if not args:  # keywords only, the usual call: the payload is the keywords
+            self.check_payload(kwargs)
+            return dict(kwargs)
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:

@@ -1,7 +1,8 @@
 """Every raw SQL statement django-jobq runs, named and explained once.
 
-Statements use psycopg's ``%(name)s`` placeholders and are always executed with parameters,
-never formatted with values. They work on a plain psycopg 3 cursor and on a Django cursor.
+Statements use psycopg's ``%(name)s`` placeholders (``%(name)b`` for a binary parameter) and
+are always executed with parameters, never formatted with values. They work on a plain
+psycopg 3 cursor and on a Django cursor.
 Table names are those of ``models.py`` (``Meta.db_table``); a test checks they agree.
 
 Fencing: a job's ``attempts`` is the number of its current attempt and serves as the lease's
@@ -14,13 +15,20 @@ from __future__ import annotations
 # -- enqueue -------------------------------------------------------------------------------
 
 #: Insert one or many jobs in a single statement (one array per column, zipped by ``unnest``).
-#: ``run_at`` is either given or ``now() + delay`` on the database clock, so workers and web
-#: servers with skewed clocks agree. Idempotent enqueue: when a live job of the same kind
-#: already has the idempotency key, the no-op ``DO UPDATE`` returns that job instead of
-#: inserting; unlike ``DO NOTHING`` plus a read, this cannot miss a row that is deleted or
-#: committed in between. The caller removes duplicate keys within one batch first (one
-#: statement may not update a row twice). RETURNING yields one row per input row, in input
-#: order (as Django's ``bulk_create`` relies on); ``inserted`` is false for existing jobs.
+#: ``run_at`` is either given or the statement's time plus the delay, on the database clock,
+#: so workers and web servers with skewed clocks agree. The statement's time, not the
+#: transaction's ``now()``, is also ``created_at``'s default: a job due at once has
+#: ``run_at = created_at`` even when enqueued late in a long transaction.
+#: Idempotent enqueue: when a live job of the same kind already has the idempotency key, the
+#: no-op ``DO UPDATE`` locks and returns that job instead of inserting; unlike ``DO NOTHING``
+#: plus a read, this cannot miss a row that is deleted or committed in between. The caller
+#: removes duplicate keys within one batch first (one statement may not update a row twice).
+#: RETURNING yields one row per input row, in input order (as Django's ``bulk_create``
+#: relies on); ``inserted`` is false for existing jobs. The result carries only what the
+#: database chose (id and times): the caller has the rest, and reads an existing job in full
+#: (in the same transaction, while the row is locked). The arrays are binary parameters
+#: (``%(name)b``): on a server-binding cursor psycopg sends them without converting each
+#: value to text.
 #: The same statement wakes the workers: one ``pg_notify`` on ``%(channel)s`` per distinct
 #: queue that got a new job, the payload naming the queue (the uncorrelated subquery in the
 #: WHERE runs once, before the first row). Notifications are delivered at commit, never for a
@@ -32,14 +40,15 @@ WITH saved AS (
     INSERT INTO jobq_job (queue, kind, payload, priority, run_at, expires_at, max_attempts,
                           visibility_timeout, idempotency_key)
     SELECT queue, kind, payload, priority,
-           COALESCE(run_at, now() + make_interval(secs => delay_seconds)),
-           COALESCE(expires_at, now() + make_interval(secs => expires_after_seconds)),
+           COALESCE(run_at, statement_timestamp() + make_interval(secs => delay_seconds)),
+           COALESCE(expires_at,
+                    statement_timestamp() + make_interval(secs => expires_after_seconds)),
            max_attempts, make_interval(secs => visibility_timeout_seconds), idempotency_key
-    FROM unnest(%(queue)s::text[], %(kind)s::text[], %(payload)s::jsonb[],
-                %(priority)s::integer[], %(run_at)s::timestamptz[], %(delay_seconds)s::float8[],
-                %(expires_at)s::timestamptz[], %(expires_after_seconds)s::float8[],
-                %(max_attempts)s::integer[], %(visibility_timeout_seconds)s::float8[],
-                %(idempotency_key)s::text[])
+    FROM unnest(%(queue)b::text[], %(kind)b::text[], %(payload)b::jsonb[],
+                %(priority)b::integer[], %(run_at)b::timestamptz[], %(delay_seconds)b::float8[],
+                %(expires_at)b::timestamptz[], %(expires_after_seconds)b::float8[],
+                %(max_attempts)b::integer[], %(visibility_timeout_seconds)b::float8[],
+                %(idempotency_key)b::text[])
          AS input(queue, kind, payload, priority, run_at, delay_seconds, expires_at,
                   expires_after_seconds, max_attempts, visibility_timeout_seconds,
                   idempotency_key)
@@ -50,7 +59,7 @@ WITH saved AS (
     SELECT pg_notify(%(channel)s, queue)
     FROM (SELECT DISTINCT queue FROM saved WHERE inserted) AS queues
 ){more_writes}
-SELECT * FROM saved
+SELECT id, run_at, created_at, expires_at, inserted FROM saved
 WHERE (SELECT count(*) FROM woken) >= 0
 """
 INSERT_JOBS = _INSERT_JOBS_TEMPLATE.format(more_writes="")
@@ -451,7 +460,7 @@ _TASK_RESULT_VALUES = (
 
 #: Enqueue tasks: ``INSERT_JOBS`` (same parameters) plus each job's READY result, in one
 #: statement and so in the caller's transaction. ``run_after`` is recorded only for a
-#: deferred job (a job due at once has ``run_at = created_at``, both the transaction's now()).
+#: deferred job (a job due at once has ``run_at = created_at``, see ``INSERT_JOBS``).
 _TASK_RESULTS_OF_NEW_JOBS = """, result AS (
     INSERT INTO jobq_task_result ({columns}, status, run_after, errors, worker_ids)
     SELECT {values}, 'READY', NULLIF(run_at, created_at), '[]', '[]'

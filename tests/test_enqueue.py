@@ -41,6 +41,33 @@ def test_the_returned_job_holds_every_column_as_stored():
     assert saved.expires_at > saved.created_at
 
 
+def assert_as_stored(saved):
+    row = Job.objects.get(pk=saved.pk)
+    for field in Job._meta.concrete_fields:
+        assert getattr(saved, field.attname) == getattr(row, field.attname), field.name
+
+
+@override_settings(USE_TZ=False)
+def test_without_time_zones_the_returned_times_are_naive_as_the_orm_reads_them():
+    saved = record.using(delay=60, expires_at=datetime(2030, 1, 1)).enqueue("x")
+    assert_as_stored(saved)
+    assert saved.created_at.tzinfo is None
+    assert saved.run_at.tzinfo is None
+    assert saved.expires_at == datetime(2030, 1, 1)
+
+
+def test_a_job_found_by_its_idempotency_key_is_returned_as_stored():
+    first = record.using(idempotency_key="k", delay=30).enqueue("a")
+    Job.objects.filter(pk=first.pk).update(last_error="from an earlier attempt")
+    again, fresh = enqueue_many(
+        [record.using(idempotency_key="k").prepare("b"), record.prepare("c")]
+    )
+    assert again.pk == first.pk
+    assert again.last_error == "from an earlier attempt"
+    assert_as_stored(again)
+    assert_as_stored(fresh)
+
+
 def test_defaults_come_from_the_job_decorator_then_the_setting():
     assert wait_for_lock.enqueue(lock_id=1, label="x").queue == "slow"
     assert always_fails.enqueue().max_attempts == 2

@@ -171,6 +171,15 @@ def test_run_after_defers_the_job(queue_cursor):
     assert tasks.add.get_result(result.id).task.run_after == later
 
 
+def test_a_task_due_at_once_has_no_run_after_even_late_in_a_transaction(queue_cursor):
+    with transaction.atomic():
+        Effect.objects.count()  # the transaction's now() is this statement's time
+        result = tasks.add.enqueue(1, 1)
+    job = Job.objects.get()
+    assert job.run_at == job.created_at
+    assert tasks.add.get_result(result.id).task.run_after is None
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
