@@ -56,7 +56,7 @@ class EnqueueOptions(TypedDict, total=False):
 _OPTION_NAMES = frozenset(EnqueueOptions.__annotations__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PreparedJob:
     """A validated job, ready to insert. Make one with :func:`prepare_job` or
     ``handler.prepare(...)``; insert with :func:`enqueue_many`.
@@ -288,8 +288,10 @@ def _kind_defaults(kind: str) -> _KindDefaults:
         ValueError: ``kind`` is not a valid kind name.
     """
     global _defaults_cache
+    if not isinstance(kind, str):
+        validate_options(kind=kind)  # raises ValueError naming it
     config = get_settings()
-    definition = registry.get(kind) if isinstance(kind, str) else None
+    definition = registry.get(kind)
     cached_config, table = _defaults_cache
     if cached_config is not config or len(table) >= _DEFAULTS_CACHE_SIZE:
         table = {}
@@ -334,51 +336,40 @@ def prepare_job(
     payload_json = encode_payload(payload)
     if defaults.definition is not None:
         defaults.definition.check_payload(payload)  # raises TypeError if it cannot take it
-    if not options:
-        return PreparedJob(
-            kind=kind,
-            payload_json=payload_json,
-            queue=defaults.queue,
-            priority=defaults.priority,
-            run_at=None,
-            delay_seconds=0.0,
-            expires_at=None,
-            expires_after_seconds=defaults.expires_after_seconds,
-            max_attempts=defaults.max_attempts,
-            visibility_timeout_seconds=defaults.visibility_timeout_seconds,
-            idempotency_key=None,
-        )
+    queue, priority = options.get("queue"), options.get("priority")
+    max_attempts, idempotency_key = options.get("max_attempts"), options.get("idempotency_key")
+    visibility_timeout = options.get("visibility_timeout")
+    run_at, delay, expires_at = (
+        options.get("run_at"),
+        options.get("delay"),
+        options.get("expires_at"),
+    )
     validate_options(
         kind=kind,
-        queue=options.get("queue"),
-        priority=options.get("priority"),
-        max_attempts=options.get("max_attempts"),
-        visibility_timeout=options.get("visibility_timeout"),
-        idempotency_key=options.get("idempotency_key"),
+        queue=queue,
+        priority=priority,
+        max_attempts=max_attempts,
+        visibility_timeout=visibility_timeout,
+        idempotency_key=idempotency_key,
     )
-    run_at, delay = options.get("run_at"), options.get("delay")
     if run_at is not None and delay is not None:
         raise ValueError("give run_at or delay, not both.")
-    expires_at = options.get("expires_at")
-    visibility_timeout = options.get("visibility_timeout")
-    queue, priority = options.get("queue"), options.get("priority")
-    max_attempts = options.get("max_attempts")
     return PreparedJob(
         kind=kind,
         payload_json=payload_json,
         queue=defaults.queue if queue is None else queue,
         priority=defaults.priority if priority is None else priority,
-        run_at=_aware("run_at", run_at) if run_at is not None else None,
+        run_at=None if run_at is None else _aware("run_at", run_at),
         delay_seconds=None
         if run_at is not None
         else seconds_option("delay", delay or 0, minimum=0),
-        expires_at=_aware("expires_at", expires_at) if expires_at is not None else None,
+        expires_at=None if expires_at is None else _aware("expires_at", expires_at),
         expires_after_seconds=defaults.expires_after_seconds if expires_at is None else None,
         max_attempts=defaults.max_attempts if max_attempts is None else max_attempts,
         visibility_timeout_seconds=defaults.visibility_timeout_seconds
         if visibility_timeout is None
         else seconds_option("visibility_timeout", visibility_timeout, minimum=0.001),
-        idempotency_key=options.get("idempotency_key"),
+        idempotency_key=idempotency_key,
     )
 
 
@@ -430,12 +421,13 @@ def enqueue_many(jobs: Iterable[PreparedJob | Mapping[str, Any]]) -> list[Job]:
 
 
 def insert(
-    prepared: Sequence[PreparedJob], *, statement: str = sql.INSERT_JOBS
+    prepared: Sequence[PreparedJob], *, statement: str | None = None
 ) -> tuple[list[Job], str]:
     """Insert prepared jobs by the transaction rules of the module docs.
 
-    ``statement`` is ``sql.INSERT_JOBS`` or one built around it with the same parameters
-    and columns (``sql.INSERT_TASK_JOBS``).
+    ``statement`` is one built around ``sql.INSERT_JOBS`` with the same parameters and
+    columns (``sql.INSERT_TASK_JOBS``, for jobs without idempotency keys); by default
+    ``INSERT_JOBS``, or ``INSERT_UNKEYED_JOBS`` when no job has a key.
 
     Returns:
         The jobs in input order (unsaved placeholders, filled in at commit, when the insert
@@ -507,7 +499,7 @@ def _saved_job(alias: str, job: PreparedJob, row: Sequence[Any]) -> Job:
     return Job.from_db(alias, _JOB_FIELDS, [values[name] for name in _JOB_FIELDS])
 
 
-def _insert(alias: str, jobs: Sequence[PreparedJob], statement: str) -> list[Job]:
+def _insert(alias: str, jobs: Sequence[PreparedJob], statement: str | None) -> list[Job]:
     """Run ``statement``; return a saved :class:`Job` per input, existing ones included."""
     # One row per idempotency key: the statement may not touch the same row twice.
     first_of_key: dict[tuple[str, str], int] = {}
@@ -537,9 +529,11 @@ def _insert(alias: str, jobs: Sequence[PreparedJob], statement: str) -> list[Job
         "idempotency_key": [job.idempotency_key for job in unique],
         "channel": sql.WAKE_CHANNEL,
     }
+    keyed = len(first_of_key) > 0
+    if statement is None:
+        statement = sql.INSERT_JOBS if keyed else sql.INSERT_UNKEYED_JOBS
     # A job that already had the key is read in full after the insert has locked it (its
     # no-op update), in the same transaction, so it cannot change in between.
-    keyed = len(first_of_key) > 0
     with transaction.atomic(using=alias, savepoint=False) if keyed else nullcontext():
         with db.server_binding_cursor(alias, binary_results=True) as cursor:
             cursor.execute(statement, parameters)

@@ -186,6 +186,8 @@ def circular():
         (lambda: enqueue("some.kind\n", {}), ValueError, "invalid job kind"),
         (lambda: record.using(queue="").enqueue("x"), ValueError, "invalid queue"),
         (lambda: enqueue("bad kind!", {}), ValueError, "invalid job kind"),
+        (lambda: enqueue(["not", "a", "name"], {}), ValueError, "invalid job kind"),
+        (lambda: enqueue(None, {}), ValueError, "invalid job kind"),
         (lambda: record.using(delay=-1).enqueue("x"), ValueError, "delay must be at least 0 s"),
         (
             lambda: record.using(delay=timedelta(seconds=-5)).enqueue("x"),
