@@ -344,14 +344,15 @@ def prepare_job(
         options.get("delay"),
         options.get("expires_at"),
     )
-    validate_options(
-        kind=kind,
-        queue=queue,
-        priority=priority,
-        max_attempts=max_attempts,
-        visibility_timeout=visibility_timeout,
-        idempotency_key=idempotency_key,
-    )
+    if options:  # the kind was validated with its defaults
+        validate_options(
+            kind=kind,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            visibility_timeout=visibility_timeout,
+            idempotency_key=idempotency_key,
+        )
     if run_at is not None and delay is not None:
         raise ValueError("give run_at or delay, not both.")
     return PreparedJob(
