@@ -352,7 +352,11 @@ RETURNING id
 # the ready jobs (a loose index scan of ``jobq_job_claim_idx`` / ``jobq_job_claim_all_idx``,
 # whose order is priority DESC, run_at): the recursive CTE walks the priorities, the
 # LATERAL takes each one's first future ``run_at``. A backlog of scheduled jobs therefore
-# costs a few seeks, not a scan. The deadline comes first from ``jobq_job_lease_idx``.
+# costs a few seeks, not a scan. The deadline comes from ``jobq_job_lease_idx``, looking no
+# further than ``%(horizon)s`` seconds ahead (the worker's poll interval: it wakes by then
+# anyway). Without that bound the search would walk, in deadline order, every running job
+# of other queues and of this worker before the first that counts (160 ms with 300,000
+# running jobs); with it, only the leases that lapse within the horizon.
 _SECONDS_UNTIL_DUE_TEMPLATE = """
 WITH RECURSIVE priorities AS (
     (SELECT priority FROM jobq_job
@@ -378,6 +382,7 @@ SELECT EXTRACT(EPOCH FROM LEAST(
      ) AS next),
     (SELECT min(lease_deadline) FROM jobq_job
      WHERE status = 'running' AND lease_deadline >= now()
+       AND lease_deadline < now() + make_interval(secs => %(horizon)s)
        AND worker_id <> %(worker_id)s{queue_filter})
 ) - now())::float8
 """

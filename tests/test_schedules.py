@@ -497,13 +497,44 @@ def test_the_wake_up_query_seeks_the_partial_indexes(connect, statement, params,
     conn = connect()
     plan = "\n".join(
         row[0]
-        for row in conn.execute("EXPLAIN " + statement, {"worker_id": "me", **params}).fetchall()
+        for row in conn.execute(
+            "EXPLAIN " + statement, {"worker_id": "me", "horizon": 5, **params}
+        ).fetchall()
     )
     assert f"using {index}" in plan, plan
     assert "jobq_job_lease_idx" in plan, plan
     assert "Seq Scan" not in plan, plan
-    (seconds,) = conn.execute(statement, {"worker_id": "me", **params}).fetchone()
+    (seconds,) = conn.execute(statement, {"worker_id": "me", "horizon": 5, **params}).fetchone()
     assert 0 < seconds <= 2  # the earliest: the first ready job, due in about 2 s
+
+
+@needs_db
+def test_the_wake_up_query_reads_only_the_leases_that_lapse_within_the_horizon(connect):
+    """20,000 jobs of another queue are running; none of their leases lapses within the
+    horizon, so the search for this queue's next deadline stops before reaching them."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO jobq_job (queue, kind, payload, run_at, max_attempts, "
+            "visibility_timeout, status, lease_deadline, worker_id) "
+            "SELECT 'busy', 'k', '{}', now(), 5, interval '30 s', 'running', "
+            "now() + interval '10 s' + n * interval '1 ms', 'w' "
+            "FROM generate_series(1, 20000) AS n"
+        )
+        cursor.execute("ANALYZE jobq_job")
+    conn = connect()
+    params = {"worker_id": "me", "queue": "rare", "horizon": 5}
+    ((plan,),) = conn.execute(
+        "EXPLAIN (ANALYZE, FORMAT JSON) " + sql.SECONDS_UNTIL_DUE_ONE_QUEUE, params
+    ).fetchall()
+
+    def lease_scans(node):
+        if node.get("Index Name") == "jobq_job_lease_idx":
+            yield node
+        for child in node.get("Plans", []):
+            yield from lease_scans(child)
+
+    (scan,) = lease_scans(plan[0]["Plan"])
+    assert scan["Actual Rows"] + scan.get("Rows Removed by Filter", 0) == 0, scan
 
 
 # -- declarations, checks, the command -------------------------------------------------------

@@ -218,7 +218,7 @@ class Worker:
         """Seconds to sleep when nothing is due: until the next ready job's ``run_at``, the
         next lease deadline (of another worker's job) or the next schedule tick, and at most
         the poll interval."""
-        params = {"worker_id": self.worker_id}
+        params = {"worker_id": self.worker_id, "horizon": self.poll_interval}
         if self.queues is None:
             cursor.execute(sql.SECONDS_UNTIL_DUE_ANY_QUEUE, params)
         elif len(self.queues) == 1:
