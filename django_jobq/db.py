@@ -53,7 +53,7 @@ def server_binding_cursor(alias: str, *, binary_results: bool = False) -> Iterat
 
     With ``binary_results`` the rows arrive in binary too and are loaded by psycopg's own
     loaders, not Django's: a ``timestamptz`` is an aware datetime in the session's time
-    zone (UTC when ``USE_TZ``), 10-20 times faster than Django's text loader; a ``jsonb``
+    zone (UTC when ``USE_TZ``), about 20 times faster than Django's text loader; a ``jsonb``
     would arrive decoded, which Django's ``JSONField`` does not expect. For enqueue's
     figures see docs/performance.md.
 

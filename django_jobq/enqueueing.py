@@ -258,7 +258,8 @@ def _aware(name: str, moment: datetime) -> datetime:
     if timezone.is_naive(moment):
         if django_settings.USE_TZ:
             raise ValueError(f"{name} must be timezone-aware (USE_TZ is True).")
-        return timezone.make_aware(moment)
+        # What the ORM does without USE_TZ: the wall time in TIME_ZONE (the session's).
+        return timezone.make_aware(moment, timezone.get_default_timezone())
     return moment
 
 
@@ -491,11 +492,12 @@ _JOB_FIELDS = [field.attname for field in Job._meta.concrete_fields]
 def _saved_job(alias: str, job: PreparedJob, row: Sequence[Any]) -> Job:
     """The :class:`Job` that ``INSERT_JOBS`` made of ``job``: its own values plus the
     database's ``(id, run_at, created_at, expires_at)`` from ``row`` (read in binary: aware
-    datetimes, made naive here when ``USE_TZ`` is off, as Django's ORM returns them)."""
+    datetimes in the session's time zone; without ``USE_TZ`` Django's ORM returns that wall
+    time, naive, and so does this)."""
     values = _prepared_values(job)
     values["id"], *moments = row[:4]
     if not django_settings.USE_TZ:
-        moments = [moment and timezone.make_naive(moment) for moment in moments]
+        moments = [moment and moment.replace(tzinfo=None) for moment in moments]
     values["run_at"], values["created_at"], values["expires_at"] = moments
     return Job.from_db(alias, _JOB_FIELDS, [values[name] for name in _JOB_FIELDS])
 

@@ -47,9 +47,10 @@ def assert_as_stored(saved):
         assert getattr(saved, field.attname) == getattr(row, field.attname), field.name
 
 
-@override_settings(USE_TZ=False)
+@override_settings(USE_TZ=False, TIME_ZONE="America/New_York")
 def test_without_time_zones_the_returned_times_are_naive_as_the_orm_reads_them():
-    saved = record.using(delay=60, expires_at=datetime(2030, 1, 1)).enqueue("x")
+    with timezone.override("Asia/Tokyo"):  # an active zone changes nothing without USE_TZ
+        saved = record.using(delay=60, expires_at=datetime(2030, 1, 1)).enqueue("x")
     assert_as_stored(saved)
     assert saved.created_at.tzinfo is None
     assert saved.run_at.tzinfo is None
