@@ -48,8 +48,9 @@ def server_binding_cursor(alias: str, *, binary_results: bool = False) -> Iterat
     text as Django's default cursor does: psycopg's binary ``%(name)b`` placeholders then
     skip the text conversion of every value. Django's wrapping is kept: database errors
     arrive as ``django.db`` exceptions, ``execute_wrapper()`` hooks run, queries are logged
-    under ``DEBUG``. Statements are not prepared unless ``OPTIONS['prepare_threshold']``
-    says so (Django's default, which keeps PgBouncer's transaction mode working).
+    under ``DEBUG`` (with ``$1`` placeholders, not the values). Statements are not prepared
+    unless ``OPTIONS['prepare_threshold']`` says so (Django's default, which keeps
+    PgBouncer's transaction mode working).
 
     With ``binary_results`` the rows arrive in binary too and are loaded by psycopg's own
     loaders, not Django's: a ``timestamptz`` is an aware datetime in the session's time

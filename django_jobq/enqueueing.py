@@ -396,7 +396,9 @@ def enqueue(
 
     Returns:
         The saved job. If the insert is deferred to another database's commit (see the
-        module docs), the job's ``id`` is ``None`` until that commit.
+        module docs), the job's ``id`` is ``None`` until that commit. Its ``payload`` is
+        the JSON as sent; ``jsonb`` stores a normalised form (keys reordered, ``1e20`` as
+        the integer, ``-0.0`` as ``0.0``), which is what a worker's handler receives.
 
     Raises:
         TypeError: a payload value cannot be JSON (the message names it), or the payload
@@ -457,6 +459,9 @@ def insert(
     return placeholders, caller_alias
 
 
+_READY = str(Job.Status.READY.value)
+
+
 def _unsaved_job(job: PreparedJob) -> Job:
     """The :class:`Job` a prepared job becomes; ``run_at`` stays unset for a delay (the
     database computes it)."""
@@ -467,17 +472,18 @@ def _unsaved_job(job: PreparedJob) -> Job:
 
 
 def _prepared_values(job: PreparedJob) -> dict[str, Any]:
-    """A new job's field values that the prepared job decides (by attribute name)."""
+    """A new job's field values that the prepared job decides (by attribute name), of the
+    types the ORM reads (a str, not a str subclass or an enum; an int, not an IntEnum)."""
     return {
-        "queue": job.queue,
-        "kind": job.kind,
+        "queue": str(job.queue),
+        "kind": str(job.kind),
         "payload": json.loads(job.payload_json),
-        "priority": job.priority,
-        "status": Job.Status.READY,
+        "priority": int(job.priority),
+        "status": _READY,
         "attempts": 0,
-        "max_attempts": job.max_attempts,
+        "max_attempts": int(job.max_attempts),
         "visibility_timeout": timedelta(seconds=job.visibility_timeout_seconds),
-        "idempotency_key": job.idempotency_key,
+        "idempotency_key": None if job.idempotency_key is None else str(job.idempotency_key),
         "worker_id": "",
         "last_error": "",
         "lease_deadline": None,
@@ -528,7 +534,9 @@ def _insert(alias: str, jobs: Sequence[PreparedJob], statement: str | None) -> l
         "expires_at": [job.expires_at for job in unique],
         "expires_after_seconds": [job.expires_after_seconds for job in unique],
         "max_attempts": [job.max_attempts for job in unique],
-        "visibility_timeout_seconds": [job.visibility_timeout_seconds for job in unique],
+        # An interval, not seconds: the returned Job's timedelta is then exactly the stored
+        # one (Python's and PostgreSQL's rounding of seconds to microseconds differ).
+        "visibility_timeout": [timedelta(seconds=job.visibility_timeout_seconds) for job in unique],
         "idempotency_key": [job.idempotency_key for job in unique],
         "channel": sql.WAKE_CHANNEL,
     }

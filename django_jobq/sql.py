@@ -43,14 +43,14 @@ WITH saved AS (
            COALESCE(run_at, statement_timestamp() + make_interval(secs => delay_seconds)),
            COALESCE(expires_at,
                     statement_timestamp() + make_interval(secs => expires_after_seconds)),
-           max_attempts, make_interval(secs => visibility_timeout_seconds), idempotency_key
+           max_attempts, visibility_timeout, idempotency_key
     FROM unnest(%(queue)b::text[], %(kind)b::text[], %(payload)b::jsonb[],
                 %(priority)b::integer[], %(run_at)b::timestamptz[], %(delay_seconds)b::float8[],
                 %(expires_at)b::timestamptz[], %(expires_after_seconds)b::float8[],
-                %(max_attempts)b::integer[], %(visibility_timeout_seconds)b::float8[],
+                %(max_attempts)b::integer[], %(visibility_timeout)b::interval[],
                 %(idempotency_key)b::text[])
          AS input(queue, kind, payload, priority, run_at, delay_seconds, expires_at,
-                  expires_after_seconds, max_attempts, visibility_timeout_seconds,
+                  expires_after_seconds, max_attempts, visibility_timeout,
                   idempotency_key)
     {on_conflict}
     RETURNING *, (xmax = 0) AS inserted

@@ -1,5 +1,6 @@
 """Enqueue: what is written, the defaults it fills in, and the bad input it refuses."""
 
+import enum
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from types import MappingProxyType
@@ -55,6 +56,26 @@ def test_without_time_zones_the_returned_times_are_naive_as_the_orm_reads_them()
     assert saved.created_at.tzinfo is None
     assert saved.run_at.tzinfo is None
     assert saved.expires_at == datetime(2030, 1, 1)
+
+
+def test_the_returned_visibility_timeout_is_the_stored_one_to_the_microsecond():
+    # Python and PostgreSQL round this many seconds to different microseconds.
+    assert_as_stored(record.using(visibility_timeout=22537.4021065).enqueue("x"))
+
+
+class Urgency(enum.IntEnum):
+    HIGH = 10
+
+
+class Name(str):
+    pass
+
+
+def test_the_returned_values_have_the_types_the_orm_reads():
+    saved = record.using(priority=Urgency.HIGH, queue=Name("default")).enqueue("x")
+    assert_as_stored(saved)
+    for name in ("priority", "queue", "status", "kind"):
+        assert type(getattr(saved, name)) is type(getattr(Job.objects.get(), name)), name
 
 
 def test_a_job_found_by_its_idempotency_key_is_returned_as_stored():
