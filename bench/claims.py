@@ -126,6 +126,13 @@ def migrate() -> None:
     call_command("migrate", "django_jobq", verbosity=0, interactive=False)
 
 
+def prepare_database(database_url: str) -> None:
+    """Create the benchmark database if needed, point Django at it and migrate it."""
+    ensure_database(database_url)
+    configure_django(database_url)
+    migrate()
+
+
 def code_version() -> str:
     """Where the benchmarked django_jobq comes from, with its git commit if it has one."""
     import django_jobq
@@ -731,9 +738,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    ensure_database(args.database_url)
-    configure_django(args.database_url)
-    migrate()
+    prepare_database(args.database_url)
     from django_jobq import db
 
     with db.connect(application_name="jobq-bench") as monitor:

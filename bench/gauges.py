@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from claims import configure_django, ensure_database, migrate
+from claims import prepare_database
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/jobq_bench_gauges"
 SIZES = (100_000, 1_000_000)
@@ -123,9 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--database-url", default=None)
     args = parser.parse_args(argv)
     database_url = args.database_url or os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL)
-    ensure_database(database_url)
-    configure_django(database_url)
-    migrate()
+    prepare_database(database_url)
     from django.db import connection
 
     with connection.cursor() as cursor:

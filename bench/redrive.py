@@ -20,12 +20,13 @@ Usage (from the repository root)::
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
 from collections.abc import Sequence
 
-from claims import DEFAULT_DATABASE_URL, configure_django, ensure_database, migrate
+from claims import DEFAULT_DATABASE_URL, prepare_database
 
 SIZES = (10_000, 100_000)
 REPS = 3
@@ -74,12 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keys", action="store_true", help="dead letters with idempotency keys")
     parser.add_argument("--database-url", default=None)
     args = parser.parse_args(argv)
-    import os
-
     database_url = args.database_url or os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL)
-    ensure_database(database_url)
-    configure_django(database_url)
-    migrate()
+    prepare_database(database_url)
     from django.db import connection
 
     with connection.cursor() as cursor:
