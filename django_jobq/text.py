@@ -56,5 +56,7 @@ def reason(text: str) -> str:
 
 
 def first_line(text: str, limit: int = 300) -> str:
-    """The first line of ``text``, within ``limit`` characters: for one-line log messages."""
-    return bounded(text.strip().partition("\n")[0], limit)
+    """The first line of ``text``, within ``limit`` characters and followed by ``" …"`` if
+    more lines follow: for one-line log messages and reasons."""
+    line, _, rest = text.strip().partition("\n")
+    return bounded(line + " …", limit) if rest.strip() else bounded(line, limit)
