@@ -18,7 +18,7 @@ from django_jobq.worker import Worker
 from django_jobq.worker.completer import Completer
 from django_jobq.worker.executor import Action, Outcome
 from django_jobq.worker.observer import Observer
-from tests.conftest import wait_until
+from tests.conftest import REPO_ROOT, wait_until
 from tests.testapp import tasks
 from tests.testapp.jobs import (
     outcomes_fail_long,
@@ -343,3 +343,19 @@ def test_the_worker_keeps_the_projects_own_django_jobq_logging(caplog):
         assert jobq.level == logging.NOTSET and jobq.propagate
     finally:
         jobq.removeHandler(handler)
+
+
+def test_the_documented_log_lines_have_the_workers_format():
+    operations = (REPO_ROOT / "docs" / "operations.md").read_text()
+    section = operations.split("### Log lines at default verbosity", 1)[1]
+    block = section.split("```\n", 2)[1]
+    prefix = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} "
+    job = r"job \d+ [\w.]+ attempt \d+/\d+ "
+    patterns = [
+        rf"{prefix}WARNING django_jobq\.worker: {job}failed: \w+: .+; next run in [\d.]+ s",
+        rf"{prefix}ERROR django_jobq\.worker: {job}dead-lettered: .+( \(last error: .+\))?",
+    ]
+    lines = block.splitlines()
+    assert len(lines) == 3
+    for line in lines:
+        assert any(re.fullmatch(pattern, line) for pattern in patterns), line
