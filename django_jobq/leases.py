@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
-from . import sql
+from . import sql, text
 
 
 class Cursor(Protocol):
@@ -141,13 +141,14 @@ def heartbeat(cursor: Cursor, leases: Sequence[Lease]) -> dict[int, datetime]:
 
 
 def retry(cursor: Cursor, job_id: int, attempt: int, *, delay: float, error: str) -> bool:
-    """Make a job ready again ``delay`` seconds from now, recording ``error``.
+    """Make a job ready again ``delay`` seconds from now, recording ``error`` (fitted to
+    its column by :func:`django_jobq.text.fit`).
 
     Returns ``False`` (and changes nothing) if ``attempt`` no longer holds the lease.
     """
     cursor.execute(
         sql.RETRY_JOB,
-        {"id": job_id, "attempt": attempt, "delay_seconds": float(delay), "error": error},
+        {"id": job_id, "attempt": attempt, "delay_seconds": float(delay), "error": text.fit(error)},
     )
     return bool(cursor.fetchall())
 
@@ -162,7 +163,8 @@ def dead_letter(
     traceback: str = "",
     ran: bool = True,
 ) -> bool:
-    """Move a job to the dead letters with ``reason``, ``error`` and ``traceback``.
+    """Move a job to the dead letters with ``reason``, ``error`` and ``traceback``, each
+    fitted to its column (:mod:`django_jobq.text`: a long reason is cut, with a marker).
 
     ``ran`` says whether this attempt ran the handler; the dead letter's ``attempts``
     counts only attempts that ran. The copy and the delete are one statement. Returns
@@ -173,13 +175,20 @@ def dead_letter(
         {
             "id": job_id,
             "attempt": attempt,
-            "reason": reason,
-            "error": error,
-            "traceback": traceback,
             "ran": ran,
+            **dead_letter_texts(reason, error, traceback),
         },
     )
     return bool(cursor.fetchall())
+
+
+def dead_letter_texts(reason: str, error: str, traceback: str) -> dict[str, str]:
+    """The text parameters of a dead-letter statement, each fitted to its column."""
+    return {
+        "reason": text.reason(reason),
+        "error": text.fit(error),
+        "traceback": text.fit(traceback),
+    }
 
 
 def release(cursor: Cursor, leases: Sequence[Lease]) -> set[int]:

@@ -111,6 +111,8 @@ class DeadLetter(models.Model):
         EXPIRED = "expired"
         UNKNOWN_KIND = "unknown kind"
         LEASE_EXPIRED_ON_FINAL_ATTEMPT = "lease expired on final attempt"
+        # the worker's write of the outcome failed: "outcome could not be recorded: <error>"
+        OUTCOME_NOT_RECORDED = "outcome could not be recorded"
 
     id = models.BigAutoField(primary_key=True)
     job_id = models.BigIntegerField(help_text="The id the job had in the jobs table.")

@@ -144,7 +144,36 @@ class JobDefinition:
         return _enqueue.enqueue_many([self.prepare(*args, **kwargs)])[0]
 
 
+def _is_async(func: Any) -> bool:
+    """A coroutine or async generator function, or a ``functools.partial`` of one, or an
+    object whose ``__call__`` is one: calling it returns without running its body."""
+    while isinstance(func, functools.partial):
+        func = func.func
+    if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
+        return True
+    if inspect.isroutine(func) or not callable(func):
+        return False
+    call = type(func).__call__  # an instance's: what calling it runs
+    return inspect.iscoroutinefunction(call) or inspect.isasyncgenfunction(call)
+
+
+def refuse_async(func: Callable[..., Any], what: str) -> None:
+    """Refuse an async handler: workers call handlers synchronously, so the job would be
+    acked with its body never run.
+
+    Raises:
+        TypeError: ``func`` is async (see :func:`_is_async`); ``what`` names it.
+    """
+    if _is_async(func):
+        raise TypeError(
+            f"{what} is an async function; django-jobq runs handlers synchronously and does "
+            f"not support async handlers yet. Register a sync wrapper instead, e.g. "
+            f"asgiref.sync.async_to_sync(handler) called from a plain def."
+        )
+
+
 def _validate_handler(func: Callable[..., Any], takes_context: bool) -> None:
+    refuse_async(func, getattr(func, "__qualname__", repr(func)))
     parameters = list(inspect.signature(func).parameters.values())
     if takes_context:
         if not parameters:
@@ -214,8 +243,10 @@ def job(
     Raises:
         ValueError: an invalid name or option, or a name already registered by another
             function.
-        TypeError: an option of the wrong type, or a function with positional-only or
-            ``*args`` parameters.
+        TypeError: an option of the wrong type, a function with positional-only or
+            ``*args`` parameters, or an async handler (``async def``, an async generator,
+            a ``functools.partial`` of one or an object whose ``__call__`` is one): handlers
+            run synchronously, so wrap it in a plain function (``async_to_sync``).
 
     An invalid cron expression or timezone, or a schedule payload the handler cannot take,
     is reported by ``manage.py check`` (``django_jobq.E006``-``E009``) and stops workers

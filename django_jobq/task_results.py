@@ -7,10 +7,11 @@ runs it like any other job (leases, heartbeats, retries, dead letters). What dif
 recorded here:
 
 - :func:`start_attempt` marks the result RUNNING as an attempt starts (fenced);
-- :func:`complete` records the outcomes of tasks' jobs with statements that write the
-  result in the same statement as the ack (SUCCESSFUL, with the return value), the retry
-  (READY again, with the attempt's error) or the dead letter (FAILED, with the error); the
-  worker's completer hands it every batch of outcomes and records the others itself.
+- :func:`ack` and :func:`record` record the outcomes of tasks' jobs with statements that
+  write the result in the same statement as the ack (SUCCESSFUL, with the return value),
+  the retry (READY again, with the attempt's error) or the dead letter (FAILED, with the
+  error); the worker's completer calls them for the outcomes :func:`is_task_outcome`
+  picks and records the others itself.
 
 Tasks are found in the registry of job kinds, where the backend registers each task it
 validates (a task is validated when it is defined). :func:`discover` imports every installed
@@ -33,7 +34,7 @@ from django.conf import settings
 from django.db import connections
 from django.utils.module_loading import autodiscover_modules, import_string
 
-from . import db, leases, registry, sql
+from . import db, leases, registry, sql, text
 from .conf import get_settings
 from .models import StoredTaskResult
 from .worker.executor import Action, Outcome
@@ -120,10 +121,11 @@ def start_attempt(job_id: int, attempt: int) -> StoredTaskResult | None:
     return db.from_rows(StoredTaskResult, alias, names, rows)[0] if rows else None
 
 
-def _is_task_outcome(outcome: Outcome) -> bool:
-    """A task's job whose outcome is an ack, retry or dead letter. A dead letter of an
-    unknown kind with a task's payload counts too: its result must fail (the statement
-    updates no result if there is none of that kind)."""
+def is_task_outcome(outcome: Outcome) -> bool:
+    """A task's job whose outcome is an ack, retry or dead letter, to record with
+    :func:`ack` or :func:`record`. A dead letter of an unknown kind with a task's payload
+    counts too: its result must fail (the statement updates no result if there is none of
+    that kind)."""
     if outcome.action not in (Action.ACK, Action.RETRY, Action.DEAD_LETTER):
         return False
     if handler(outcome.job.kind) is not None:
@@ -140,12 +142,14 @@ def _task_error(outcome: Outcome) -> str:
     if outcome.exception_class_path:
         error = {
             "exception_class_path": outcome.exception_class_path,
-            "traceback": outcome.traceback,
+            "traceback": text.fit(outcome.traceback),
         }
     else:  # dead-lettered unrun: no exception of the task's own
         error = {
             "exception_class_path": f"{TaskNotRun.__module__}.{TaskNotRun.__qualname__}",
-            "traceback": f"{outcome.reason}: {outcome.error}" if outcome.error else outcome.reason,
+            "traceback": text.fit(
+                f"{outcome.reason}: {outcome.error}" if outcome.error else outcome.reason
+            ),
         }
     return json.dumps(error)
 
@@ -155,70 +159,62 @@ def _results(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[Stored
     return [StoredTaskResult(**dict(zip(names, row, strict=True))) for row in rows]
 
 
-def complete(
-    cursor: leases.Cursor, outcomes: Sequence[Outcome]
-) -> tuple[list[Outcome], list[tuple[Outcome, bool]]]:
-    """Record the outcomes of tasks' jobs among ``outcomes`` (see the module docs).
-
-    Acks go in one statement. Each write is fenced like its plain-job twin in
-    :mod:`django_jobq.leases`. Once recorded, each finished result is announced to its
-    task handler (which sends the framework's ``task_finished``).
+def ack(cursor: leases.Cursor, outcomes: Sequence[Outcome]) -> set[int]:
+    """Ack tasks' jobs (outcomes of :func:`is_task_outcome` with action ACK) in one statement
+    that also makes their results SUCCESSFUL with their return values; announce each
+    finished result to its task handler (which sends the framework's ``task_finished``).
+    Fenced like :func:`django_jobq.leases.ack_many`.
 
     Returns:
-        The other outcomes, for the caller to record; and each task outcome with whether
-        it applied (``False``: the lease was lost, nothing was written).
+        The ids of the jobs acked (a missing id: the lease was lost, nothing was written).
+
+    Raises:
+        psycopg.Error: the statement failed; nothing was written for any of ``outcomes``.
     """
-    tasks: list[Outcome] = []
-    others: list[Outcome] = []
-    for outcome in outcomes:
-        (tasks if _is_task_outcome(outcome) else others).append(outcome)
-    if not tasks:
-        return others, []
-    recorded: list[tuple[Outcome, bool]] = []
-    finished: list[StoredTaskResult] = []
-    acks = [outcome for outcome in tasks if outcome.action is Action.ACK]
-    if acks:
-        cursor.execute(
-            sql.ACK_TASK_JOBS,
-            {
-                "ids": [outcome.job.id for outcome in acks],
-                "attempts": [outcome.job.attempt for outcome in acks],
-                "return_values": [outcome.returned for outcome in acks],  # JSON text
-            },
-        )
-        results = _results([column.name for column in cursor.description], cursor.fetchall())
-        acked = {result.job_id for result in results}
-        recorded.extend((outcome, outcome.job.id in acked) for outcome in acks)
-        finished.extend(results)
-    for outcome in tasks:
-        if outcome.action is Action.ACK:
-            continue
-        params = {
-            "id": outcome.job.id,
-            "attempt": outcome.job.attempt,
-            "error": outcome.error,
-            "task_error": _task_error(outcome),
-        }
-        if outcome.action is Action.RETRY:
-            cursor.execute(sql.RETRY_TASK_JOB, {**params, "delay_seconds": outcome.retry_delay})
-            recorded.append((outcome, bool(cursor.fetchall())))
-            continue
-        cursor.execute(
-            sql.DEAD_LETTER_TASK_JOB,
-            {
-                **params,
-                "reason": outcome.reason,
-                "traceback": outcome.traceback,
-                "ran": outcome.ran,
-            },
-        )
-        names = [column.name for column in cursor.description][1:]  # after the dead letter's
-        rows = cursor.fetchall()
-        recorded.append((outcome, bool(rows)))
-        finished.extend(_results(names, [row[1:] for row in rows if row[1] is not None]))
-    for result in finished:
+    if not outcomes:
+        return set()
+    cursor.execute(
+        sql.ACK_TASK_JOBS,
+        {
+            "ids": [outcome.job.id for outcome in outcomes],
+            "attempts": [outcome.job.attempt for outcome in outcomes],
+            "return_values": [outcome.returned for outcome in outcomes],  # JSON text
+        },
+    )
+    results = _results([column.name for column in cursor.description], cursor.fetchall())
+    for result in results:
         _announce(result)
-    return others, recorded
+    return {result.job_id for result in results if result.job_id is not None}
+
+
+def record(cursor: leases.Cursor, outcome: Outcome) -> bool:
+    """Retry or dead-letter a task's job (an outcome of :func:`is_task_outcome`) with the
+    statement that also writes its result (READY again or FAILED, with this attempt's
+    error); announce a FAILED result. Each write is fenced like its plain-job twin in
+    :mod:`django_jobq.leases`, and its texts fitted as there.
+
+    Returns:
+        Whether it applied (``False``: the lease was lost, nothing was written).
+
+    Raises:
+        psycopg.Error: the statement failed; nothing was written.
+    """
+    params: dict[str, Any] = {
+        "id": outcome.job.id,
+        "attempt": outcome.job.attempt,
+        "task_error": _task_error(outcome),
+    }
+    if outcome.action is Action.RETRY:
+        params.update(error=text.fit(outcome.error), delay_seconds=outcome.retry_delay)
+        cursor.execute(sql.RETRY_TASK_JOB, params)
+        return bool(cursor.fetchall())
+    texts = leases.dead_letter_texts(outcome.reason, outcome.error, outcome.traceback)
+    cursor.execute(sql.DEAD_LETTER_TASK_JOB, {**params, **texts, "ran": outcome.ran})
+    names = [column.name for column in cursor.description][1:]  # after the dead letter's
+    rows = cursor.fetchall()
+    for result in _results(names, [row[1:] for row in rows if row[1] is not None]):
+        _announce(result)
+    return bool(rows)
 
 
 def _announce(result: StoredTaskResult) -> None:

@@ -129,11 +129,18 @@ class JobqBackend(BaseTaskBackend):
             InvalidTask: the framework refuses the task (not module-level, a queue not in
                 ``QUEUES``, priority outside -100..100, a naive ``run_after`` with
                 ``USE_TZ``...), or an option of :class:`JobqTask` is invalid, or a ``@job``
-                already has the task's module path as its kind.
+                already has the task's module path as its kind, or the function is an async
+                generator (async functions are supported: the worker runs them with
+                ``async_to_sync``).
         """
         if self._problems:
             raise InvalidTaskBackend("; ".join(self._problems) + " (django_jobq.E010)")
         super().validate_task(task)
+        if inspect.isasyncgenfunction(task.func):  # the framework would call it, not iterate it
+            raise InvalidTask(
+                f"{task.module_path} is an async generator function; a task function is a "
+                f"plain or async function returning a JSON value."
+            )
         try:
             enqueueing.validate_options(
                 kind=task.module_path,

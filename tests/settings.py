@@ -32,3 +32,12 @@ TASKS = {
         "OPTIONS": {"RETRY_BACKOFF_BASE": 0.01, "RETRY_BACKOFF_CAP": 0.01},
     },
 }
+
+if os.environ.get("JOBQ_TEST_ROOT_LOGGING"):  # a project that logs everything through root
+    LOGGING = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"root": {"format": "root-handler %(levelname)s %(name)s: %(message)s"}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "root"}},
+        "root": {"handlers": ["stderr"], "level": "WARNING"},
+    }

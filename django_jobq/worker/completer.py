@@ -2,21 +2,37 @@
 
 Every write is fenced by the job's attempt (see :mod:`django_jobq.leases`); a write that
 matches nothing means the lease was lost (another attempt holds the job) and is only logged.
-The jobs of Django tasks are recorded by :func:`django_jobq.task_results.complete` (their
-statements also write the task's result); this module logs and counts them.
+The jobs of Django tasks are recorded by :mod:`django_jobq.task_results` (their statements
+also write the task's result); this module logs and counts them.
+
+A write that fails is that job's problem, unless the connection is (see :meth:`Completer.flush`):
+the others are recorded, and the job gets a dead letter "outcome could not be recorded: …".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .. import faults, leases, task_results
+import psycopg
+
+from .. import faults, leases, task_results, text
+from ..models import DeadLetter
 from .executor import Action, Outcome
 from .observer import Observer, log_fields, outcome_name
 
 logger = logging.getLogger("django_jobq.worker")
+
+#: How each action reads in the log (the tense of "job 12 ... attempt 1/5 <what>").
+_WHAT = {
+    Action.ACK: "succeeded",
+    Action.ACKED_BY_HANDLER: "succeeded",
+    Action.RETRY: "failed",
+    Action.DEAD_LETTER: "dead-lettered",
+    Action.LEASE_LOST: "rolled back",
+}
 
 
 @dataclass
@@ -29,12 +45,24 @@ class Tally:
     lease_lost: int = 0
 
 
+def _is_connection_fault(exc: psycopg.Error) -> bool:
+    """A failure of the moment rather than of the job's data: the connection was lost, or
+    the statement was cancelled (``statement_timeout``, ``lock_timeout``), deadlocked or hit
+    a serialization failure. psycopg raises all of them as ``OperationalError``; the worker
+    reconnects and writes the same outcome again after a backoff."""
+    return isinstance(exc, psycopg.OperationalError)
+
+
+def _problem(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {text.first_line(str(exc))}"
+
+
 class Completer:
     """Records outcomes on the worker's queue connection.
 
     Outcomes wait in :attr:`pending` until :meth:`flush` applies them; ``on_applied`` is
-    called with each one applied (or found to need no statement), and the observer records
-    each (metrics, rollups, signals).
+    called with each one applied (or found to need no statement, or given up on), and the
+    observer records each (metrics, rollups, signals).
     """
 
     def __init__(self, on_applied: Callable[[Outcome], None], observer: Observer) -> None:
@@ -42,114 +70,226 @@ class Completer:
         self._observer = observer
         self.pending: list[Outcome] = []
         self.tally = Tally()
+        self._let_go: set[int] = set()  # id() of the pending outcomes done with in this flush
 
     def flush(self, cursor: leases.Cursor) -> None:
-        """Apply every pending outcome: all acks in one statement, then each retry and dead
-        letter.
+        """Apply every pending outcome: the acks of tasks' jobs in one statement, the other
+        acks in another, then each retry and dead letter.
+
+        A statement that fails for a reason of the job's data (``psycopg.DatabaseError``
+        other than ``OperationalError``: a value the column refuses, a constraint or a
+        trigger raising) costs only that job: a failed batched ack is redone one job at a
+        time, and a job whose own write fails gets a dead letter "outcome could not be
+        recorded: …" instead. If even that fails, the error is logged and the outcome
+        dropped: the job's lease lapses and another attempt runs it.
 
         Raises:
-            psycopg.Error: a statement failed (e.g. the connection was lost). Outcomes not
-                applied yet stay pending for the next call; none is lost. An ack whose commit
-                happened but whose reply was lost is refused when re-sent (the job is gone)
-                and logged as a lost lease.
+            psycopg.OperationalError: the connection was lost (or a statement was cancelled,
+                see :func:`_is_connection_fault`). Outcomes not applied yet stay pending for
+                the next call; none is lost. An ack whose commit happened but whose reply
+                was lost is refused when re-sent (the job is gone) and logged as a lost lease.
+            psycopg.InterfaceError: a bug of the worker's.
         """
         if not self.pending:
             return
-        self._complete_tasks(cursor)
-        succeeded = [o for o in self.pending if o.action is Action.ACK]
-        if succeeded:
-            faults.reached("after_handler")
-            acked = leases.ack_many(cursor, [o.job.lease for o in succeeded])
-            if acked:
-                faults.reached("after_ack")
-            for outcome in succeeded:
-                applied = outcome.job.id in acked
-                self._log(outcome, "succeeded", "", applied=applied)
-                self.tally.succeeded += applied
-            self._applied(succeeded)
-        while self.pending:
-            outcome = self.pending[0]
-            self._apply_one(cursor, outcome)
-            self._applied([outcome])
-
-    def _applied(self, outcomes: Sequence[Outcome]) -> None:
-        done = {id(outcome) for outcome in outcomes}
-        self.pending = [o for o in self.pending if id(o) not in done]
-        for outcome in outcomes:
-            self._on_applied(outcome)
-
-    def _apply_one(self, cursor: leases.Cursor, outcome: Outcome) -> None:
-        if outcome.action is Action.RETRY:
-            applied = leases.retry(
-                cursor, *outcome.job.lease, delay=outcome.retry_delay, error=outcome.error
-            )
-            self._log(outcome, "failed", f", retrying in {outcome.retry_delay:.3g} s", applied)
-            self.tally.retried += applied
-        elif outcome.action is Action.ACKED_BY_HANDLER:
-            self._log(outcome, "succeeded", " (acked in its transaction)", applied=True)
-            self.tally.succeeded += 1
-        elif outcome.action is Action.LEASE_LOST:
-            self._log(outcome, "rolled back", "", applied=False)
-        elif outcome.action is Action.DEAD_LETTER:
-            applied = leases.dead_letter(
-                cursor,
-                *outcome.job.lease,
-                reason=outcome.reason,
-                error=outcome.error,
-                traceback=outcome.traceback,
-                ran=outcome.ran,
-            )
-            self._log(outcome, "dead-lettered", f" ({outcome.reason})", applied)
-            self.tally.dead_lettered += applied
-
-    def _complete_tasks(self, cursor: leases.Cursor) -> None:
-        """Record the pending outcomes of Django tasks' jobs (their statements also write the
-        task results), leaving the others pending."""
-        _, recorded = task_results.complete(cursor, self.pending)
-        for outcome, applied in recorded:
-            if outcome.action is Action.ACK:
-                self._log(outcome, "succeeded", " (task result stored)", applied)
-                self.tally.succeeded += applied
-            elif outcome.action is Action.RETRY:
-                self._log(
-                    outcome, "failed", f", task retrying in {outcome.retry_delay:.3g} s", applied
-                )
-                self.tally.retried += applied
+        tasks: list[Outcome] = []
+        jobs: list[Outcome] = []
+        others: list[Outcome] = []
+        for outcome in self.pending:
+            if outcome.action is not Action.ACK:
+                others.append(outcome)
             else:
-                self._log(outcome, "dead-lettered", f" ({outcome.reason}), task failed", applied)
-                self.tally.dead_lettered += applied
-        self._applied([outcome for outcome, _ in recorded])
+                (tasks if task_results.is_task_outcome(outcome) else jobs).append(outcome)
+        try:
+            self._ack(cursor, tasks, task_results.ack)
+            if jobs:
+                faults.reached("after_handler")
+                if self._ack(cursor, jobs, _ack_jobs):
+                    faults.reached("after_ack")
+            for outcome in others:
+                self._record(cursor, outcome)
+        finally:
+            self.pending = [o for o in self.pending if id(o) not in self._let_go]
+            self._let_go.clear()
 
-    def _log(self, outcome: Outcome, what: str, detail: str, applied: bool) -> None:
-        """One line per job: ``job 12 shop.jobs.x attempt 1/5 succeeded in 3.1 ms``, with
-        structured fields (``extra``, see :func:`.observer.log_fields`); then the observer
-        records the outcome (metrics, rollup, signal)."""
-        job = outcome.job
-        name = outcome_name(outcome, applied)
-        fields = log_fields(outcome, name)
-        if not applied:
-            self.tally.lease_lost += 1
+    def _ack(
+        self,
+        cursor: leases.Cursor,
+        batch: Sequence[Outcome],
+        write: Callable[[leases.Cursor, Sequence[Outcome]], set[int]],
+    ) -> set[int]:
+        """Ack ``batch`` in one statement (``write``); return the ids acked. If the
+        statement fails for one job's data, record the jobs one at a time instead."""
+        if not batch:
+            return set()
+        try:
+            acked = write(cursor, batch)
+        except psycopg.DatabaseError as exc:
+            if _is_connection_fault(exc):
+                raise
             logger.warning(
-                "job %s %s attempt %s: lease lost, outcome (%s%s) not recorded",
-                job.id,
-                job.kind,
-                job.attempt,
-                what,
-                detail,
-                extra=fields,
+                "ack of %s job(s) in one statement failed (%s); recording them one by one",
+                len(batch),
+                _problem(exc),
             )
-            self._observer.record(outcome, name)
+            for outcome in batch:
+                self._record(cursor, outcome)
+            return set()
+        for outcome in batch:
+            self._done(outcome, outcome.job.id in acked)
+        return acked
+
+    def _record(self, cursor: leases.Cursor, outcome: Outcome) -> None:
+        """Record one outcome; if its statement fails for its data, its dead letter."""
+        try:
+            applied = _write(cursor, outcome)
+        except psycopg.DatabaseError as exc:
+            if _is_connection_fault(exc):
+                raise
+            self._record_unrecordable(cursor, outcome, exc)
             return
-        logger.debug(
-            "job %s %s attempt %s/%s %s in %.1f ms%s%s",
+        self._done(outcome, applied)
+
+    def _record_unrecordable(
+        self, cursor: leases.Cursor, outcome: Outcome, exc: psycopg.DatabaseError
+    ) -> None:
+        """Dead-letter a job whose outcome's statement failed with ``exc``; if that fails
+        too, log it and give the job up (its lease lapses, another attempt runs it)."""
+        job = outcome.job
+        problem = _problem(exc)
+        logger.warning(
+            "job %s %s attempt %s/%s: its outcome (%s) could not be recorded (%s); "
+            "dead-lettering it instead",
             job.id,
             job.kind,
             job.attempt,
             job.max_attempts,
-            what,
-            outcome.duration * 1000,
-            detail,
-            f": {outcome.error[:500]}" if outcome.error else "",
-            extra=fields,
+            outcome.action.value,
+            problem,
         )
+        original = f"; its reason: {outcome.reason}" if outcome.reason else ""
+        error = f"the {outcome.action.value} could not be recorded: {problem}{original}"
+        fallback = dataclasses.replace(
+            outcome,
+            action=Action.DEAD_LETTER,
+            reason=text.reason(f"{DeadLetter.Reason.OUTCOME_NOT_RECORDED}: {problem}"),
+            error=text.fit(f"{error}\n{outcome.error}" if outcome.error else error),
+        )
+        try:
+            applied = _write(cursor, fallback)
+        except psycopg.DatabaseError as again:
+            if _is_connection_fault(again):
+                raise
+            logger.error(
+                "job %s %s attempt %s/%s: its dead letter could not be recorded either (%s); "
+                "giving it up: its lease will lapse and another attempt will run it",
+                job.id,
+                job.kind,
+                job.attempt,
+                job.max_attempts,
+                _problem(again),
+            )
+            self._applied(outcome)
+            return
+        self._let_go.add(id(outcome))  # recorded as ``fallback``
+        self._done(fallback, applied)
+
+    def _done(self, outcome: Outcome, applied: bool) -> None:
+        """Count and log a recorded (or refused) outcome, and let it go."""
+        name = outcome_name(outcome, applied)
+        if name == "succeeded":
+            self.tally.succeeded += 1
+        elif name == "retried":
+            self.tally.retried += 1
+        elif name == "dead_lettered":
+            self.tally.dead_lettered += 1
+        else:
+            self.tally.lease_lost += 1
+        self._log(outcome, name)
         self._observer.record(outcome, name)
+        self._applied(outcome)
+
+    def _applied(self, outcome: Outcome) -> None:
+        self._let_go.add(id(outcome))
+        self._on_applied(outcome)
+
+    def _log(self, outcome: Outcome, name: str) -> None:
+        """One line per job, with structured fields (``extra``, see
+        :func:`.observer.log_fields`): a failed attempt is a WARNING, a dead letter an
+        ERROR, a success DEBUG (docs/operations.md lists them)."""
+        job = outcome.job
+        fields = log_fields(outcome, name)
+        what = _WHAT[outcome.action]
+        if name == "lease_lost":
+            logger.warning(
+                "job %s %s attempt %s: lease lost, outcome (%s) not recorded",
+                job.id,
+                job.kind,
+                job.attempt,
+                what,
+                extra=fields,
+            )
+        elif name == "retried":
+            logger.warning(
+                "job %s %s attempt %s/%s failed: %s; next run in %.3g s",
+                job.id,
+                job.kind,
+                job.attempt,
+                job.max_attempts,
+                text.first_line(outcome.error),
+                outcome.retry_delay,
+                extra=fields,
+            )
+        elif name == "dead_lettered":
+            logger.error(
+                "job %s %s attempt %s/%s dead-lettered: %s%s",
+                job.id,
+                job.kind,
+                job.attempt,
+                job.max_attempts,
+                text.first_line(outcome.reason, text.MAX_REASON_LENGTH),
+                f" (last error: {text.first_line(outcome.error)})" if outcome.error else "",
+                extra=fields,
+            )
+        else:
+            logger.debug(
+                "job %s %s attempt %s/%s %s in %.1f ms%s",
+                job.id,
+                job.kind,
+                job.attempt,
+                job.max_attempts,
+                what,
+                outcome.duration * 1000,
+                " (acked in its transaction)" if outcome.action is Action.ACKED_BY_HANDLER else "",
+                extra=fields,
+            )
+
+
+def _ack_jobs(cursor: leases.Cursor, outcomes: Sequence[Outcome]) -> set[int]:
+    return leases.ack_many(cursor, [outcome.job.lease for outcome in outcomes])
+
+
+def _write(cursor: leases.Cursor, outcome: Outcome) -> bool:
+    """Run the statement ``outcome`` needs (none for an ack made in the handler's
+    transaction or a rolled-back one); return whether the lease still held."""
+    job = outcome.job
+    if outcome.action is Action.ACKED_BY_HANDLER:
+        return True
+    if outcome.action is Action.LEASE_LOST:
+        return False
+    is_task = task_results.is_task_outcome(outcome)
+    if outcome.action is Action.ACK:
+        ack = task_results.ack if is_task else _ack_jobs
+        return job.id in ack(cursor, [outcome])
+    if is_task:
+        return task_results.record(cursor, outcome)
+    if outcome.action is Action.RETRY:
+        return leases.retry(cursor, *job.lease, delay=outcome.retry_delay, error=outcome.error)
+    return leases.dead_letter(
+        cursor,
+        *job.lease,
+        reason=outcome.reason,
+        error=outcome.error,
+        traceback=outcome.traceback,
+        ran=outcome.ran,
+    )

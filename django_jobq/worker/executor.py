@@ -8,6 +8,7 @@ connection never leaks from one job into the next.
 from __future__ import annotations
 
 import enum
+import inspect
 import logging
 import queue
 import threading
@@ -19,7 +20,7 @@ from typing import Any
 
 from django.db import close_old_connections, connections
 
-from .. import metrics, registry, signals
+from .. import metrics, registry, signals, text
 from ..backoff import ExponentialBackoff
 from ..conf import MAX_DURATION, get_settings
 from ..context import JobContext
@@ -41,19 +42,6 @@ class Action(enum.Enum):
     DEAD_LETTER = "dead letter"
     ACKED_BY_HANDLER = "acked by handler"  # in its transaction (JobContext.atomic)
     LEASE_LOST = "lease lost"  # the handler's transaction found another attempt in charge
-
-
-#: Error messages and tracebacks are stored up to this many characters (the tail is cut).
-MAX_ERROR_LENGTH = 64 * 1024
-
-
-def storable(text: str) -> str:
-    """``text`` as PostgreSQL can store it: NUL bytes escaped, invalid Unicode replaced,
-    cut to :data:`MAX_ERROR_LENGTH` characters."""
-    text = text.replace("\x00", "\\x00").encode("utf-8", "replace").decode("utf-8")
-    if len(text) > MAX_ERROR_LENGTH:
-        text = text[:MAX_ERROR_LENGTH] + f"... [{len(text) - MAX_ERROR_LENGTH} more characters]"
-    return text
 
 
 @dataclass(frozen=True)
@@ -122,8 +110,9 @@ def _refusal(job: ClaimedJob) -> Outcome | None:
 
 
 def describe(exc: BaseException) -> tuple[str, str]:
-    """``(error, traceback)`` of an exception, as storable text; never raises (an
-    exception's ``__str__`` is user code too)."""
+    """``(error, traceback)`` of an exception, as storable text within
+    :data:`~django_jobq.text.MAX_ERROR_LENGTH`; never raises (an exception's ``__str__`` is
+    user code too)."""
     try:
         error = f"{type(exc).__name__}: {exc}"
     except Exception:
@@ -132,7 +121,7 @@ def describe(exc: BaseException) -> tuple[str, str]:
         tb = "".join(traceback.format_exception(exc))
     except Exception:
         tb = ""
-    return storable(error), storable(tb)
+    return text.fit(error), text.fit(tb)
 
 
 def class_path(exc: BaseException) -> str:
@@ -162,21 +151,21 @@ def _verdict_on_failure(
     job: ClaimedJob, definition: JobDefinition, exc: BaseException, duration: float
 ) -> Outcome:
     """Retry, or dead-letter: a permanent error, an exception outside ``retry_on``, or the
-    final attempt."""
+    final attempt. A dead letter's reason quotes the error, cut to the reason's column (the
+    whole error is the dead letter's ``last_error``)."""
     described = describe(exc)
     error = described[0]
     if isinstance(exc, PermanentError):
-        reason = error.partition(": ")[2] or error
-        return _failed(
-            job, exc, described, duration, reason=f"{DeadLetter.Reason.FAILED}: {reason}"
-        )
+        message = error.partition(": ")[2] or error
+        reason = text.reason(f"{DeadLetter.Reason.FAILED}: {message}")
+        return _failed(job, exc, described, duration, reason=reason)
     retryable = (
         isinstance(exc, Retry)
         or definition.retry_on is None
         or isinstance(exc, definition.retry_on)
     )
     if not retryable:
-        reason = storable(f"{DeadLetter.Reason.FAILED}: {error}")
+        reason = text.reason(f"{DeadLetter.Reason.FAILED}: {error}")
         return _failed(job, exc, described, duration, reason=reason)
     if job.is_final_attempt:
         reason = DeadLetter.Reason.MAX_ATTEMPTS_EXCEEDED
@@ -228,8 +217,24 @@ def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
         metrics.handler_finished()
         close_old_connections()
     duration = time.monotonic() - started
+    if inspect.isawaitable(returned) and not held.acked:
+        return _not_awaited(job, returned, duration)
     action = Action.ACKED_BY_HANDLER if held.acked else Action.ACK
     return Outcome(job, action, duration=duration, returned=returned)
+
+
+def _not_awaited(job: ClaimedJob, returned: Any, duration: float) -> Outcome:
+    """The dead letter of a handler that returned an awaitable (a sync wrapper of an async
+    function, which ``@job`` cannot see through): its body never ran, so it must not be
+    acked. The awaitable is closed unrun."""
+    if inspect.iscoroutine(returned):
+        returned.close()
+    error = (
+        f"the handler returned {type(returned).__name__}, an awaitable: async handlers are "
+        f"not supported, so its body did not run (wrap it with asgiref's async_to_sync)"
+    )
+    reason = text.reason(f"{DeadLetter.Reason.FAILED}: {error}")
+    return Outcome(job, Action.DEAD_LETTER, duration=duration, reason=reason, error=error)
 
 
 class ExecutorPool:

@@ -29,7 +29,7 @@ from typing import Any
 import psycopg
 from django.utils import timezone
 
-from .. import db, faults, leases, registry, sql, task_results
+from .. import db, faults, leases, registry, sql, task_results, text
 from ..conf import get_settings
 from .completer import Completer, Tally
 from .executor import ExecutorPool, Outcome
@@ -46,7 +46,7 @@ logger = logging.getLogger("django_jobq.worker")
 MAX_CONCURRENCY = 1000
 MAX_BATCH_SIZE = 10_000
 MAX_POLL_INTERVAL = 3600.0
-MAX_WORKER_ID_LENGTH = 200  # Job.worker_id's max_length
+MAX_WORKER_ID_LENGTH = text.MAX_WORKER_ID_LENGTH  # Job.worker_id's max_length
 #: Seconds a finished job's outcome may wait for others to share its ack statement (one
 #: commit for many jobs instead of one each). Short, so acks are still recorded promptly.
 ACK_FLUSH_DELAY = 0.005

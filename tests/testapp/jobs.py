@@ -181,3 +181,39 @@ def infinite_backoff() -> None:
 @job(backoff=lambda attempt: 1 / 0)
 def broken_backoff() -> None:
     raise RuntimeError("retry me")
+
+
+# -- outcomes: long failures, unrecordable outcomes, awaitables (tests/test_outcomes.py) ----
+
+
+@job(queue="outcomes")
+def outcomes_fail_long(size: int) -> None:
+    """Fail permanently with a message longer than a dead letter's reason."""
+    raise Fail("x" * size)
+
+
+@job(queue="outcomes", retry_on=(ConnectionError,))
+def outcomes_raise_long(size: int) -> None:
+    """Raise an exception outside ``retry_on`` with a long message."""
+    raise ValueError("y" * size)
+
+
+@job(queue="outcomes")
+def outcomes_record(label: str) -> None:
+    Effect.objects.create(label=label)
+
+
+@job(queue="outcomes", max_attempts=3, backoff=FixedBackoff(0))
+def outcomes_flaky(label: str) -> None:
+    """Fail every attempt with a two-line message (the log quotes only the first)."""
+    raise RuntimeError(f"{label} broke\nsecond line")
+
+
+async def _outcomes_async_body(label: str) -> None:
+    Effect.objects.create(label=label)  # never reached: the coroutine is not awaited
+
+
+@job(queue="outcomes")
+def outcomes_returns_coroutine(label: str) -> object:
+    """A sync wrapper that returns its async function's coroutine instead of running it."""
+    return _outcomes_async_body(label)

@@ -77,3 +77,8 @@ if TASK_OPTIONS_SUPPORTED:
     def two_attempts(label: str) -> None:
         Effect.objects.create(label=label)
         raise RuntimeError(label)
+
+
+@task
+def outcomes_echo(label: str) -> str:
+    return label

@@ -252,14 +252,32 @@ class Command(BaseCommand):
         return server
 
     def _configure_logging(self, verbosity: int) -> None:
-        """Log to stderr unless the project's LOGGING already handles django_jobq.
+        """Make the worker's log lines visible, once each (docs/operations.md, "Logging").
 
-        Verbosity 0: warnings; 1 (default): start/stop summaries; 2+: one line per job.
+        If the project's ``LOGGING`` configures ``django_jobq`` (or a logger below it) with
+        a handler or a level, that configuration is used as it is. Otherwise the verbosity
+        sets the ``django_jobq`` level (0: warnings and errors, among them every failed
+        attempt and dead letter; 1, the default: also start/stop summaries; 2+: also one
+        line per job) and the lines go to the root logger's handlers if the project has
+        any, else to a stderr handler of the command's own (then they do not propagate).
         """
-        jobq_logger = logging.getLogger("django_jobq")
-        if jobq_logger.handlers:
+        if _configured_by_project("django_jobq"):
             return
+        jobq_logger = logging.getLogger("django_jobq")
+        jobq_logger.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
+        if logging.getLogger().handlers:
+            return  # the project's root handlers print them
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         jobq_logger.addHandler(handler)
-        jobq_logger.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
+        jobq_logger.propagate = False
+
+
+def _configured_by_project(name: str) -> bool:
+    """Whether logger ``name`` or one below it has a handler or a level of its own."""
+    loggers = logging.Logger.manager.loggerDict
+    for logger_name, found in loggers.items():
+        below = logger_name == name or logger_name.startswith(f"{name}.")
+        if below and isinstance(found, logging.Logger) and (found.handlers or found.level):
+            return True
+    return False
