@@ -19,14 +19,18 @@ from __future__ import annotations
 #: so workers and web servers with skewed clocks agree. The statement's time, not the
 #: transaction's ``now()``, is also ``created_at``'s default: a job due at once has
 #: ``run_at = created_at`` even when enqueued late in a long transaction.
-#: Idempotent enqueue: when a live job of the same kind already has the idempotency key, the
-#: no-op ``DO UPDATE`` locks and returns that job instead of inserting; unlike ``DO NOTHING``
-#: plus a read, this cannot miss a row that is deleted or committed in between. The caller
-#: removes duplicate keys within one batch first (one statement may not update a row twice).
-#: RETURNING yields one row per input row, in input order (as Django's ``bulk_create``
-#: relies on); ``inserted`` is false for existing jobs. The result carries only what the
-#: database chose (id and times): the caller has the rest, and reads an existing job in full
-#: (in the same transaction, while the row is locked). The arrays are binary parameters
+#: Idempotent enqueue: when a live job of the same kind already has the idempotency key,
+#: ``DO NOTHING`` skips the row, taking no lock on that job (a no-op ``DO UPDATE`` would
+#: lock it until the producer commits, and the job's heartbeat and ack would wait behind
+#: the producer). The caller reads the skipped keys' jobs with ``SELECT_JOBS_BY_KEY``. The
+#: only waits are on the unique index, for a concurrent insert of the same key until its
+#: transaction ends; the caller sorts a batch by (kind, key), so two batches wait for each
+#: other's keys in the same order and cannot deadlock (``unnest`` yields, and the insert
+#: takes, the rows in array order). The caller removes duplicate keys within one batch.
+#: RETURNING yields one row per inserted row, in input order (as Django's ``bulk_create``
+#: relies on): every row without a key, and the keyed rows not skipped, which the keyed
+#: form names by ``kind`` and ``idempotency_key``. The result carries only what the
+#: database chose (id and times): the caller has the rest. The arrays are binary parameters
 #: (``%(name)b``): on a server-binding cursor psycopg sends them without converting each
 #: value to text.
 #: The same statement wakes the workers: one ``pg_notify`` on ``%(channel)s`` per distinct
@@ -53,21 +57,36 @@ WITH saved AS (
                   expires_after_seconds, max_attempts, visibility_timeout,
                   idempotency_key)
     {on_conflict}
-    RETURNING *, (xmax = 0) AS inserted
+    RETURNING *
 ), woken AS (
     SELECT pg_notify(%(channel)s, queue)
-    FROM (SELECT DISTINCT queue FROM saved WHERE inserted) AS queues
+    FROM (SELECT DISTINCT queue FROM saved) AS queues
 ){more_writes}
-SELECT id, run_at, created_at, expires_at, inserted FROM saved
+SELECT id, run_at, created_at, expires_at{key_columns} FROM saved
 WHERE (SELECT count(*) FROM woken) >= 0
 """
-_ON_KEY_CONFLICT = """ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL
-    DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key"""
-INSERT_JOBS = _INSERT_JOBS_TEMPLATE.format(on_conflict=_ON_KEY_CONFLICT, more_writes="")
-#: ``INSERT_JOBS`` for jobs none of which has an idempotency key (same parameters and
-#: result): without ``ON CONFLICT`` each row is a plain insert, not a speculative one, which
-#: writes a tenth less WAL (an extra record per row confirms a speculative insert).
-INSERT_UNKEYED_JOBS = _INSERT_JOBS_TEMPLATE.format(on_conflict="", more_writes="")
+INSERT_JOBS = _INSERT_JOBS_TEMPLATE.format(
+    on_conflict="""ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL
+    DO NOTHING""",
+    more_writes="",
+    key_columns=", kind, idempotency_key",
+)
+#: ``INSERT_JOBS`` for jobs none of which has an idempotency key (same parameters; one row
+#: per input row): without ``ON CONFLICT`` each row is a plain insert, not a speculative
+#: one, which writes a tenth less WAL (an extra record per row confirms a speculative insert).
+INSERT_UNKEYED_JOBS = _INSERT_JOBS_TEMPLATE.format(on_conflict="", more_writes="", key_columns="")
+
+#: The live jobs holding idempotency keys, given as ``(kind, key)`` pairs (zipped arrays):
+#: what an idempotent enqueue returns for the keys ``INSERT_JOBS`` skipped. A plain read,
+#: which takes no lock and waits for none; a new statement, so under READ COMMITTED it sees
+#: the rows whose inserters ``INSERT_JOBS`` waited for. A key whose job ended in between
+#: (acked, dead-lettered) is missing: the caller inserts it again.
+SELECT_JOBS_BY_KEY = """
+SELECT job.* FROM jobq_job AS job
+JOIN unnest(%(kind)s::text[], %(idempotency_key)s::text[]) AS wanted(kind, idempotency_key)
+  ON job.kind = wanted.kind AND job.idempotency_key = wanted.idempotency_key
+WHERE job.idempotency_key IS NOT NULL
+"""
 
 #: The channel ``INSERT_JOBS`` notifies: one channel (not one per queue), so a worker that
 #: serves every queue can listen without knowing their names; the payload is the queue.
@@ -476,13 +495,13 @@ _TASK_RESULTS_OF_NEW_JOBS = """, result AS (
     INSERT INTO jobq_task_result ({columns}, status, run_after, errors, worker_ids)
     SELECT {values}, 'READY', NULLIF(run_at, created_at), '[]', '[]'
     FROM saved
-    WHERE inserted
 )"""
 INSERT_TASK_JOBS = _INSERT_JOBS_TEMPLATE.format(
     on_conflict="",
     more_writes=_TASK_RESULTS_OF_NEW_JOBS.format(
         columns=_TASK_RESULT_COLUMNS, values=_TASK_RESULT_VALUES
     ),
+    key_columns="",
 )
 
 #: An attempt of a task starts: its result becomes RUNNING, records the start and appends
