@@ -160,13 +160,15 @@ def complete(
 ) -> tuple[list[Outcome], list[tuple[Outcome, bool]]]:
     """Record the outcomes of tasks' jobs among ``outcomes`` (see the module docs).
 
-    Acks go in one statement. Each write is fenced like its plain-job twin in
-    :mod:`django_jobq.leases`. Once recorded, each finished result is announced to its
-    task handler (which sends the framework's ``task_finished``).
+    Acks go in one statement. Each write is fenced and locked like its plain-job twin in
+    :mod:`django_jobq.leases`: a job whose row another transaction holds is skipped (busy).
+    Once recorded, each finished result is announced to its task handler (which sends the
+    framework's ``task_finished``).
 
     Returns:
-        The other outcomes, for the caller to record; and each task outcome with whether
-        it applied (``False``: the lease was lost, nothing was written).
+        The other outcomes, for the caller to record; and each task outcome recorded with
+        whether it applied (``False``: the lease was lost, nothing was written). A task
+        outcome in neither list was busy: nothing was written, record it again later.
     """
     tasks: list[Outcome] = []
     others: list[Outcome] = []
@@ -186,9 +188,11 @@ def complete(
                 "return_values": [outcome.returned for outcome in acks],  # JSON text
             },
         )
-        results = _results([column.name for column in cursor.description], cursor.fetchall())
+        names, rows = _after_busy(cursor)
+        busy = {job_id for job_id, is_busy, *_ in rows if is_busy}
+        results = _results(names, [row[2:] for row in rows if not row[1]])
         acked = {result.job_id for result in results}
-        recorded.extend((outcome, outcome.job.id in acked) for outcome in acks)
+        recorded.extend((o, o.job.id in acked) for o in acks if o.job.id not in busy)
         finished.extend(results)
     for outcome in tasks:
         if outcome.action is Action.ACK:
@@ -201,24 +205,32 @@ def complete(
         }
         if outcome.action is Action.RETRY:
             cursor.execute(sql.RETRY_TASK_JOB, {**params, "delay_seconds": outcome.retry_delay})
-            recorded.append((outcome, bool(cursor.fetchall())))
-            continue
-        cursor.execute(
-            sql.DEAD_LETTER_TASK_JOB,
-            {
-                **params,
-                "reason": outcome.reason,
-                "traceback": outcome.traceback,
-                "ran": outcome.ran,
-            },
-        )
-        names = [column.name for column in cursor.description][1:]  # after the dead letter's
-        rows = cursor.fetchall()
-        recorded.append((outcome, bool(rows)))
-        finished.extend(_results(names, [row[1:] for row in rows if row[1] is not None]))
+            rows = cursor.fetchall()
+        else:
+            cursor.execute(
+                sql.DEAD_LETTER_TASK_JOB,
+                {
+                    **params,
+                    "reason": outcome.reason,
+                    "traceback": outcome.traceback,
+                    "ran": outcome.ran,
+                },
+            )
+            names, rows = _after_busy(cursor)
+            failed = [row[2:] for row in rows if not row[1] and row[2] is not None]
+            finished.extend(_results(names, failed))
+        if not any(row[1] for row in rows):  # busy: left for the next call
+            recorded.append((outcome, bool(rows)))
     for result in finished:
         _announce(result)
     return others, recorded
+
+
+def _after_busy(cursor: leases.Cursor) -> tuple[list[str], list[Any]]:
+    """The result columns' names (after the job id and ``busy``) and the rows of a locked
+    task statement (see ``sql.ACK_TASK_JOBS``)."""
+    names = [column.name for column in cursor.description][2:]
+    return names, cursor.fetchall()
 
 
 def _announce(result: StoredTaskResult) -> None:

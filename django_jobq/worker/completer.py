@@ -45,7 +45,8 @@ class Completer:
 
     def flush(self, cursor: leases.Cursor) -> None:
         """Apply every pending outcome: all acks in one statement, then each retry and dead
-        letter.
+        letter. An outcome whose job's row another transaction has locked (busy, see
+        :mod:`django_jobq.leases`) is not written and stays pending for the next call.
 
         Raises:
             psycopg.Error: a statement failed (e.g. the connection was lost). Outcomes not
@@ -55,21 +56,25 @@ class Completer:
         """
         if not self.pending:
             return
-        self._complete_tasks(cursor)
-        succeeded = [o for o in self.pending if o.action is Action.ACK]
+        others = self._complete_tasks(cursor)  # a task whose job's row is locked stays pending
+        succeeded = [o for o in others if o.action is Action.ACK]
         if succeeded:
             faults.reached("after_handler")
             acked = leases.ack_many(cursor, [o.job.lease for o in succeeded])
             if acked:
                 faults.reached("after_ack")
+            # A job whose row another transaction holds stays pending (busy, not lost).
+            succeeded = [o for o in succeeded if o.job.id not in acked.busy]
             for outcome in succeeded:
                 applied = outcome.job.id in acked
                 self._log(outcome, "succeeded", "", applied=applied)
                 self.tally.succeeded += applied
             self._applied(succeeded)
-        while self.pending:
-            outcome = self.pending[0]
-            self._apply_one(cursor, outcome)
+        for outcome in [o for o in others if o.action is not Action.ACK]:
+            try:
+                self._apply_one(cursor, outcome)
+            except leases.LeaseBusy:
+                continue  # stays pending for the next flush
             self._applied([outcome])
 
     def _applied(self, outcomes: Sequence[Outcome]) -> None:
@@ -102,10 +107,10 @@ class Completer:
             self._log(outcome, "dead-lettered", f" ({outcome.reason})", applied)
             self.tally.dead_lettered += applied
 
-    def _complete_tasks(self, cursor: leases.Cursor) -> None:
+    def _complete_tasks(self, cursor: leases.Cursor) -> list[Outcome]:
         """Record the pending outcomes of Django tasks' jobs (their statements also write the
-        task results), leaving the others pending."""
-        _, recorded = task_results.complete(cursor, self.pending)
+        task results), leaving the others pending; return the others."""
+        others, recorded = task_results.complete(cursor, self.pending)
         for outcome, applied in recorded:
             if outcome.action is Action.ACK:
                 self._log(outcome, "succeeded", " (task result stored)", applied)
@@ -119,6 +124,7 @@ class Completer:
                 self._log(outcome, "dead-lettered", f" ({outcome.reason}), task failed", applied)
                 self.tally.dead_lettered += applied
         self._applied([outcome for outcome, _ in recorded])
+        return others
 
     def _log(self, outcome: Outcome, what: str, detail: str, applied: bool) -> None:
         """One line per job: ``job 12 shop.jobs.x attempt 1/5 succeeded in 3.1 ms``, with
