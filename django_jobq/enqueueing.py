@@ -389,7 +389,9 @@ def enqueue(
         run_at: an aware datetime before which the job is not claimed.
         delay: seconds (or a timedelta) from now, on the database's clock.
         idempotency_key: if a live (ready or running) job of this kind has this key, that
-            job is returned and nothing is inserted.
+            job is returned and nothing is inserted. The live job is read, not locked: the
+            caller's open transaction never delays its heartbeat or ack (see
+            docs/idempotency.md, also for REPEATABLE READ and SERIALIZABLE).
         max_attempts: attempts before the job becomes a dead letter.
         visibility_timeout: lease length in seconds (or a timedelta).
 
@@ -414,10 +416,13 @@ def enqueue_many(jobs: Iterable[PreparedJob | Mapping[str, Any]]) -> list[Job]:
     Each item is a :class:`PreparedJob` (from ``handler.prepare(...)``) or a dict of
     :func:`enqueue`'s arguments (``{"kind": ..., "payload": ..., "priority": ...}``).
     Every item is validated before anything is written. Transactions and idempotency keys
-    behave as for :func:`enqueue`.
+    behave as for :func:`enqueue`; keyed jobs are inserted sorted by (kind, key), so two
+    batches wait for each other's new keys in one order and cannot deadlock.
 
     Raises:
         TypeError, ValueError: as :func:`enqueue`, for the first invalid item.
+        RuntimeError: the live jobs of the batch's keys kept ending between the insert and
+            the read (10 rounds); nothing was inserted.
     """
     prepared = [job if isinstance(job, PreparedJob) else prepare_job(**job) for job in jobs]
     return insert(prepared)[0]
