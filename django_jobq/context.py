@@ -65,7 +65,8 @@ class JobContext:
 
         Returns:
             ``True`` if extended; ``False`` if the lease is lost (then :attr:`lease_lost` is
-            true) or the database could not be reached (logged; the worker keeps trying).
+            true), the database could not be reached (logged; the worker keeps trying) or
+            another transaction holds the job's row lock (the worker tries again soon).
         """
         return self._extend(self._held)
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack
@@ -390,7 +389,9 @@ def enqueue(
         run_at: an aware datetime before which the job is not claimed.
         delay: seconds (or a timedelta) from now, on the database's clock.
         idempotency_key: if a live (ready or running) job of this kind has this key, that
-            job is returned and nothing is inserted.
+            job is returned and nothing is inserted. The live job is read, not locked: the
+            caller's open transaction never delays its heartbeat or ack (see
+            docs/idempotency.md, also for REPEATABLE READ and SERIALIZABLE).
         max_attempts: attempts before the job becomes a dead letter.
         visibility_timeout: lease length in seconds (or a timedelta).
 
@@ -415,10 +416,13 @@ def enqueue_many(jobs: Iterable[PreparedJob | Mapping[str, Any]]) -> list[Job]:
     Each item is a :class:`PreparedJob` (from ``handler.prepare(...)``) or a dict of
     :func:`enqueue`'s arguments (``{"kind": ..., "payload": ..., "priority": ...}``).
     Every item is validated before anything is written. Transactions and idempotency keys
-    behave as for :func:`enqueue`.
+    behave as for :func:`enqueue`; keyed jobs are inserted sorted by (kind, key), so two
+    batches wait for each other's new keys in one order and cannot deadlock.
 
     Raises:
         TypeError, ValueError: as :func:`enqueue`, for the first invalid item.
+        RuntimeError: the live jobs of the batch's keys kept ending between the insert and
+            the read (10 rounds); nothing was inserted.
     """
     prepared = [job if isinstance(job, PreparedJob) else prepare_job(**job) for job in jobs]
     return insert(prepared)[0]
@@ -510,7 +514,20 @@ def _saved_job(alias: str, job: PreparedJob, row: Sequence[Any]) -> Job:
 
 def _insert(alias: str, jobs: Sequence[PreparedJob], statement: str | None) -> list[Job]:
     """Run ``statement``; return a saved :class:`Job` per input, existing ones included."""
-    # One row per idempotency key: the statement may not touch the same row twice.
+    unique, position = _one_per_key(jobs)
+    if any(job.idempotency_key is not None for job in unique):
+        saved, inserted = _insert_keyed(alias, unique, statement or sql.INSERT_JOBS)
+    else:
+        rows = _execute(alias, statement or sql.INSERT_UNKEYED_JOBS, unique)
+        saved = [_saved_job(alias, job, row) for job, row in zip(unique, rows, strict=True)]
+        inserted = saved
+    metrics.count_enqueued(alias, [(job.queue, job.kind) for job in inserted])
+    return [saved[index] for index in position]
+
+
+def _one_per_key(jobs: Sequence[PreparedJob]) -> tuple[list[PreparedJob], list[int]]:
+    """The jobs with each (kind, idempotency key) once (one statement may not insert a key
+    twice), and for each input the position of its job among them."""
     first_of_key: dict[tuple[str, str], int] = {}
     unique: list[PreparedJob] = []
     position: list[int] = []
@@ -524,41 +541,136 @@ def _insert(alias: str, jobs: Sequence[PreparedJob], statement: str | None) -> l
             first_of_key[key] = len(unique)
             unique.append(job)
         position.append(first_of_key[key])
+    return unique, position
+
+
+def _execute(alias: str, statement: str, jobs: Sequence[PreparedJob]) -> list[Any]:
+    """Run an insert statement built on ``sql.INSERT_JOBS`` for ``jobs``; return its rows."""
     parameters: dict[str, Any] = {
-        "queue": [job.queue for job in unique],
-        "kind": [job.kind for job in unique],
-        "payload": [job.payload_json for job in unique],
-        "priority": [job.priority for job in unique],
-        "run_at": [job.run_at for job in unique],
-        "delay_seconds": [job.delay_seconds for job in unique],
-        "expires_at": [job.expires_at for job in unique],
-        "expires_after_seconds": [job.expires_after_seconds for job in unique],
-        "max_attempts": [job.max_attempts for job in unique],
+        "queue": [job.queue for job in jobs],
+        "kind": [job.kind for job in jobs],
+        "payload": [job.payload_json for job in jobs],
+        "priority": [job.priority for job in jobs],
+        "run_at": [job.run_at for job in jobs],
+        "delay_seconds": [job.delay_seconds for job in jobs],
+        "expires_at": [job.expires_at for job in jobs],
+        "expires_after_seconds": [job.expires_after_seconds for job in jobs],
+        "max_attempts": [job.max_attempts for job in jobs],
         # An interval, not seconds: the returned Job's timedelta is then exactly the stored
         # one (Python's and PostgreSQL's rounding of seconds to microseconds differ).
-        "visibility_timeout": [timedelta(seconds=job.visibility_timeout_seconds) for job in unique],
-        "idempotency_key": [job.idempotency_key for job in unique],
+        "visibility_timeout": [timedelta(seconds=job.visibility_timeout_seconds) for job in jobs],
+        "idempotency_key": [job.idempotency_key for job in jobs],
         "channel": sql.WAKE_CHANNEL,
     }
-    keyed = len(first_of_key) > 0
-    if statement is None:
-        statement = sql.INSERT_JOBS if keyed else sql.INSERT_UNKEYED_JOBS
-    # A job that already had the key is read in full after the insert has locked it (its
-    # no-op update), in the same transaction, so it cannot change in between.
-    with transaction.atomic(using=alias, savepoint=False) if keyed else nullcontext():
-        with db.server_binding_cursor(alias, binary_results=True) as cursor:
-            cursor.execute(statement, parameters)
-            rows = cursor.fetchall()
-        existing = (
-            Job.objects.using(alias).in_bulk([row[0] for row in rows if not row[-1]])
-            if keyed
-            else {}
-        )
-    saved = [
-        _saved_job(alias, job, row) if row[-1] else existing[row[0]]
-        for job, row in zip(unique, rows, strict=True)
-    ]
-    metrics.count_enqueued(
-        alias, [(job.queue, job.kind) for job, row in zip(saved, rows, strict=True) if row[-1]]
+    with db.server_binding_cursor(alias, binary_results=True) as cursor:
+        cursor.execute(statement, parameters)
+        rows: list[Any] = cursor.fetchall()
+    return rows
+
+
+#: Rounds of insert-then-read an idempotent enqueue makes before it gives up. A round is
+#: repeated only when a key's live job ended between its insert and its read, which takes
+#: a job of that key to finish within one round trip.
+_KEY_ROUNDS = 10
+
+
+class _KeyFreed(Exception):
+    """A key the insert skipped had no live job any more when read: try the round again."""
+
+
+def _insert_keyed(
+    alias: str, jobs: Sequence[PreparedJob], statement: str
+) -> tuple[list[Job], list[Job]]:
+    """Insert jobs of which some have idempotency keys (each key once); return a saved Job
+    per input (the live job for a key one holds), and the jobs inserted.
+
+    No lock is taken on an existing job (see ``sql.INSERT_JOBS``): the insert skips its key
+    and a plain read returns it. The batch is inserted sorted by (kind, key), so concurrent
+    batches wait for each other's keys in one order. Each round runs in a savepoint (or a
+    transaction of its own): if a skipped key's job ended before the read, the round is
+    rolled back, releasing every key it inserted, and the whole sorted batch goes again, so
+    the keys are still taken in order.
+
+    Raises:
+        RuntimeError: the keys' jobs kept ending between insert and read for
+            ``_KEY_ROUNDS`` rounds.
+    """
+    order = sorted(range(len(jobs)), key=lambda index: _lock_order(jobs[index]))
+    batch = [jobs[index] for index in order]
+    for _ in range(_KEY_ROUNDS):
+        try:
+            with transaction.atomic(using=alias):
+                found, inserted = _insert_or_find(alias, batch, statement)
+        except _KeyFreed:
+            continue
+        saved: list[Job] = [found[0]] * len(jobs)
+        for index, job in zip(order, found, strict=True):
+            saved[index] = job
+        return saved, inserted
+    raise RuntimeError(
+        f"enqueue: the live jobs of these idempotency keys kept ending between the insert "
+        f"and the read ({_KEY_ROUNDS} rounds); nothing was inserted. Retry the enqueue."
     )
-    return [saved[index] for index in position]
+
+
+def _lock_order(job: PreparedJob) -> tuple[bool, str, str]:
+    """Keyed jobs by (kind, key), then the jobs without a key (which take no key lock)."""
+    return (job.idempotency_key is None, job.kind, job.idempotency_key or "")
+
+
+def _insert_or_find(
+    alias: str, batch: Sequence[PreparedJob], statement: str
+) -> tuple[list[Job], list[Job]]:
+    """One round of :func:`_insert_keyed`: a saved Job per job of ``batch``, and those
+    inserted.
+
+    Raises:
+        _KeyFreed: a skipped key has no live job any more.
+    """
+    rows = _execute(alias, statement, batch)
+    new_rows: dict[tuple[str, str] | int, Any] = {}
+    unkeyed = 0
+    for row in rows:
+        *_, kind, key = row
+        if key is None:
+            new_rows[unkeyed] = row
+            unkeyed += 1
+        else:
+            new_rows[(kind, key)] = row
+    skipped = [
+        (job.kind, job.idempotency_key)
+        for job in batch
+        if job.idempotency_key is not None and (job.kind, job.idempotency_key) not in new_rows
+    ]
+    live = _live_jobs_by_key(alias, skipped)
+    if len(live) < len(skipped):
+        raise _KeyFreed
+    found: list[Job] = []
+    inserted: list[Job] = []
+    unkeyed = 0
+    for job in batch:
+        if job.idempotency_key is None:
+            row = new_rows[unkeyed]
+            unkeyed += 1
+        elif (job.kind, job.idempotency_key) in live:
+            found.append(live[(job.kind, job.idempotency_key)])
+            continue
+        else:
+            row = new_rows[(job.kind, job.idempotency_key)]
+        inserted.append(_saved_job(alias, job, row))
+        found.append(inserted[-1])
+    return found, inserted
+
+
+def _live_jobs_by_key(alias: str, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Job]:
+    """The live jobs holding ``(kind, idempotency key)`` pairs, read without a lock."""
+    if not keys:
+        return {}
+    with connections[alias].cursor() as cursor:
+        cursor.execute(
+            sql.SELECT_JOBS_BY_KEY,
+            {"kind": [kind for kind, _ in keys], "idempotency_key": [key for _, key in keys]},
+        )
+        names = [column.name for column in cursor.description]
+        jobs = db.from_rows(Job, alias, names, cursor.fetchall())
+    return {(job.kind, str(job.idempotency_key)): job for job in jobs}

@@ -4,12 +4,19 @@ Each function takes a cursor (a psycopg 3 cursor or a Django cursor on the queue
 and runs one statement from :mod:`django_jobq.sql`. A write about a running job is fenced
 by ``(job id, attempt)``: if another attempt holds the job now (its lease lapsed and it was
 reclaimed) the write matches nothing and the function reports that it did not apply. These
-functions never raise for a lost lease; they raise only for database errors.
+functions never raise for a lost lease; they raise only for database errors (and
+:class:`LeaseBusy`, below).
+
+None of them waits for a row lock another transaction holds (an operator's ``SELECT ... FOR
+UPDATE``, a handler's ``ctx.atomic()``), except :func:`ack`, which runs in the handler's
+transaction: a locked row is skipped and reported *busy* (nothing written; try again
+later), so one locked row never stalls the writes about a worker's other jobs. Batch writes
+lock their rows in id order (see ``sql.ACK_JOBS``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
@@ -107,6 +114,35 @@ def claim(
     return jobs
 
 
+class LeaseBusy(Exception):
+    """A single-job write (:func:`retry`, :func:`dead_letter`) found the job's row locked by
+    another transaction: nothing was written, the lease may still be held. Try again later."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"job {job_id}: its row is locked by another transaction")
+        self.job_id = job_id
+
+
+class Written(set[int]):
+    """The ids a batch write applied to (the lease was held); :attr:`busy` holds the ids it
+    skipped because another transaction holds their row lock (nothing written). An id in
+    neither is a lost lease."""
+
+    def __init__(self, applied: Iterable[int] = (), busy: Iterable[int] = ()) -> None:
+        super().__init__(applied)
+        self.busy = frozenset(busy)
+
+
+class Extended(dict[int, datetime]):
+    """``{job id: new lease deadline}`` of the leases a heartbeat extended; :attr:`busy`
+    holds the ids it skipped because another transaction holds their row lock. A lease in
+    neither is lost."""
+
+    def __init__(self, deadlines: Iterable[tuple[int, datetime]], busy: Iterable[int]) -> None:
+        super().__init__(deadlines)
+        self.busy = frozenset(busy)
+
+
 def _lease_arrays(leases: Sequence[Lease]) -> dict[str, list[int]]:
     return {
         "ids": [lease.job_id for lease in leases],
@@ -114,30 +150,64 @@ def _lease_arrays(leases: Sequence[Lease]) -> dict[str, list[int]]:
     }
 
 
-def ack_many(cursor: Cursor, leases: Sequence[Lease]) -> set[int]:
-    """Delete finished jobs in one statement; return the ids whose lease was still held."""
+def _written(rows: Iterable[Sequence[Any]]) -> Written:
+    """A ``Written`` of the ``(id, busy)`` rows of a locked write (see ``sql.ACK_JOBS``)."""
+    applied: list[int] = []
+    busy: list[int] = []
+    for job_id, skipped, *_ in rows:
+        (busy if skipped else applied).append(job_id)
+    return Written(applied, busy)
+
+
+def applied_once(job_id: int, rows: Iterable[Sequence[Any]]) -> bool:
+    """Whether a single-job locked write applied.
+
+    Raises:
+        LeaseBusy: the row was locked by another transaction.
+    """
+    written = _written(rows)
+    if written.busy:
+        raise LeaseBusy(job_id)
+    return bool(written)
+
+
+def ack_many(cursor: Cursor, leases: Sequence[Lease]) -> Written:
+    """Delete finished jobs in one statement, without waiting for a locked row.
+
+    Returns the ids whose lease was still held (acked); ``.busy``: those whose row another
+    transaction had locked (not acked; ack them again later).
+    """
     if not leases:
-        return set()
+        return Written()
     cursor.execute(sql.ACK_JOBS, _lease_arrays(leases))
-    return {row[0] for row in cursor.fetchall()}
+    return _written(cursor.fetchall())
 
 
 def ack(cursor: Cursor, job_id: int, attempt: int) -> bool:
-    """Delete a finished job; ``False`` if ``attempt`` no longer holds its lease."""
-    return job_id in ack_many(cursor, [Lease(job_id, attempt)])
+    """Delete a finished job; ``False`` if ``attempt`` no longer holds its lease. Unlike the
+    other writes it waits for a row lock another transaction holds: it is the ack of
+    ``ctx.atomic()``, in the handler's own transaction (``sql.ACK_JOB_IN_TRANSACTION``)."""
+    cursor.execute(sql.ACK_JOB_IN_TRANSACTION, {"id": job_id, "attempt": attempt})
+    return bool(cursor.fetchall())
 
 
-def heartbeat(cursor: Cursor, leases: Sequence[Lease]) -> dict[int, datetime]:
-    """Extend held leases to ``now() + visibility_timeout`` in one statement.
+def heartbeat(cursor: Cursor, leases: Sequence[Lease]) -> Extended:
+    """Extend held leases to ``now() + visibility_timeout`` in one statement, without waiting
+    for a locked row.
 
-    Returns ``{job id: new lease deadline}`` for the leases extended. A lease missing from the
-    result is lost: another attempt holds the job, or its deadline had already passed
+    Returns ``{job id: new lease deadline}`` for the leases extended, and in ``.busy`` the
+    ids whose row another transaction had locked (not extended; try again soon). A lease
+    in neither is lost: another attempt holds the job, or its deadline had already passed
     (a lapsed lease is never revived, since another worker may be reclaiming it).
     """
     if not leases:
-        return {}
+        return Extended((), ())
     cursor.execute(sql.HEARTBEAT_JOBS, _lease_arrays(leases))
-    return {job_id: deadline for job_id, deadline in cursor.fetchall()}
+    rows = cursor.fetchall()
+    return Extended(
+        ((job_id, deadline) for job_id, busy, deadline in rows if not busy),
+        (job_id for job_id, busy, _ in rows if busy),
+    )
 
 
 def retry(cursor: Cursor, job_id: int, attempt: int, *, delay: float, error: str) -> bool:
@@ -145,12 +215,15 @@ def retry(cursor: Cursor, job_id: int, attempt: int, *, delay: float, error: str
     its column by :func:`django_jobq.text.fit`).
 
     Returns ``False`` (and changes nothing) if ``attempt`` no longer holds the lease.
+
+    Raises:
+        LeaseBusy: another transaction holds the job's row lock (nothing changed).
     """
     cursor.execute(
         sql.RETRY_JOB,
         {"id": job_id, "attempt": attempt, "delay_seconds": float(delay), "error": text.fit(error)},
     )
-    return bool(cursor.fetchall())
+    return applied_once(job_id, cursor.fetchall())
 
 
 def dead_letter(
@@ -169,6 +242,9 @@ def dead_letter(
     ``ran`` says whether this attempt ran the handler; the dead letter's ``attempts``
     counts only attempts that ran. The copy and the delete are one statement. Returns
     ``False`` (and moves nothing) if ``attempt`` no longer holds the lease.
+
+    Raises:
+        LeaseBusy: another transaction holds the job's row lock (nothing moved).
     """
     cursor.execute(
         sql.DEAD_LETTER_JOB,
@@ -179,7 +255,7 @@ def dead_letter(
             **dead_letter_texts(reason, error, traceback),
         },
     )
-    return bool(cursor.fetchall())
+    return applied_once(job_id, cursor.fetchall())
 
 
 def dead_letter_texts(reason: str, error: str, traceback: str) -> dict[str, str]:
@@ -191,12 +267,14 @@ def dead_letter_texts(reason: str, error: str, traceback: str) -> dict[str, str]
     }
 
 
-def release(cursor: Cursor, leases: Sequence[Lease]) -> set[int]:
-    """Return leased, never-started jobs to the ready state without consuming an attempt.
+def release(cursor: Cursor, leases: Sequence[Lease]) -> Written:
+    """Return leased, never-started jobs to the ready state without consuming an attempt,
+    without waiting for a locked row.
 
-    Returns the ids released (those whose lease the caller still held).
+    Returns the ids released (those whose lease the caller still held); ``.busy``: those
+    whose row another transaction had locked (not released; try again later).
     """
     if not leases:
-        return set()
+        return Written()
     cursor.execute(sql.RELEASE_JOBS, _lease_arrays(leases))
-    return {row[0] for row in cursor.fetchall()}
+    return _written(cursor.fetchall())

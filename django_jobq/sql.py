@@ -19,14 +19,18 @@ from __future__ import annotations
 #: so workers and web servers with skewed clocks agree. The statement's time, not the
 #: transaction's ``now()``, is also ``created_at``'s default: a job due at once has
 #: ``run_at = created_at`` even when enqueued late in a long transaction.
-#: Idempotent enqueue: when a live job of the same kind already has the idempotency key, the
-#: no-op ``DO UPDATE`` locks and returns that job instead of inserting; unlike ``DO NOTHING``
-#: plus a read, this cannot miss a row that is deleted or committed in between. The caller
-#: removes duplicate keys within one batch first (one statement may not update a row twice).
-#: RETURNING yields one row per input row, in input order (as Django's ``bulk_create``
-#: relies on); ``inserted`` is false for existing jobs. The result carries only what the
-#: database chose (id and times): the caller has the rest, and reads an existing job in full
-#: (in the same transaction, while the row is locked). The arrays are binary parameters
+#: Idempotent enqueue: when a live job of the same kind already has the idempotency key,
+#: ``DO NOTHING`` skips the row, taking no lock on that job (a no-op ``DO UPDATE`` would
+#: lock it until the producer commits, and the job's heartbeat and ack would wait behind
+#: the producer). The caller reads the skipped keys' jobs with ``SELECT_JOBS_BY_KEY``. The
+#: only waits are on the unique index, for a concurrent insert of the same key until its
+#: transaction ends; the caller sorts a batch by (kind, key), so two batches wait for each
+#: other's keys in the same order and cannot deadlock (``unnest`` yields, and the insert
+#: takes, the rows in array order). The caller removes duplicate keys within one batch.
+#: RETURNING yields one row per inserted row, in input order (as Django's ``bulk_create``
+#: relies on): every row without a key, and the keyed rows not skipped, which the keyed
+#: form names by ``kind`` and ``idempotency_key``. The result carries only what the
+#: database chose (id and times): the caller has the rest. The arrays are binary parameters
 #: (``%(name)b``): on a server-binding cursor psycopg sends them without converting each
 #: value to text.
 #: The same statement wakes the workers: one ``pg_notify`` on ``%(channel)s`` per distinct
@@ -53,21 +57,36 @@ WITH saved AS (
                   expires_after_seconds, max_attempts, visibility_timeout,
                   idempotency_key)
     {on_conflict}
-    RETURNING *, (xmax = 0) AS inserted
+    RETURNING *
 ), woken AS (
     SELECT pg_notify(%(channel)s, queue)
-    FROM (SELECT DISTINCT queue FROM saved WHERE inserted) AS queues
+    FROM (SELECT DISTINCT queue FROM saved) AS queues
 ){more_writes}
-SELECT id, run_at, created_at, expires_at, inserted FROM saved
+SELECT id, run_at, created_at, expires_at{key_columns} FROM saved
 WHERE (SELECT count(*) FROM woken) >= 0
 """
-_ON_KEY_CONFLICT = """ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL
-    DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key"""
-INSERT_JOBS = _INSERT_JOBS_TEMPLATE.format(on_conflict=_ON_KEY_CONFLICT, more_writes="")
-#: ``INSERT_JOBS`` for jobs none of which has an idempotency key (same parameters and
-#: result): without ``ON CONFLICT`` each row is a plain insert, not a speculative one, which
-#: writes a tenth less WAL (an extra record per row confirms a speculative insert).
-INSERT_UNKEYED_JOBS = _INSERT_JOBS_TEMPLATE.format(on_conflict="", more_writes="")
+INSERT_JOBS = _INSERT_JOBS_TEMPLATE.format(
+    on_conflict="""ON CONFLICT (kind, idempotency_key) WHERE idempotency_key IS NOT NULL
+    DO NOTHING""",
+    more_writes="",
+    key_columns=", kind, idempotency_key",
+)
+#: ``INSERT_JOBS`` for jobs none of which has an idempotency key (same parameters; one row
+#: per input row): without ``ON CONFLICT`` each row is a plain insert, not a speculative
+#: one, which writes a tenth less WAL (an extra record per row confirms a speculative insert).
+INSERT_UNKEYED_JOBS = _INSERT_JOBS_TEMPLATE.format(on_conflict="", more_writes="", key_columns="")
+
+#: The live jobs holding idempotency keys, given as ``(kind, key)`` pairs (zipped arrays):
+#: what an idempotent enqueue returns for the keys ``INSERT_JOBS`` skipped. A plain read,
+#: which takes no lock and waits for none; a new statement, so under READ COMMITTED it sees
+#: the rows whose inserters ``INSERT_JOBS`` waited for. A key whose job ended in between
+#: (acked, dead-lettered) is missing: the caller inserts it again.
+SELECT_JOBS_BY_KEY = """
+SELECT job.* FROM jobq_job AS job
+JOIN unnest(%(kind)s::text[], %(idempotency_key)s::text[]) AS wanted(kind, idempotency_key)
+  ON job.kind = wanted.kind AND job.idempotency_key = wanted.idempotency_key
+WHERE job.idempotency_key IS NOT NULL
+"""
 
 #: The channel ``INSERT_JOBS`` notifies: one channel (not one per queue), so a worker that
 #: serves every queue can listen without knowing their names; the payload is the queue.
@@ -145,45 +164,117 @@ CLAIM_JOBS_QUEUES = _CLAIM_TEMPLATE.format(queue_filter=" AND queue = ANY(%(queu
 CLAIM_JOBS_ANY_QUEUE = _CLAIM_TEMPLATE.format(queue_filter="")
 
 # -- outcomes (all fenced by attempt) ------------------------------------------------------
+#
+# Each write about running jobs below first locks its rows in a ``locked`` CTE
+# (``_LOCK_FENCED``): the rows matching the fence, ``(id, attempts, status = 'running')``,
+# in id order, ``FOR UPDATE SKIP LOCKED``. A row another transaction holds (an operator's
+# ``SELECT ... FOR UPDATE``, a handler's ``ctx.atomic()`` that has just acked it) is skipped,
+# never waited for: one locked row cannot stall a worker's writes about its other jobs, and
+# every batch takes its locks in the same order. The ``busy`` CTE names the skipped rows: a
+# plain read, in the statement's snapshot, of the rows that match the fence but were not
+# locked. Every statement returns ``(id, busy, ...)`` rows: ``busy`` false for a row
+# written, true for a row skipped because it is locked (nothing written: try again later).
+# An id in neither is a lost lease. A row changed by a transaction that committed during the
+# statement is rechecked against the fence by the lock and may be reported busy although
+# its lease is lost: the next try says so.
 
-#: Ack: delete finished jobs. Fenced: a pair whose attempt no longer holds the lease is
-#: ignored. Returns the ids actually acked.
-ACK_JOBS = """
-DELETE FROM jobq_job AS job
-USING unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS acked(id, attempt)
-WHERE job.id = acked.id AND job.attempts = acked.attempt AND job.status = 'running'
-RETURNING job.id
+# The fence of a batch: zipped arrays of job ids and attempts.
+_FENCE_MANY = "unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS fence(id, attempt)"
+# The fence of one job.
+_FENCE_ONE = "(VALUES (%(id)s::bigint, %(attempt)s::integer)) AS fence(id, attempt)"
+# The ``locked`` and ``busy`` CTEs over a fence (see above); ``{condition}`` narrows both.
+_LOCK_FENCED = """locked AS MATERIALIZED (
+    SELECT job.id FROM jobq_job AS job
+    JOIN {fence} ON fence.id = job.id
+    WHERE job.attempts = fence.attempt AND job.status = 'running'{condition}
+    ORDER BY job.id
+    FOR UPDATE OF job SKIP LOCKED
+), busy AS (
+    SELECT job.id FROM jobq_job AS job
+    JOIN {fence} ON fence.id = job.id
+    WHERE job.attempts = fence.attempt AND job.status = 'running'{condition}
+      AND job.id NOT IN (SELECT id FROM locked)
+)"""
+_LOCK_MANY = _LOCK_FENCED.format(fence=_FENCE_MANY, condition="")
+_LOCK_ONE = _LOCK_FENCED.format(fence=_FENCE_ONE, condition="")
+# The rows of a statement whose CTE ``{written}`` returns the ids it wrote.
+_WRITTEN_OR_BUSY = """SELECT id, false AS busy FROM {written}
+UNION ALL
+SELECT id, true FROM busy"""
+
+#: Ack: delete finished jobs (locked as above; fenced). Returns ``(id, busy)`` rows.
+_ACK_JOBS_TEMPLATE = """
+WITH {lock}, acked AS (
+    DELETE FROM jobq_job AS job USING locked WHERE job.id = locked.id
+    RETURNING job.id
+)
+{rows}
+"""
+ACK_JOBS = _ACK_JOBS_TEMPLATE.format(lock=_LOCK_MANY, rows=_WRITTEN_OR_BUSY.format(written="acked"))
+
+#: Ack one job in the handler's own transaction (``ctx.atomic()``). Fenced; unlike
+#: ``ACK_JOBS`` it waits for a row lock another transaction holds: the handler's
+#: transaction must know whether its ack applies before it commits (it runs on the
+#: handler's connection, so the wait stalls that job only). Returns the id if acked.
+ACK_JOB_IN_TRANSACTION = """
+DELETE FROM jobq_job
+WHERE id = %(id)s AND attempts = %(attempt)s AND status = 'running'
+RETURNING id
 """
 
 #: Heartbeat: extend the leases a worker holds to ``now() + visibility_timeout`` (absolute,
-#: so missed beats do not accumulate credit). Fenced, and refused once a deadline has
-#: passed: a lapsed lease may already be reclaimed, or be about to be. Returns the ids
-#: extended and their new deadlines; a missing id means that lease is lost.
-HEARTBEAT_JOBS = """
-UPDATE jobq_job AS job
-SET lease_deadline = now() + job.visibility_timeout
-FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS held(id, attempt)
-WHERE job.id = held.id AND job.attempts = held.attempt AND job.status = 'running'
-  AND job.lease_deadline > now()
-RETURNING job.id, job.lease_deadline
+#: so missed beats do not accumulate credit). Locked as above; fenced, and refused once a
+#: deadline has passed: a lapsed lease may already be reclaimed, or be about to be. Returns
+#: ``(id, busy, lease_deadline)`` rows: the new deadline of each lease extended; a missing id
+#: means that lease is lost.
+_HEARTBEAT_JOBS_TEMPLATE = """
+WITH {lock}, extended AS (
+    UPDATE jobq_job AS job
+    SET lease_deadline = now() + job.visibility_timeout
+    FROM locked
+    WHERE job.id = locked.id
+    RETURNING job.id, job.lease_deadline
+)
+SELECT id, false AS busy, lease_deadline FROM extended
+UNION ALL
+SELECT id, true, NULL FROM busy
 """
+HEARTBEAT_JOBS = _HEARTBEAT_JOBS_TEMPLATE.format(
+    lock=_LOCK_FENCED.format(fence=_FENCE_MANY, condition=" AND job.lease_deadline > now()")
+)
 
 # Retry: make a failed attempt's job ready again after ``delay_seconds``, keeping its
-# attempt count (the next claim consumes the next attempt). Fenced.
+# attempt count (the next claim consumes the next attempt). Updates the ``locked`` row.
 _RETRY_TEMPLATE = """
-UPDATE jobq_job
+UPDATE jobq_job AS job
 SET status = 'ready',
     run_at = now() + make_interval(secs => %(delay_seconds)s),
     worker_id = '',
     lease_deadline = NULL,
     started_at = NULL,
     last_error = %(error)s
-WHERE id = %(id)s AND attempts = %(attempt)s AND status = 'running'
+FROM locked
+WHERE job.id = locked.id
 RETURNING {returning}
 """
 
-#: Retry a job (see the template above). Returns its id if the lease was still held.
-RETRY_JOB = _RETRY_TEMPLATE.format(returning="id")
+#: Retry a job (see the template above); locked as above, fenced. Returns an ``(id, busy)``
+#: row unless the lease is lost.
+_RETRY_JOB_TEMPLATE = """
+WITH {lock}, retried AS ({retry})
+{rows}
+"""
+RETRY_JOB = _RETRY_JOB_TEMPLATE.format(
+    lock=_LOCK_ONE,
+    retry=_RETRY_TEMPLATE.format(returning="job.id"),
+    rows=_WRITTEN_OR_BUSY.format(written="retried"),
+)
+
+# Delete the ``locked`` job, returning its row (``moved``), for a dead letter.
+_MOVE_LOCKED_JOB = """moved AS (
+    DELETE FROM jobq_job AS job USING locked WHERE job.id = locked.id
+    RETURNING job.*
+)"""
 
 # The dead-letter copy of the job deleted by a ``moved`` CTE; returns its ``job_id``.
 _INSERT_DEAD_LETTER = """
@@ -199,32 +290,40 @@ RETURNING job_id
 """.strip()
 
 #: Dead-letter: move a job to the dead letters (copy + reason + error) and delete it, in one
-#: statement and so one transaction: the job is in exactly one of the two tables. Fenced.
-#: ``attempts`` records the attempts that ran: not the current one when ``%(ran)s`` is false
-#: (expired, unknown kind, or a reclaim past the last attempt: dead-lettered unrun).
+#: statement and so one transaction: the job is in exactly one of the two tables. Locked as
+#: above; fenced. ``attempts`` records the attempts that ran: not the current one when
+#: ``%(ran)s`` is false (expired, unknown kind, or a reclaim past the last attempt:
+#: dead-lettered unrun). Returns an ``(id, busy)`` row unless the lease is lost.
 _DEAD_LETTER_JOB_TEMPLATE = """
-WITH moved AS (
-    DELETE FROM jobq_job
-    WHERE id = %(id)s AND attempts = %(attempt)s AND status = 'running'
-    RETURNING *
-)
-{insert_dead_letter}
+WITH {lock}, {move}, dead AS ({insert_dead_letter})
+SELECT job_id AS id, false AS busy FROM dead
+UNION ALL
+SELECT id, true FROM busy
 """
-DEAD_LETTER_JOB = _DEAD_LETTER_JOB_TEMPLATE.format(insert_dead_letter=_INSERT_DEAD_LETTER)
+DEAD_LETTER_JOB = _DEAD_LETTER_JOB_TEMPLATE.format(
+    lock=_LOCK_ONE, move=_MOVE_LOCKED_JOB, insert_dead_letter=_INSERT_DEAD_LETTER
+)
 
 #: Release: hand back leased jobs that never started (a stopping worker's prefetch). The
-#: attempt the claim consumed is given back, so a release costs the job nothing. Fenced.
-RELEASE_JOBS = """
-UPDATE jobq_job AS job
-SET status = 'ready',
-    attempts = job.attempts - 1,
-    worker_id = '',
-    lease_deadline = NULL,
-    started_at = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS released(id, attempt)
-WHERE job.id = released.id AND job.attempts = released.attempt AND job.status = 'running'
-RETURNING job.id
+#: attempt the claim consumed is given back, so a release costs the job nothing. Locked as
+#: above; fenced. Returns ``(id, busy)`` rows.
+_RELEASE_JOBS_TEMPLATE = """
+WITH {lock}, released AS (
+    UPDATE jobq_job AS job
+    SET status = 'ready',
+        attempts = job.attempts - 1,
+        worker_id = '',
+        lease_deadline = NULL,
+        started_at = NULL
+    FROM locked
+    WHERE job.id = locked.id
+    RETURNING job.id
+)
+{rows}
 """
+RELEASE_JOBS = _RELEASE_JOBS_TEMPLATE.format(
+    lock=_LOCK_MANY, rows=_WRITTEN_OR_BUSY.format(written="released")
+)
 
 # -- operators (admin, management commands) ------------------------------------------------
 
@@ -476,13 +575,13 @@ _TASK_RESULTS_OF_NEW_JOBS = """, result AS (
     INSERT INTO jobq_task_result ({columns}, status, run_after, errors, worker_ids)
     SELECT {values}, 'READY', NULLIF(run_at, created_at), '[]', '[]'
     FROM saved
-    WHERE inserted
 )"""
 INSERT_TASK_JOBS = _INSERT_JOBS_TEMPLATE.format(
     on_conflict="",
     more_writes=_TASK_RESULTS_OF_NEW_JOBS.format(
         columns=_TASK_RESULT_COLUMNS, values=_TASK_RESULT_VALUES
     ),
+    key_columns="",
 )
 
 #: An attempt of a task starts: its result becomes RUNNING, records the start and appends
@@ -516,60 +615,71 @@ START_TASK_ATTEMPT = _START_TASK_ATTEMPT_TEMPLATE.format(
     columns=_TASK_RESULT_COLUMNS, values=_TASK_RESULT_VALUES
 )
 
+# The rows locked as above but busy, after a statement's written rows, for the statements
+# below whose rows carry a task result's columns (``(NULL::jobq_task_result).*``: none).
+_BUSY_WITHOUT_RESULT = "SELECT busy.id, true, (NULL::jobq_task_result).* FROM busy"
+
 #: Ack tasks' jobs and make their results SUCCESSFUL with their return values (JSON text),
-#: in one statement: a result is successful exactly when its job is gone. Fenced like
-#: ``ACK_JOBS``. Returns the result rows of the jobs actually acked.
+#: in one statement: a result is successful exactly when its job is gone. Locked and fenced
+#: like ``ACK_JOBS``. Returns ``(job id, busy, result columns...)`` rows: the result of
+#: each job acked, and each busy job without a result.
 _ACK_TASK_JOBS_TEMPLATE = """
-WITH acked AS (
+WITH {lock}, acked AS (
     DELETE FROM jobq_job AS job
-    USING unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(return_values)s::text[])
-          AS done(id, attempt, return_value)
-    WHERE job.id = done.id AND job.attempts = done.attempt AND job.status = 'running'
+    USING locked, unnest(%(ids)s::bigint[], %(return_values)s::text[]) AS done(id, return_value)
+    WHERE job.id = locked.id AND done.id = locked.id
     RETURNING job.id, job.kind, job.queue, job.priority, job.payload, job.created_at,
               job.worker_id, done.return_value::jsonb AS return_value
+), stored AS (
+    INSERT INTO jobq_task_result AS result ({columns}, status, finished_at, return_value,
+                                            errors, worker_ids)
+    SELECT {values}, 'SUCCESSFUL', now(), return_value, '[]', jsonb_build_array(worker_id)
+    FROM acked
+    ON CONFLICT (id) DO UPDATE
+    SET status = 'SUCCESSFUL',
+        job_id = EXCLUDED.job_id,
+        finished_at = EXCLUDED.finished_at,
+        return_value = EXCLUDED.return_value
+    RETURNING result.*
 )
-INSERT INTO jobq_task_result AS result ({columns}, status, finished_at, return_value,
-                                        errors, worker_ids)
-SELECT {values}, 'SUCCESSFUL', now(), return_value, '[]', jsonb_build_array(worker_id)
-FROM acked
-ON CONFLICT (id) DO UPDATE
-SET status = 'SUCCESSFUL',
-    job_id = EXCLUDED.job_id,
-    finished_at = EXCLUDED.finished_at,
-    return_value = EXCLUDED.return_value
-RETURNING result.*
+SELECT stored.job_id, false AS busy, stored.* FROM stored
+UNION ALL
+{busy}
 """
 ACK_TASK_JOBS = _ACK_TASK_JOBS_TEMPLATE.format(
-    columns=_TASK_RESULT_COLUMNS, values=_TASK_RESULT_VALUES
+    lock=_LOCK_MANY,
+    columns=_TASK_RESULT_COLUMNS,
+    values=_TASK_RESULT_VALUES,
+    busy=_BUSY_WITHOUT_RESULT,
 )
 
 #: Retry a task's job (``RETRY_JOB``) and, in the same statement, make its result READY
 #: with this attempt's error (``%(task_error)s``, a JSON object) appended to its errors.
-#: Fenced. Returns the job id if the lease was still held.
+#: Locked and fenced like ``RETRY_JOB``. Returns an ``(id, busy)`` row unless the lease is
+#: lost.
 _RETRY_TASK_JOB_TEMPLATE = """
-WITH retried AS ({retry}), result AS (
+WITH {lock}, retried AS ({retry}), result AS (
     UPDATE jobq_task_result AS result
     SET status = 'READY', errors = result.errors || jsonb_build_array(%(task_error)s::jsonb)
     FROM retried
     WHERE result.id = retried.payload->>'result_id' AND result.task_path = retried.kind
 )
-SELECT id FROM retried
+{rows}
 """
 RETRY_TASK_JOB = _RETRY_TASK_JOB_TEMPLATE.format(
-    retry=_RETRY_TEMPLATE.format(returning="id, kind, payload")
+    lock=_LOCK_ONE,
+    retry=_RETRY_TEMPLATE.format(returning="job.id, job.kind, job.payload"),
+    rows=_WRITTEN_OR_BUSY.format(written="retried"),
 )
 
 #: Dead-letter a task's job (``DEAD_LETTER_JOB``, same parameters) and, in the same
 #: statement, make its result FAILED with ``%(task_error)s`` appended to its errors. Also
 #: used for jobs of unknown kind, which may be tasks this worker does not have: a job whose
-#: payload names no result of its kind updates no result. Fenced. Returns a row (the dead
-#: letter's ``job_id``, then the result's columns, NULL without a result) if it moved.
+#: payload names no result of its kind updates no result. Locked and fenced like
+#: ``DEAD_LETTER_JOB``. Returns a row unless the lease is lost: the dead letter's
+#: ``job_id``, ``busy``, then the result's columns (NULL without a result, or when busy).
 _DEAD_LETTER_TASK_JOB_TEMPLATE = """
-WITH moved AS (
-    DELETE FROM jobq_job
-    WHERE id = %(id)s AND attempts = %(attempt)s AND status = 'running'
-    RETURNING *
-), dead AS ({insert_dead_letter}), failed AS (
+WITH {lock}, {move}, dead AS ({insert_dead_letter}), failed AS (
     UPDATE jobq_task_result AS result
     SET status = 'FAILED',
         finished_at = now(),
@@ -578,9 +688,17 @@ WITH moved AS (
     WHERE result.id = moved.payload->>'result_id' AND result.task_path = moved.kind
     RETURNING result.*
 )
-SELECT dead.job_id, failed.* FROM dead LEFT JOIN failed ON true
+SELECT dead.job_id, false AS busy, failed.* FROM dead LEFT JOIN failed ON true
+UNION ALL
+{busy}
 """
-DEAD_LETTER_TASK_JOB = _DEAD_LETTER_TASK_JOB_TEMPLATE.format(insert_dead_letter=_INSERT_DEAD_LETTER)
+DEAD_LETTER_TASK_JOB = _DEAD_LETTER_TASK_JOB_TEMPLATE.format(
+    lock=_LOCK_ONE,
+    move=_MOVE_LOCKED_JOB,
+    insert_dead_letter=_INSERT_DEAD_LETTER,
+    busy=_BUSY_WITHOUT_RESULT,
+)
+
 # -- observability -------------------------------------------------------------------------
 
 #: The database clock, which every stored time and every window of the statistics uses.

@@ -159,20 +159,21 @@ def _results(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[Stored
     return [StoredTaskResult(**dict(zip(names, row, strict=True))) for row in rows]
 
 
-def ack(cursor: leases.Cursor, outcomes: Sequence[Outcome]) -> set[int]:
+def ack(cursor: leases.Cursor, outcomes: Sequence[Outcome]) -> leases.Written:
     """Ack tasks' jobs (outcomes of :func:`is_task_outcome` with action ACK) in one statement
     that also makes their results SUCCESSFUL with their return values; announce each
     finished result to its task handler (which sends the framework's ``task_finished``).
-    Fenced like :func:`django_jobq.leases.ack_many`.
+    Fenced and locked like :func:`django_jobq.leases.ack_many`.
 
     Returns:
-        The ids of the jobs acked (a missing id: the lease was lost, nothing was written).
+        The ids of the jobs acked; ``.busy``: those whose row another transaction had locked
+        (nothing written, ack them again later). An id in neither: the lease was lost.
 
     Raises:
         psycopg.Error: the statement failed; nothing was written for any of ``outcomes``.
     """
     if not outcomes:
-        return set()
+        return leases.Written()
     cursor.execute(
         sql.ACK_TASK_JOBS,
         {
@@ -181,22 +182,26 @@ def ack(cursor: leases.Cursor, outcomes: Sequence[Outcome]) -> set[int]:
             "return_values": [outcome.returned for outcome in outcomes],  # JSON text
         },
     )
-    results = _results([column.name for column in cursor.description], cursor.fetchall())
+    names, rows = _after_busy(cursor)
+    busy = {job_id for job_id, is_busy, *_ in rows if is_busy}
+    results = _results(names, [row[2:] for row in rows if not row[1]])
     for result in results:
         _announce(result)
-    return {result.job_id for result in results if result.job_id is not None}
+    return leases.Written((result.job_id for result in results if result.job_id is not None), busy)
 
 
 def record(cursor: leases.Cursor, outcome: Outcome) -> bool:
     """Retry or dead-letter a task's job (an outcome of :func:`is_task_outcome`) with the
     statement that also writes its result (READY again or FAILED, with this attempt's
-    error); announce a FAILED result. Each write is fenced like its plain-job twin in
-    :mod:`django_jobq.leases`, and its texts fitted as there.
+    error); announce a FAILED result. Each write is fenced and locked like its plain-job
+    twin in :mod:`django_jobq.leases`, and its texts fitted as there.
 
     Returns:
         Whether it applied (``False``: the lease was lost, nothing was written).
 
     Raises:
+        django_jobq.leases.LeaseBusy: another transaction holds the job's row lock (nothing
+            was written; record it again later).
         psycopg.Error: the statement failed; nothing was written.
     """
     params: dict[str, Any] = {
@@ -207,14 +212,22 @@ def record(cursor: leases.Cursor, outcome: Outcome) -> bool:
     if outcome.action is Action.RETRY:
         params.update(error=text.fit(outcome.error), delay_seconds=outcome.retry_delay)
         cursor.execute(sql.RETRY_TASK_JOB, params)
-        return bool(cursor.fetchall())
+        return leases.applied_once(outcome.job.id, cursor.fetchall())
     texts = leases.dead_letter_texts(outcome.reason, outcome.error, outcome.traceback)
     cursor.execute(sql.DEAD_LETTER_TASK_JOB, {**params, **texts, "ran": outcome.ran})
-    names = [column.name for column in cursor.description][1:]  # after the dead letter's
-    rows = cursor.fetchall()
-    for result in _results(names, [row[1:] for row in rows if row[1] is not None]):
+    names, rows = _after_busy(cursor)
+    applied = leases.applied_once(outcome.job.id, rows)
+    failed = [row[2:] for row in rows if not row[1] and row[2] is not None]
+    for result in _results(names, failed):
         _announce(result)
-    return bool(rows)
+    return applied
+
+
+def _after_busy(cursor: leases.Cursor) -> tuple[list[str], list[Any]]:
+    """The result columns' names (after the job id and ``busy``) and the rows of a locked
+    task statement (see ``sql.ACK_TASK_JOBS``)."""
+    names = [column.name for column in cursor.description][2:]
+    return names, cursor.fetchall()
 
 
 def _announce(result: StoredTaskResult) -> None:

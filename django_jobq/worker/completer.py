@@ -74,7 +74,9 @@ class Completer:
 
     def flush(self, cursor: leases.Cursor) -> None:
         """Apply every pending outcome: the acks of tasks' jobs in one statement, the other
-        acks in another, then each retry and dead letter.
+        acks in another, then each retry and dead letter. An outcome whose job's row another
+        transaction has locked (busy, see :mod:`django_jobq.leases`) is not written and stays
+        pending for the next call.
 
         A statement that fails for a reason of the job's data (``psycopg.DatabaseError``
         other than ``OperationalError``: a value the column refuses, a constraint or a
@@ -116,7 +118,7 @@ class Completer:
         self,
         cursor: leases.Cursor,
         batch: Sequence[Outcome],
-        write: Callable[[leases.Cursor, Sequence[Outcome]], set[int]],
+        write: Callable[[leases.Cursor, Sequence[Outcome]], leases.Written],
     ) -> set[int]:
         """Ack ``batch`` in one statement (``write``); return the ids acked. If the
         statement fails for one job's data, record the jobs one at a time instead."""
@@ -136,13 +138,16 @@ class Completer:
                 self._record(cursor, outcome)
             return set()
         for outcome in batch:
-            self._done(outcome, outcome.job.id in acked)
+            if outcome.job.id not in acked.busy:  # a busy one stays pending (not lost)
+                self._done(outcome, outcome.job.id in acked)
         return acked
 
     def _record(self, cursor: leases.Cursor, outcome: Outcome) -> None:
         """Record one outcome; if its statement fails for its data, its dead letter."""
         try:
             applied = _write(cursor, outcome)
+        except leases.LeaseBusy:
+            return  # another transaction holds the job's row: stays pending, not lost
         except psycopg.DatabaseError as exc:
             if _is_connection_fault(exc):
                 raise
@@ -177,6 +182,8 @@ class Completer:
         )
         try:
             applied = _write(cursor, fallback)
+        except leases.LeaseBusy:
+            return  # the original outcome stays pending and is tried again
         except psycopg.DatabaseError as again:
             if _is_connection_fault(again):
                 raise
@@ -265,13 +272,18 @@ class Completer:
             )
 
 
-def _ack_jobs(cursor: leases.Cursor, outcomes: Sequence[Outcome]) -> set[int]:
+def _ack_jobs(cursor: leases.Cursor, outcomes: Sequence[Outcome]) -> leases.Written:
     return leases.ack_many(cursor, [outcome.job.lease for outcome in outcomes])
 
 
 def _write(cursor: leases.Cursor, outcome: Outcome) -> bool:
     """Run the statement ``outcome`` needs (none for an ack made in the handler's
-    transaction or a rolled-back one); return whether the lease still held."""
+    transaction or a rolled-back one); return whether the lease still held.
+
+    Raises:
+        django_jobq.leases.LeaseBusy: another transaction holds the job's row lock; nothing
+            was written.
+    """
     job = outcome.job
     if outcome.action is Action.ACKED_BY_HANDLER:
         return True
@@ -280,7 +292,10 @@ def _write(cursor: leases.Cursor, outcome: Outcome) -> bool:
     is_task = task_results.is_task_outcome(outcome)
     if outcome.action is Action.ACK:
         ack = task_results.ack if is_task else _ack_jobs
-        return job.id in ack(cursor, [outcome])
+        written = ack(cursor, [outcome])
+        if job.id in written.busy:
+            raise leases.LeaseBusy(job.id)
+        return job.id in written
     if is_task:
         return task_results.record(cursor, outcome)
     if outcome.action is Action.RETRY:

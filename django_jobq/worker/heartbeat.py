@@ -3,7 +3,9 @@
 A thread with its own database connection. Each held job is due a heartbeat every third of
 its visibility timeout; all jobs due together are extended by one statement
 (``HEARTBEAT_JOBS``). A refused heartbeat means the lease is lost: the job is marked so (its
-handler can see it through ``JobContext.lease_lost``), a warning is logged and counted.
+handler can see it through ``JobContext.lease_lost``), a warning is logged and counted. A
+job whose row another transaction has locked is skipped, not waited for (busy: the lease is
+not lost), and tried again within half a heartbeat interval (at most a second).
 A running job past its ``max_runtime`` is no longer extended, so its lease lapses and
 another worker can take the job; that is logged as an error.
 """
@@ -91,7 +93,8 @@ class Heartbeater:
         return True
 
     def extend(self, due: list[HeldJob]) -> bool:
-        """Extend the leases of ``due`` now; return whether all of them were extended.
+        """Extend the leases of ``due`` now; return whether all of them were extended (a busy
+        lease, whose row another transaction holds, is not: it is tried again soon).
 
         Database errors are logged and leave the jobs due again shortly (the lease lapses
         if the database stays unreachable).
@@ -121,6 +124,9 @@ class Heartbeater:
                 held.next_heartbeat = now + held.heartbeat_interval
                 self.heartbeats += 1
                 metrics.observe_heartbeat(held.job.queue)
+            elif held.job.id in extended.busy:
+                # Another transaction holds the row's lock (not a lost lease): try again soon.
+                held.next_heartbeat = now + min(_RECONNECT_DELAY, held.heartbeat_interval / 2)
             elif held.finished:
                 # Acked between the snapshot and this statement: not a lost lease (the ack
                 # says whether the lease held). No more beats for it.

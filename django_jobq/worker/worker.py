@@ -50,6 +50,9 @@ MAX_WORKER_ID_LENGTH = text.MAX_WORKER_ID_LENGTH  # Job.worker_id's max_length
 #: Seconds a finished job's outcome may wait for others to share its ack statement (one
 #: commit for many jobs instead of one each). Short, so acks are still recorded promptly.
 ACK_FLUSH_DELAY = 0.005
+#: Seconds before the worker tries again to record an outcome or release a job whose row
+#: another transaction had locked (busy: skipped, not waited for; see leases.py).
+BUSY_RETRY_DELAY = 0.2
 
 
 @dataclass(frozen=True)
@@ -286,10 +289,11 @@ class Worker:
         if self._to_release:
             released = leases.release(cursor, [held.job.lease for held in self._to_release])
             self._released += len(released)
-            for held in self._to_release:
+            done = [held for held in self._to_release if held.job.id not in released.busy]
+            for held in done:
                 self._held.discard(held.job.lease)
-            self._outstanding -= len(self._to_release)
-            self._to_release = []
+            self._outstanding -= len(done)
+            self._to_release = [held for held in self._to_release if held.job.id in released.busy]
         if self._outstanding == 0 or self._shutdown_time_is_up():
             return None
         time_left = self._shutdown_time_left()
@@ -337,6 +341,8 @@ class Worker:
                         self._observer.start(connection.cursor())
                         self._observing = True
                     timeout = self._turn(connection)
+                    if timeout is not None and (self._completer.pending or self._to_release):
+                        timeout = min(timeout, BUSY_RETRY_DELAY)  # rows that were busy
                     delays = reconnect_delays()
                 except psycopg.OperationalError as exc:
                     if connection is not None:
