@@ -22,6 +22,7 @@ import os
 import socket
 import threading
 import time
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,10 @@ MAX_CONCURRENCY = 1000
 MAX_BATCH_SIZE = 10_000
 MAX_POLL_INTERVAL = 3600.0
 MAX_WORKER_ID_LENGTH = 200  # Job.worker_id's max_length
+#: Unicode categories refused in a worker id: control (newline, tab, NUL, ...), format
+#: (zero-width and bidirectional marks), surrogates, line and paragraph separators. They
+#: would split a log line, or make an id in the admin look like another.
+_REFUSED_IN_WORKER_ID = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 #: Seconds a finished job's outcome may wait for others to share its ack statement (one
 #: commit for many jobs instead of one each). Short, so acks are still recorded promptly.
 ACK_FLUSH_DELAY = 0.005
@@ -74,6 +79,22 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def worker_id_problem(worker_id: str, *, max_length: int = MAX_WORKER_ID_LENGTH) -> str | None:
+    """Why ``worker_id`` cannot name a worker, as the end of a sentence starting with its
+    name ("must be 1 to 200 characters"), or ``None`` if it can. An id has 1 to
+    ``max_length`` characters, none of them a control, format or separator character
+    (see :data:`_REFUSED_IN_WORKER_ID`)."""
+    if not 0 < len(worker_id) <= max_length:
+        return f"must be 1 to {max_length} characters, not {len(worker_id)}"
+    for position, character in enumerate(worker_id):
+        if unicodedata.category(character) in _REFUSED_IN_WORKER_ID:
+            return (
+                f"must not contain control or invisible characters: {character!r} "
+                f"(U+{ord(character):04X}) at position {position}"
+            )
+    return None
+
+
 class Worker:
     """Claims and runs jobs until :meth:`stop` is called (or, in burst mode, until idle).
 
@@ -84,7 +105,8 @@ class Worker:
         poll_interval: the most seconds an idle worker waits before claiming again (default
             ``JOBQ['POLL_INTERVAL']``); a notification, a ``run_at`` or lease deadline that
             falls due, or a schedule tick wakes it sooner.
-        worker_id: recorded on claimed jobs; defaults to ``host:pid``.
+        worker_id: recorded on claimed jobs; defaults to ``host:pid``. 1 to 200 characters,
+            without control or invisible characters (:func:`worker_id_problem`).
         burst: return as soon as no job is due and none is in flight.
         shutdown_timeout: seconds running jobs may take to finish after :meth:`stop`;
             ``None`` waits for them however long they take.
@@ -121,8 +143,9 @@ class Worker:
             raise ValueError(f"batch_size must be 1 to {MAX_BATCH_SIZE}, not {batch_size}.")
         if shutdown_timeout is not None and not 0 <= shutdown_timeout < math.inf:
             raise ValueError(f"shutdown_timeout must be >= 0 seconds, not {shutdown_timeout}.")
-        if worker_id is not None and not 0 < len(worker_id) <= MAX_WORKER_ID_LENGTH:
-            raise ValueError(f"worker_id must be 1 to {MAX_WORKER_ID_LENGTH} characters.")
+        problem = None if worker_id is None else worker_id_problem(worker_id)
+        if problem is not None:
+            raise ValueError(f"worker_id {problem}.")
         settings = get_settings()
         self.queues = list(queues) if queues else None
         self.concurrency = concurrency
