@@ -107,7 +107,11 @@ class Worker:
             falls due, or a schedule tick wakes it sooner.
         worker_id: recorded on claimed jobs; defaults to ``host:pid``. 1 to 200 characters,
             without control or invisible characters (:func:`worker_id_problem`).
-        burst: return as soon as no job is due and none is in flight.
+        burst: return once no job is due, none is held, and no job of the queues is
+            running under any worker's lease (live or lapsed). A burst worker thus waits
+            for a crashed worker's lease to lapse, then reclaims and runs its job; jobs
+            whose ``run_at`` is still in the future (scheduled, or a retry's backoff) do
+            not keep it.
         shutdown_timeout: seconds running jobs may take to finish after :meth:`stop`;
             ``None`` waits for them however long they take.
         scheduler: run the scheduler, which enqueues the jobs of due schedule ticks
@@ -237,18 +241,39 @@ class Worker:
             return None
         return self._stop_requested_at + self.shutdown_timeout - time.monotonic()
 
+    def _execute_on_queues(
+        self,
+        cursor: leases.Cursor,
+        statements: tuple[str, str, str],
+        params: dict[str, Any],
+    ) -> Any:
+        """Run the variant of a statement for this worker's queues (``statements``: for any
+        queue, one queue, several queues); return its single value."""
+        any_queue, one_queue, several_queues = statements
+        if self.queues is None:
+            cursor.execute(any_queue, params)
+        elif len(self.queues) == 1:
+            cursor.execute(one_queue, {**params, "queue": self.queues[0]})
+        else:
+            cursor.execute(several_queues, {**params, "queues": self.queues})
+        ((value,),) = cursor.fetchall()
+        return value
+
     def _idle_timeout(self, cursor: leases.Cursor) -> float:
         """Seconds to sleep when nothing is due: until the next ready job's ``run_at``, the
-        next lease deadline (of another worker's job) or the next schedule tick, and at most
-        the poll interval."""
-        params = {"worker_id": self.worker_id, "horizon": self.poll_interval}
-        if self.queues is None:
-            cursor.execute(sql.SECONDS_UNTIL_DUE_ANY_QUEUE, params)
-        elif len(self.queues) == 1:
-            cursor.execute(sql.SECONDS_UNTIL_DUE_ONE_QUEUE, {**params, "queue": self.queues[0]})
-        else:
-            cursor.execute(sql.SECONDS_UNTIL_DUE_QUEUES, {**params, "queues": self.queues})
-        ((until_due,),) = cursor.fetchall()  # None: no future run_at and no lease
+        next lease deadline of a job this worker does not hold (another worker's, or a
+        predecessor's with the same worker id) or the next schedule tick, and at most the
+        poll interval."""
+        held = sorted({held.job.id for held in self._held.snapshot()})
+        until_due = self._execute_on_queues(  # None: no future run_at and no lease
+            cursor,
+            (
+                sql.SECONDS_UNTIL_DUE_ANY_QUEUE,
+                sql.SECONDS_UNTIL_DUE_ONE_QUEUE,
+                sql.SECONDS_UNTIL_DUE_QUEUES,
+            ),
+            {"held": held, "horizon": self.poll_interval},
+        )
         timeout = min(self.poll_interval, math.inf if until_due is None else until_due)
         next_tick = self._scheduler.next_due if self._scheduler is not None else None
         if next_tick is not None:
@@ -297,11 +322,25 @@ class Worker:
         self._claimed += len(jobs)
         if jobs and len(jobs) == limit and self._outstanding < self._capacity:
             return 0.0  # more may be waiting: claim again at once
-        if not jobs and self._outstanding == 0 and self.burst:
+        if not jobs and self._outstanding == 0 and self.burst and not self._any_running(cursor):
             return None
         # Wait for an outcome to free room, a notification, or the poll interval; when the
         # claim took every due job, at most until the next one falls due.
         return self._idle_timeout(cursor) if len(jobs) < limit else self.poll_interval
+
+    def _any_running(self, cursor: leases.Cursor) -> bool:
+        """Whether a job of this worker's queues is running, its lease live or lapsed."""
+        return bool(
+            self._execute_on_queues(
+                cursor,
+                (
+                    sql.RUNNING_JOB_EXISTS_ANY_QUEUE,
+                    sql.RUNNING_JOB_EXISTS_ONE_QUEUE,
+                    sql.RUNNING_JOB_EXISTS_QUEUES,
+                ),
+                {},
+            )
+        )
 
     def _shutdown_turn(self, cursor: leases.Cursor) -> float | None:
         """Release prefetched jobs; finish once nothing is outstanding or time is up."""

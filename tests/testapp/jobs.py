@@ -181,3 +181,9 @@ def infinite_backoff() -> None:
 @job(backoff=lambda attempt: 1 / 0)
 def broken_backoff() -> None:
     raise RuntimeError("retry me")
+
+
+@job(queue="small", takes_context=True)
+def small_record_attempt(ctx: JobContext, label: str) -> None:
+    """Write one Effect row naming the attempt that ran: ``"<label> attempt <n>"``."""
+    Effect.objects.create(label=f"{label} attempt {ctx.attempt}")
