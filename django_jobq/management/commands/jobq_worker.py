@@ -125,7 +125,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--burst",
             action="store_true",
-            help="Exit with status 0 once no job is due and none is running.",
+            help="Exit with status 0 once no job is due and no job of its queues is running "
+            "under any worker's lease, live or lapsed: a recovery run waits for a crashed "
+            "worker's lease to lapse, reclaims the job and runs it. Jobs due later (scheduled, "
+            "or retries in backoff) do not keep it.",
         )
         parser.add_argument(
             "--processes",
