@@ -8,15 +8,17 @@ no form here edits one: editing a running job would bypass its lease. What staff
   no delete, since deleting a running job would pull the row from under its worker.
 - **Dead letters**: "Redrive selected dead letters" (also "select all N" on a filtered list:
   the filtered queryset goes to :func:`.operations.redrive`, one statement per batch) and a
-  "Redrive" button on the detail page, both needing ``django_jobq.redrive_deadletter``; and
-  Django's own delete.
+  "Redrive" button on the detail page, both needing what the list needs (Django's view or
+  change permission on dead letters) and ``django_jobq.redrive_deadletter``; and Django's
+  own delete.
 
 The **dashboard** (:mod:`.dashboard`, linked from the app index and the Jobs list) shows the
 queue at a glance to staff who may view jobs.
 
 The actions are POSTs with Django's CSRF protection: Django's admin actions for the lists,
-django-object-actions (``methods=("POST",)``, a form button) for the detail page. That
-library does not check permissions itself, so the button's action does.
+a form button rendered by django-object-actions (``methods=("POST",)``) for the detail page.
+The button's URL is answered by :meth:`DeadLetterAdmin.redrive_view`, not by that library's
+view, which checks no permission and looks the dead letter up on the default database.
 """
 
 from __future__ import annotations
@@ -26,12 +28,18 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.utils import flatten
+from django.contrib.admin.utils import flatten, quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.template.defaultfilters import pluralize
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, path, re_path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
@@ -210,6 +218,16 @@ class DeadLetterAdmin(DjangoObjectActions, _JobFieldsDisplay, DeadLetterAdminBas
     ) -> Sequence[str]:
         return self.change_actions if self.has_redrive_permission(request) else ()
 
+    def get_urls(self) -> list[URLPattern]:
+        # Before django-object-actions' own route for the button's URL (which its template
+        # reverses by that route's name), so this admin's view answers it.
+        button = re_path(
+            r"^(?P<object_id>.+)/actions/redrive/$",
+            self.admin_site.admin_view(self.redrive_view),
+            name="django_jobq_deadletter_redrive",
+        )
+        return [button, *super().get_urls()]
+
     @admin.display(description="error")
     def error_summary(self, obj: DeadLetter) -> str:
         first_line = obj.last_error.strip().partition("\n")[0]
@@ -241,11 +259,30 @@ class DeadLetterAdmin(DjangoObjectActions, _JobFieldsDisplay, DeadLetterAdminBas
         methods=("POST",),
         button_type="form",
     )
-    def redrive(self, request: HttpRequest, obj: DeadLetter) -> HttpResponse | None:
-        if not self.has_redrive_permission(request):  # django-object-actions does not check
+    def redrive(self, request: HttpRequest, obj: Any) -> HttpResponse:
+        """The detail page's button, as django-object-actions renders it; its requests go to
+        :meth:`redrive_view`. Only the library's list-wide route still ends here."""
+        raise Http404("Redrive is a button of one dead letter's page.")
+
+    def redrive_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The Redrive button: redrive one dead letter, read from the queue's database.
+
+        Answers 405 unless POST (the admin site checks its CSRF token: 403 without), 403
+        unless the user may do what the bulk action needs (view the list: Django's view or
+        change permission on dead letters; and ``django_jobq.redrive_deadletter``), 404 for
+        an id that is not a dead letter. Redirects to the list naming the new job, or back
+        to the dead letter if a live job holds its idempotency key.
+        """
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not (
+            self.has_view_or_change_permission(request) and self.has_redrive_permission(request)
+        ):
             raise PermissionDenied
-        if not isinstance(obj, DeadLetter):  # the library also routes the list's URL here
-            raise Http404("Redrive is a button of one dead letter's page.")
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            raise Http404(f"No dead letter with id {object_id!r}.")
+        site = self.admin_site.name
         job_id = operations.redrive_one(obj.pk)
         if job_id is None:
             self.message_user(
@@ -254,8 +291,8 @@ class DeadLetterAdmin(DjangoObjectActions, _JobFieldsDisplay, DeadLetterAdminBas
                 f" {obj.idempotency_key!r}.",
                 messages.ERROR,
             )
-            return None  # back to this dead letter
-        site = self.admin_site.name
+            change_url = reverse(f"{site}:django_jobq_deadletter_change", args=[quote(obj.pk)])
+            return HttpResponseRedirect(change_url)
         job_url = reverse(f"{site}:django_jobq_job_change", args=[job_id])
         self.message_user(
             request,

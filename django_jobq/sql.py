@@ -442,9 +442,11 @@ RETURNING id
 # -- worker wake-up ------------------------------------------------------------------------
 
 # Seconds (on the database clock) until the next ready job's ``run_at`` or the next lease
-# deadline of a job another worker holds (``%(worker_id)s`` is the asking worker's: it
-# heartbeats its own), whichever is first; NULL when neither exists. An idle worker sleeps
-# that long (at most its poll interval) instead of polling blindly. Only times not yet
+# deadline of a job the asking worker does not hold (``%(held)s``: the ids of the jobs it
+# holds, whose leases its heartbeater extends), whichever is first; NULL when neither
+# exists. Leases recorded under the asker's worker id but not held by it (a crashed
+# predecessor's with the same ``--worker-id``) count like any other worker's. An idle
+# worker sleeps that long (at most its poll interval) instead of polling blindly. Only times not yet
 # claimable count (``run_at > now()``, ``lease_deadline >= now()``: the claim's complements):
 # due jobs were just claimed, or are locked by another claimer.
 # The earliest future ``run_at`` is found with one index seek per distinct priority among
@@ -454,8 +456,8 @@ RETURNING id
 # costs a few seeks, not a scan. The deadline comes from ``jobq_job_lease_idx``, looking no
 # further than ``%(horizon)s`` seconds ahead (the worker's poll interval: it wakes by then
 # anyway). Without that bound the search would walk, in deadline order, every running job
-# of other queues and of this worker before the first that counts (160 ms with 300,000
-# running jobs); with it, only the leases that lapse within the horizon.
+# of other queues and every job this worker holds before the first that counts (160 ms
+# with 300,000 running jobs); with it, only the leases that lapse within the horizon.
 _SECONDS_UNTIL_DUE_TEMPLATE = """
 WITH RECURSIVE priorities AS (
     (SELECT priority FROM jobq_job
@@ -482,7 +484,7 @@ SELECT EXTRACT(EPOCH FROM LEAST(
     (SELECT min(lease_deadline) FROM jobq_job
      WHERE status = 'running' AND lease_deadline >= now()
        AND lease_deadline < now() + make_interval(secs => %(horizon)s)
-       AND worker_id <> %(worker_id)s{queue_filter})
+       AND id <> ALL(%(held)s::bigint[]){queue_filter})
 ) - now())::float8
 """
 
@@ -496,6 +498,26 @@ SECONDS_UNTIL_DUE_QUEUES = _SECONDS_UNTIL_DUE_TEMPLATE.format(
 )
 #: Seconds until something is due in any queue.
 SECONDS_UNTIL_DUE_ANY_QUEUE = _SECONDS_UNTIL_DUE_TEMPLATE.format(queue_filter="")
+
+# Whether any job of the queues is running, its lease live or lapsed, whoever holds it. A
+# burst worker that found nothing to claim and holds nothing exits only when none is: it
+# waits for a crashed worker's lease to lapse, and reclaims the job (a lapsed lease is
+# claimable at the next claim, so a lease lapsing just after this worker's claim still keeps
+# it). Served by ``jobq_job_lease_idx`` (running jobs only), stopping at the first row.
+_RUNNING_JOB_EXISTS_TEMPLATE = """
+SELECT EXISTS (SELECT 1 FROM jobq_job WHERE status = 'running'{queue_filter})
+"""
+
+#: Whether a job of one queue is running (see the template above).
+RUNNING_JOB_EXISTS_ONE_QUEUE = _RUNNING_JOB_EXISTS_TEMPLATE.format(
+    queue_filter=" AND queue = %(queue)s"
+)
+#: Whether a job of any of several queues is running.
+RUNNING_JOB_EXISTS_QUEUES = _RUNNING_JOB_EXISTS_TEMPLATE.format(
+    queue_filter=" AND queue = ANY(%(queues)s::text[])"
+)
+#: Whether a job of any queue is running.
+RUNNING_JOB_EXISTS_ANY_QUEUE = _RUNNING_JOB_EXISTS_TEMPLATE.format(queue_filter="")
 
 # -- schedules -----------------------------------------------------------------------------
 

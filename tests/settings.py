@@ -1,4 +1,4 @@
-"""Test settings: the test project plus a test app, a SQLite alias and Django tasks.
+"""Test settings: the test project plus a test app, more database aliases and Django tasks.
 
 ``tests.testapp`` holds the handlers the tests enqueue (``tests/testapp/jobs.py``) and the
 ``@task`` functions (``tests/testapp/tasks.py``), which run on django-jobq through ``TASKS``.
@@ -19,6 +19,10 @@ DATABASES = {
     # beside a developer's, never share tables: their workers would claim each other's jobs.
     "default": {**DATABASES["default"], "TEST": {"NAME": f"test_jobq_{os.getpid()}"}},
     "other": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+    # A second PostgreSQL database, for tests that put the queue there (JOBQ["DATABASE"] =
+    # "queue") while users and sessions stay in "default". pytest-django creates it only for
+    # a run that has such a test (they ask for it: ``django_db(databases=[..., "queue"])``).
+    "queue": {**DATABASES["default"], "TEST": {"NAME": f"test_jobq_{os.getpid()}_queue"}},
 }
 
 if importlib.util.find_spec("django.tasks") is None:  # Django 5.2: the django-tasks backport

@@ -7,6 +7,7 @@ import functools
 import logging
 import re
 import signal
+import threading
 
 import pytest
 from django.db import connection
@@ -107,7 +108,7 @@ def refuse():
     yield install
     with connection.cursor() as cursor:
         for name in installed:
-            cursor.execute(f"DROP FUNCTION {name}() CASCADE")
+            cursor.execute(f"DROP FUNCTION IF EXISTS {name}() CASCADE")
 
 
 def _completer():
@@ -158,18 +159,39 @@ def test_a_retry_the_database_refuses_becomes_a_dead_letter_saying_so(refuse):
 
 def test_a_dead_letter_the_database_refuses_is_given_up_and_the_worker_goes_on(refuse, caplog):
     refuse("outcomes_refuse_dead", "BEFORE INSERT ON jobq_dead_letter")
-    refused = outcomes_flaky.using(max_attempts=1).enqueue("refused")
+    refused = outcomes_flaky.using(max_attempts=1, visibility_timeout=1).enqueue("refused")
     for n in range(5):
         outcomes_record.enqueue(f"healthy {n}")
-
-    stats = run_burst(concurrency=2)
-
-    assert Effect.objects.count() == 5
+    worker = Worker(burst=True, poll_interval=0.05, concurrency=2)
+    finished = []
+    thread = threading.Thread(target=lambda: finished.append(worker.run()))
+    thread.start()
+    try:
+        wait_until(
+            lambda: "its dead letter could not be recorded either" in caplog.text,
+            what="the worker giving the outcome up",
+        )
+        # The others are recorded meanwhile: only the refused job is left.
+        wait_until(lambda: Job.objects.count() == 1, what="the healthy jobs' acks")
+        assert Effect.objects.count() == 5
+        left = Job.objects.get()
+        assert (left.pk, left.status) == (refused.pk, "running")  # its lease lapses
+        assert not DeadLetter.objects.exists()
+        with connection.cursor() as cursor:  # the database accepts dead letters again
+            cursor.execute("DROP FUNCTION outcomes_refuse_dead() CASCADE")
+    finally:
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    # The burst worker waited for the lapsed lease, reclaimed it past the last attempt and
+    # dead-lettered it: nothing left running, nothing lost.
+    (stats,) = finished
     assert stats.tally.succeeded == 5
-    left = Job.objects.get()
-    assert (left.pk, left.status) == (refused.pk, "running")  # its lease lapses, then reruns
-    assert not DeadLetter.objects.exists()
-    assert "its dead letter could not be recorded either" in caplog.text
+    dead = DeadLetter.objects.get()
+    assert (dead.job_id, dead.reason) == (
+        refused.pk,
+        DeadLetter.Reason.LEASE_EXPIRED_ON_FINAL_ATTEMPT,
+    )
+    assert not Job.objects.exists()
 
 
 def test_a_task_result_the_database_refuses_fails_that_task_only(refuse):

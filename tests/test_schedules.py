@@ -498,13 +498,13 @@ def test_the_wake_up_query_seeks_the_partial_indexes(connect, statement, params,
     plan = "\n".join(
         row[0]
         for row in conn.execute(
-            "EXPLAIN " + statement, {"worker_id": "me", "horizon": 5, **params}
+            "EXPLAIN " + statement, {"held": [], "horizon": 5, **params}
         ).fetchall()
     )
     assert f"using {index}" in plan, plan
     assert "jobq_job_lease_idx" in plan, plan
     assert "Seq Scan" not in plan, plan
-    (seconds,) = conn.execute(statement, {"worker_id": "me", "horizon": 5, **params}).fetchone()
+    (seconds,) = conn.execute(statement, {"held": [], "horizon": 5, **params}).fetchone()
     assert 0 < seconds <= 2  # the earliest: the first ready job, due in about 2 s
 
 
@@ -522,7 +522,7 @@ def test_the_wake_up_query_reads_only_the_leases_that_lapse_within_the_horizon(c
         )
         cursor.execute("ANALYZE jobq_job")
     conn = connect()
-    params = {"worker_id": "me", "queue": "rare", "horizon": 5}
+    params = {"held": [], "queue": "rare", "horizon": 5}
     ((plan,),) = conn.execute(
         "EXPLAIN (ANALYZE, FORMAT JSON) " + sql.SECONDS_UNTIL_DUE_ONE_QUEUE, params
     ).fetchall()

@@ -22,6 +22,7 @@ import os
 import socket
 import threading
 import time
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,10 @@ MAX_CONCURRENCY = 1000
 MAX_BATCH_SIZE = 10_000
 MAX_POLL_INTERVAL = 3600.0
 MAX_WORKER_ID_LENGTH = text.MAX_WORKER_ID_LENGTH  # Job.worker_id's max_length
+#: Unicode categories refused in a worker id: control (newline, tab, NUL, ...), format
+#: (zero-width and bidirectional marks), surrogates, line and paragraph separators. They
+#: would split a log line, or make an id in the admin look like another.
+_REFUSED_IN_WORKER_ID = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 #: Seconds a finished job's outcome may wait for others to share its ack statement (one
 #: commit for many jobs instead of one each). Short, so acks are still recorded promptly.
 ACK_FLUSH_DELAY = 0.005
@@ -77,6 +82,22 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def worker_id_problem(worker_id: str, *, max_length: int = MAX_WORKER_ID_LENGTH) -> str | None:
+    """Why ``worker_id`` cannot name a worker, as the end of a sentence starting with its
+    name ("must be 1 to 200 characters"), or ``None`` if it can. An id has 1 to
+    ``max_length`` characters, none of them a control, format or separator character
+    (see :data:`_REFUSED_IN_WORKER_ID`)."""
+    if not 0 < len(worker_id) <= max_length:
+        return f"must be 1 to {max_length} characters, not {len(worker_id)}"
+    for position, character in enumerate(worker_id):
+        if unicodedata.category(character) in _REFUSED_IN_WORKER_ID:
+            return (
+                f"must not contain control or invisible characters: {character!r} "
+                f"(U+{ord(character):04X}) at position {position}"
+            )
+    return None
+
+
 class Worker:
     """Claims and runs jobs until :meth:`stop` is called (or, in burst mode, until idle).
 
@@ -87,8 +108,13 @@ class Worker:
         poll_interval: the most seconds an idle worker waits before claiming again (default
             ``JOBQ['POLL_INTERVAL']``); a notification, a ``run_at`` or lease deadline that
             falls due, or a schedule tick wakes it sooner.
-        worker_id: recorded on claimed jobs; defaults to ``host:pid``.
-        burst: return as soon as no job is due and none is in flight.
+        worker_id: recorded on claimed jobs; defaults to ``host:pid``. 1 to 200 characters,
+            without control or invisible characters (:func:`worker_id_problem`).
+        burst: return once no job is due, none is held, and no job of the queues is
+            running under any worker's lease (live or lapsed). A burst worker thus waits
+            for a crashed worker's lease to lapse, then reclaims and runs its job; jobs
+            whose ``run_at`` is still in the future (scheduled, or a retry's backoff) do
+            not keep it.
         shutdown_timeout: seconds running jobs may take to finish after :meth:`stop`;
             ``None`` waits for them however long they take.
         scheduler: run the scheduler, which enqueues the jobs of due schedule ticks
@@ -124,8 +150,9 @@ class Worker:
             raise ValueError(f"batch_size must be 1 to {MAX_BATCH_SIZE}, not {batch_size}.")
         if shutdown_timeout is not None and not 0 <= shutdown_timeout < math.inf:
             raise ValueError(f"shutdown_timeout must be >= 0 seconds, not {shutdown_timeout}.")
-        if worker_id is not None and not 0 < len(worker_id) <= MAX_WORKER_ID_LENGTH:
-            raise ValueError(f"worker_id must be 1 to {MAX_WORKER_ID_LENGTH} characters.")
+        problem = None if worker_id is None else worker_id_problem(worker_id)
+        if problem is not None:
+            raise ValueError(f"worker_id {problem}.")
         settings = get_settings()
         self.queues = list(queues) if queues else None
         self.concurrency = concurrency
@@ -217,18 +244,39 @@ class Worker:
             return None
         return self._stop_requested_at + self.shutdown_timeout - time.monotonic()
 
+    def _execute_on_queues(
+        self,
+        cursor: leases.Cursor,
+        statements: tuple[str, str, str],
+        params: dict[str, Any],
+    ) -> Any:
+        """Run the variant of a statement for this worker's queues (``statements``: for any
+        queue, one queue, several queues); return its single value."""
+        any_queue, one_queue, several_queues = statements
+        if self.queues is None:
+            cursor.execute(any_queue, params)
+        elif len(self.queues) == 1:
+            cursor.execute(one_queue, {**params, "queue": self.queues[0]})
+        else:
+            cursor.execute(several_queues, {**params, "queues": self.queues})
+        ((value,),) = cursor.fetchall()
+        return value
+
     def _idle_timeout(self, cursor: leases.Cursor) -> float:
         """Seconds to sleep when nothing is due: until the next ready job's ``run_at``, the
-        next lease deadline (of another worker's job) or the next schedule tick, and at most
-        the poll interval."""
-        params = {"worker_id": self.worker_id, "horizon": self.poll_interval}
-        if self.queues is None:
-            cursor.execute(sql.SECONDS_UNTIL_DUE_ANY_QUEUE, params)
-        elif len(self.queues) == 1:
-            cursor.execute(sql.SECONDS_UNTIL_DUE_ONE_QUEUE, {**params, "queue": self.queues[0]})
-        else:
-            cursor.execute(sql.SECONDS_UNTIL_DUE_QUEUES, {**params, "queues": self.queues})
-        ((until_due,),) = cursor.fetchall()  # None: no future run_at and no lease
+        next lease deadline of a job this worker does not hold (another worker's, or a
+        predecessor's with the same worker id) or the next schedule tick, and at most the
+        poll interval."""
+        held = sorted({held.job.id for held in self._held.snapshot()})
+        until_due = self._execute_on_queues(  # None: no future run_at and no lease
+            cursor,
+            (
+                sql.SECONDS_UNTIL_DUE_ANY_QUEUE,
+                sql.SECONDS_UNTIL_DUE_ONE_QUEUE,
+                sql.SECONDS_UNTIL_DUE_QUEUES,
+            ),
+            {"held": held, "horizon": self.poll_interval},
+        )
         timeout = min(self.poll_interval, math.inf if until_due is None else until_due)
         next_tick = self._scheduler.next_due if self._scheduler is not None else None
         if next_tick is not None:
@@ -277,11 +325,25 @@ class Worker:
         self._claimed += len(jobs)
         if jobs and len(jobs) == limit and self._outstanding < self._capacity:
             return 0.0  # more may be waiting: claim again at once
-        if not jobs and self._outstanding == 0 and self.burst:
+        if not jobs and self._outstanding == 0 and self.burst and not self._any_running(cursor):
             return None
         # Wait for an outcome to free room, a notification, or the poll interval; when the
         # claim took every due job, at most until the next one falls due.
         return self._idle_timeout(cursor) if len(jobs) < limit else self.poll_interval
+
+    def _any_running(self, cursor: leases.Cursor) -> bool:
+        """Whether a job of this worker's queues is running, its lease live or lapsed."""
+        return bool(
+            self._execute_on_queues(
+                cursor,
+                (
+                    sql.RUNNING_JOB_EXISTS_ANY_QUEUE,
+                    sql.RUNNING_JOB_EXISTS_ONE_QUEUE,
+                    sql.RUNNING_JOB_EXISTS_QUEUES,
+                ),
+                {},
+            )
+        )
 
     def _shutdown_turn(self, cursor: leases.Cursor) -> float | None:
         """Release prefetched jobs; finish once nothing is outstanding or time is up."""

@@ -217,3 +217,9 @@ async def _outcomes_async_body(label: str) -> None:
 def outcomes_returns_coroutine(label: str) -> object:
     """A sync wrapper that returns its async function's coroutine instead of running it."""
     return _outcomes_async_body(label)
+
+
+@job(queue="small", takes_context=True)
+def small_record_attempt(ctx: JobContext, label: str) -> None:
+    """Write one Effect row naming the attempt that ran: ``"<label> attempt <n>"``."""
+    Effect.objects.create(label=f"{label} attempt {ctx.attempt}")

@@ -15,6 +15,7 @@ from django.utils.text import Truncator
 
 from ...conf import get_settings
 from ...models import DeadLetter
+from ..arguments import bounded_int
 from ..tables import write_table
 
 _SUMMARY_HEADER = ("QUEUE", "KIND", "REASON", "COUNT", "LAST DIED")
@@ -39,7 +40,11 @@ class Command(BaseCommand):
         )
         parser.add_argument("--kind", help="With --list: only this kind.")
         parser.add_argument(
-            "--limit", type=int, default=50, help="With --list: at most this many (default 50)."
+            "--limit",
+            type=bounded_int(1),
+            default=50,
+            metavar="N",
+            help="With --list: at most this many, at least 1 (default 50).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

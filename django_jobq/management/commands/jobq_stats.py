@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from ...conf import get_settings
 from ...stats import Outcomes, Snapshot, format_seconds, snapshot
+from ..arguments import bounded_int, seconds
 from ..tables import write_table
 
 #: Exit status of ``--check`` when a threshold is exceeded (as a monitoring plugin's
@@ -186,17 +187,17 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--max-oldest-ready-age",
-            type=float,
+            type=seconds(zero=True),
             metavar="SECONDS",
-            help="With --check: the longest acceptable wait of a ready job "
-            "(default JOBQ['ALERT_OLDEST_READY_AGE'], 300).",
+            help="With --check: the longest acceptable wait of a ready job, finite and at "
+            "least 0 (default JOBQ['ALERT_OLDEST_READY_AGE'], 300).",
         )
         parser.add_argument(
             "--max-dead-letters",
-            type=int,
+            type=bounded_int(0),
             metavar="N",
-            help="With --check: the most dead letters acceptable, all queues together "
-            "(default JOBQ['ALERT_DEAD_LETTERS'], 0).",
+            help="With --check: the most dead letters acceptable, all queues together, at "
+            "least 0 (default JOBQ['ALERT_DEAD_LETTERS'], 0).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import signal
 import sys
 import tempfile
-from argparse import ArgumentParser, ArgumentTypeError
+from argparse import ArgumentParser
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -25,38 +24,14 @@ from ...worker.worker import (
     MAX_POLL_INTERVAL,
     MAX_WORKER_ID_LENGTH,
     Worker,
+    worker_id_problem,
 )
+from ..arguments import bounded_int, seconds
 
 logger = logging.getLogger("django_jobq.worker")
 
 #: The most worker processes one supervisor runs.
 MAX_PROCESSES = 256
-
-
-def _bounded_int(low: int, high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = low - 1
-        if not low <= value <= high:
-            raise ArgumentTypeError(f"expected a whole number from {low} to {high}, not {text!r}")
-        return value
-
-    return parse
-
-
-def _seconds(high: float) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not 0 < value <= high:  # also refuses NaN and infinity
-            raise ArgumentTypeError(f"expected seconds, more than 0 and at most {high:g}")
-        return value
-
-    return parse
 
 
 def run_worker(options: dict[str, Any], *, supervised: bool = False) -> int:
@@ -113,27 +88,27 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--concurrency",
-            type=_bounded_int(1, MAX_CONCURRENCY),
+            type=bounded_int(1, MAX_CONCURRENCY),
             default=1,
             help="Handler threads, each with its own database connection (default 1).",
         )
         parser.add_argument(
             "--batch-size",
-            type=_bounded_int(1, MAX_BATCH_SIZE),
+            type=bounded_int(1, MAX_BATCH_SIZE),
             default=None,
             help="Most jobs claimed at once and held ahead of a free thread "
             "(default: the concurrency).",
         )
         parser.add_argument(
             "--poll-interval",
-            type=_seconds(MAX_POLL_INTERVAL),
+            type=seconds(MAX_POLL_INTERVAL),
             default=None,
             metavar="SECONDS",
             help="Sleep after finding no job (default JOBQ['POLL_INTERVAL'], 1 s).",
         )
         parser.add_argument(
             "--shutdown-timeout",
-            type=_seconds(24 * 3600),
+            type=seconds(24 * 3600),
             default=30.0,
             metavar="SECONDS",
             help="After SIGTERM, how long running jobs may take to finish before the worker "
@@ -143,16 +118,21 @@ class Command(BaseCommand):
         parser.add_argument(
             "--worker-id",
             default=None,
-            help=f"Default: host:pid. At most {MAX_WORKER_ID_LENGTH} characters.",
+            help=f"Default: host:pid. At most {MAX_WORKER_ID_LENGTH} characters, counting the "
+            "-<slot> suffix each process gets with --processes; no control or invisible "
+            "characters (newline, tab, NUL, ...).",
         )
         parser.add_argument(
             "--burst",
             action="store_true",
-            help="Exit with status 0 once no job is due and none is running.",
+            help="Exit with status 0 once no job is due and no job of its queues is running "
+            "under any worker's lease, live or lapsed: a recovery run waits for a crashed "
+            "worker's lease to lapse, reclaims the job and runs it. Jobs due later (scheduled, "
+            "or retries in backoff) do not keep it.",
         )
         parser.add_argument(
             "--processes",
-            type=_bounded_int(1, MAX_PROCESSES),
+            type=bounded_int(1, MAX_PROCESSES),
             default=1,
             help="Worker processes, each with --concurrency threads, under one supervisor that "
             "restarts a process that dies and forwards SIGTERM/SIGINT (default 1: no "
@@ -173,7 +153,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--metrics-port",
-            type=_bounded_int(0, 65535),
+            type=bounded_int(0, 65535),
             default=None,
             metavar="PORT",
             help="Serve this process's Prometheus metrics on http://ADDR:PORT/metrics "
@@ -192,11 +172,10 @@ class Command(BaseCommand):
                 raise CommandError(
                     f"invalid queue name {queue!r}: expected {QUEUE_NAME_RE.pattern}"
                 )
-        worker_id = options["worker_id"]
-        if worker_id is not None and not 0 < len(worker_id) <= MAX_WORKER_ID_LENGTH:
-            raise CommandError(f"--worker-id must be 1 to {MAX_WORKER_ID_LENGTH} characters.")
-        self._configure_logging(options["verbosity"])
         processes = options["processes"]
+        if options["worker_id"] is not None:
+            self._check_worker_id(options["worker_id"], processes)
+        self._configure_logging(options["verbosity"])
         port, addr = options["metrics_port"], options["metrics_addr"]
         if processes == 1:
             server = self._serve_metrics(port, addr, metrics.serve)
@@ -209,6 +188,17 @@ class Command(BaseCommand):
             status = self._supervise(processes, options)
         if status:
             sys.exit(status)
+
+    def _check_worker_id(self, worker_id: str, processes: int) -> None:
+        """Refuse an id that could not name every process (each supervised one gets the
+        suffix ``-<slot>``, counted in the length)."""
+        suffix = f"-{processes - 1}" if processes > 1 else ""
+        problem = worker_id_problem(worker_id, max_length=MAX_WORKER_ID_LENGTH - len(suffix))
+        if problem is None:
+            return
+        if suffix:
+            problem += f" (with --processes {processes}, the ids get the suffixes -0 to {suffix})"
+        raise CommandError(f"--worker-id {problem}.")
 
     def _supervise(self, processes: int, options: dict[str, Any]) -> int:
         """Run ``processes`` workers under a supervisor; with ``--metrics-port`` it serves
