@@ -7,7 +7,7 @@ while a proxy keeps acknowledging. So the worker bounds its statements itself, w
 thread per worker: every :data:`POLL` seconds at most it looks at its connections
 (:class:`~django_jobq.db.WatchedConnection`, which record since when they wait), and shuts
 down the socket of one whose statement has been in flight longer than :attr:`Watchdog.bound`,
-or past the shutdown deadline (:meth:`Watchdog.cut_at`). The waiting thread then gets
+or past the deadline its worker gives (the shutdown deadline). The waiting thread then gets
 ``psycopg.OperationalError`` and goes through its usual reconnect path. The statements
 themselves pay nothing but two attribute writes.
 """
@@ -18,6 +18,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 
 from ..db import WatchedConnection
 
@@ -33,14 +34,18 @@ class Watchdog:
     Args:
         bound: seconds a statement may be in flight before its connection is cut.
         name: names the thread.
+        deadline: returns the ``time.monotonic()`` seconds from which every statement in
+            flight is cut (``math.inf``: none); called on the watchdog's thread at every look.
     """
 
-    def __init__(self, *, bound: float, name: str) -> None:
+    def __init__(
+        self, *, bound: float, name: str, deadline: Callable[[], float] = lambda: math.inf
+    ) -> None:
         self.bound = bound
         self._poll = min(POLL, bound / 4)
         self._connections: dict[int, tuple[WatchedConnection, str]] = {}
         self._lock = threading.Lock()
-        self._deadline = math.inf
+        self._deadline = deadline
         self._changed = threading.Event()
         self._stopping = False
         self._thread = threading.Thread(target=self.run, name=f"{name}-watchdog", daemon=True)
@@ -60,22 +65,18 @@ class Watchdog:
             self._connections[id(connection)] = (connection, name)
         return connection
 
-    def cut_at(self, deadline: float) -> None:
-        """Cut any statement still in flight at ``deadline`` (``time.monotonic()`` seconds),
-        and any started after it; ``math.inf`` lifts the deadline."""
-        self._deadline = deadline
-        self._changed.set()
-
     def run(self) -> None:
         while not self._stopping:
-            self.check(time.monotonic())
-            until_deadline = self._deadline - time.monotonic()
+            deadline = self._deadline()
+            self.check(time.monotonic(), deadline)
+            until_deadline = deadline - time.monotonic()
             timeout = self._poll if until_deadline <= 0 else min(self._poll, until_deadline)
             self._changed.wait(timeout)
             self._changed.clear()
 
-    def check(self, now: float) -> int:
-        """Cut the connections whose statement is overdue at ``now``; return how many."""
+    def check(self, now: float, deadline: float = math.inf) -> int:
+        """Cut the connections whose statement is overdue at ``now`` (in flight longer than
+        the bound, or at all from ``deadline`` on); return how many."""
         with self._lock:
             for key in [k for k, (c, _) in self._connections.items() if c.closed]:
                 del self._connections[key]
@@ -83,7 +84,7 @@ class Watchdog:
         cut = 0
         for connection, name in watched:
             since = connection.in_flight_since
-            if since is None or (now - since <= self.bound and now < self._deadline):
+            if since is None or (now - since <= self.bound and now < deadline):
                 continue
             if connection.cut():
                 cut += 1
@@ -91,7 +92,7 @@ class Watchdog:
                     "%s: statement in flight for %.1f s, %s: connection cut",
                     name,
                     now - since,
-                    "past the shutdown deadline" if now >= self._deadline else "too long",
+                    "past the shutdown deadline" if now >= deadline else "too long",
                 )
         self.cuts += cut
         return cut

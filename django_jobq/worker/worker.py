@@ -169,7 +169,9 @@ class Worker:
         self._watchdog = Watchdog(
             bound=statement_timeout(settings) * db.CUT_AFTER_STATEMENT_TIMEOUTS,
             name=self.worker_id,
+            deadline=self._cut_deadline,
         )
+        self._exit_by: float | None = None  # time.monotonic(): the threads and deregistration
         self._failures = OutageLog()
         self._idle_since: float | None = None  # stopping, and no handler running since
         self._scheduler = Scheduler() if scheduler else None
@@ -259,6 +261,14 @@ class Worker:
         if self._idle_since is None:
             self._idle_since = time.monotonic()
         return self._idle_since + FINAL_WRITES_TIMEOUT
+
+    def _cut_deadline(self) -> float:
+        """From when the watchdog cuts every statement in flight: the shutdown deadline,
+        then the exit's (``time.monotonic()`` seconds; ``math.inf``: not stopping)."""
+        if self._exit_by is not None:
+            return self._exit_by
+        deadline = self._shutdown_deadline()
+        return math.inf if deadline is None else deadline
 
     def _shutdown_time_left(self) -> float | None:
         deadline = self._shutdown_deadline()
@@ -380,9 +390,6 @@ class Worker:
             while True:
                 self._wake.clear()
                 self._progress.busy()
-                if self._stopping.is_set():
-                    deadline = self._shutdown_deadline()
-                    self._watchdog.cut_at(math.inf if deadline is None else deadline)
                 try:
                     if connection is None:
                         connection = self._connect()
@@ -447,8 +454,7 @@ class Worker:
         for running handlers (the process is about to exit; a handler running on without
         its lease would overlap the next attempt). ``wait``: wait for the handler threads.
         """
-        exit_by = time.monotonic() + EXIT_TIMEOUT
-        self._watchdog.cut_at(exit_by)
+        exit_by = self._exit_by = time.monotonic() + EXIT_TIMEOUT
         self._heartbeater.stop()
         if self._listener is not None:
             self._listener.stop(timeout=max(0.0, exit_by - time.monotonic()))

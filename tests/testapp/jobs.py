@@ -181,3 +181,14 @@ def infinite_backoff() -> None:
 @job(backoff=lambda attempt: 1 / 0)
 def broken_backoff() -> None:
     raise RuntimeError("retry me")
+
+
+@job(queue="connections", visibility_timeout=1)
+def connections_wait_for_file(path: str) -> None:
+    """Run, without touching the database, until the test creates ``path`` (at most 60 s),
+    so the job stays running through a database outage."""
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.02)
