@@ -2,6 +2,8 @@
 heartbeater extends only live leases, repeated failures are logged with back-off."""
 
 import logging
+import os
+import signal
 import threading
 import time
 from datetime import timedelta
@@ -15,6 +17,7 @@ from django_jobq.models import Job
 from django_jobq.worker.heartbeat import Heartbeater
 from django_jobq.worker.held import HeldJob, HeldJobs, Progress
 from django_jobq.worker.outage import OutageLog
+from django_jobq.worker.supervisor import Supervisor
 from django_jobq.worker.watchdog import Watchdog
 from tests.conftest import database_url, wait_until
 from tests.proxy import Proxy
@@ -178,3 +181,24 @@ def test_a_repeated_failure_is_logged_first_then_with_back_off_and_once_restored
     assert caplog.records[-1].getMessage().startswith("heartbeats restored after 51 failure(s)")
     log.restored("heartbeats %s", "restored")  # nothing failed since: no line
     assert len(caplog.records) == 3
+
+
+def _ignore_sigterm_and_hang(slot):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    threading.Event().wait(60)  # a worker that never exits
+    return 0
+
+
+def test_the_supervisor_kills_a_child_still_running_after_its_stop_timeout():
+    supervisor = Supervisor(1, _ignore_sigterm_and_hang, stop_timeout=0.5)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    started = time.monotonic()
+    try:
+        assert supervisor.run() == 1  # the child was killed
+    finally:
+        timer.cancel()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    assert time.monotonic() - started < 0.5 + 0.5 + 5
