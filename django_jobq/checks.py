@@ -23,6 +23,8 @@ id                        meaning
 ``django_jobq.E013``      ``JOBQ['STATS_RETENTION']`` is shorter than an hour
 ``django_jobq.E014``      the environment's ``PROMETHEUS_MULTIPROC_DIR`` is not a writable
                           directory (prometheus-client would fail on the first metric)
+``django_jobq.E015``      ``JOBQ['CONNECT_TIMEOUT']`` is not 2 to 3600 seconds
+``django_jobq.E016``      ``JOBQ['STATEMENT_TIMEOUT']`` is not ``None`` or 0.1 to 3600 seconds
 ``django_jobq.W001``      a ``JOBQ['SCHEDULES']`` entry's kind has no handler in this process
 ========================  ==============================================================
 """

@@ -19,6 +19,8 @@ Users configure django-jobq with one dictionary in their settings module::
         "METRICS_CACHE_TIMEOUT": 5,   # seconds the database gauges are cached per process (0: not)
         "ALERT_OLDEST_READY_AGE": 300,  # seconds: jobq_stats --check fails above; dashboard in red
         "ALERT_DEAD_LETTERS": 0,      # dead letters: jobq_stats --check fails above; None: no check
+        "CONNECT_TIMEOUT": 10,        # seconds a worker's own connection may take to open
+        "STATEMENT_TIMEOUT": None,    # seconds per worker statement; None: VISIBILITY_TIMEOUT / 3
     }
 
 Durations are seconds (int or float) or ``datetime.timedelta``. ``SCHEDULES`` declares
@@ -27,6 +29,11 @@ and the schedules' system check its values (cron, timezone, payload: E006-E009).
 five keys are for observability (docs/operations.md): ``METRICS_TOKEN`` must be ``None`` or
 at least 16 characters (E012), ``STATS_RETENTION`` at least an hour, since the dashboard and
 ``jobq_stats`` read the last hour (E013).
+
+``CONNECT_TIMEOUT`` and ``STATEMENT_TIMEOUT`` bound the worker's own connections (main loop,
+heartbeat, listener; :func:`django_jobq.db.connect`, docs/operations.md): a connect timeout
+of 2 to 3600 s (E015); a statement timeout of 0.1 to 3600 s, or ``None`` for a third of
+``VISIBILITY_TIMEOUT`` (1 to 3600 s) (E016). :func:`statement_timeout` resolves it.
 
 ``TASKS`` entries whose backend is ``django_jobq.tasks_backend.JobqBackend`` are checked by
 :func:`validate_tasks_backend` (E010): their ``QUEUES`` must be queue names, and their
@@ -65,6 +72,12 @@ MAX_CATCH_UP = 1000
 MIN_METRICS_TOKEN_LENGTH = 16
 #: The shortest ``JOBQ['STATS_RETENTION']``, in seconds: the last hour is what is shown.
 MIN_STATS_RETENTION = 3600.0
+#: The range of ``JOBQ['CONNECT_TIMEOUT']`` in seconds (libpq waits at least 2 s anyway).
+CONNECT_TIMEOUT_RANGE = (2.0, 3600.0)
+#: The range of ``JOBQ['STATEMENT_TIMEOUT']`` in seconds.
+STATEMENT_TIMEOUT_RANGE = (0.1, 3600.0)
+#: The shortest statement timeout derived from ``VISIBILITY_TIMEOUT``, in seconds.
+MIN_DERIVED_STATEMENT_TIMEOUT = 1.0
 
 
 @dataclass(frozen=True)
@@ -87,6 +100,8 @@ class JobqSettings:
     METRICS_CACHE_TIMEOUT: float = 5.0
     ALERT_OLDEST_READY_AGE: float = 300.0
     ALERT_DEAD_LETTERS: int | None = 0
+    CONNECT_TIMEOUT: float = 10.0
+    STATEMENT_TIMEOUT: float | None = None
 
 
 _KNOWN_KEYS = frozenset(f.name for f in fields(JobqSettings))
@@ -119,12 +134,15 @@ _DURATION_KEYS = (
     "STATS_RETENTION",
     "METRICS_CACHE_TIMEOUT",
     "ALERT_OLDEST_READY_AGE",
+    "CONNECT_TIMEOUT",
+    "STATEMENT_TIMEOUT",
 )
 _MAY_BE_NONE = (
     "DEAD_LETTER_RETENTION",
     "DEDUP_RETENTION",
     "TASK_RESULT_RETENTION",
     "STATS_RETENTION",
+    "STATEMENT_TIMEOUT",
 )
 _MAY_BE_ZERO = ("METRICS_CACHE_TIMEOUT",)  # 0: no cache
 
@@ -204,9 +222,35 @@ def validate(raw: Any) -> list[tuple[str, str]]:
                 f"the dashboard and jobq_stats show the last hour.",
             )
         )
+    problems.extend(_connection_timeouts(durations))
     problems.extend(_observability_values(raw))
     problems.extend(_schedules_shape(raw.get("SCHEDULES", {})))
     return problems
+
+
+def _connection_timeouts(durations: dict[str, float]) -> list[tuple[str, str]]:
+    """Problems in ``CONNECT_TIMEOUT`` (E015) and ``STATEMENT_TIMEOUT`` (E016), given the
+    durations that are valid seconds (type errors are E003's)."""
+    problems: list[tuple[str, str]] = []
+    for key, check_id, (low, high) in (
+        ("CONNECT_TIMEOUT", "django_jobq.E015", CONNECT_TIMEOUT_RANGE),
+        ("STATEMENT_TIMEOUT", "django_jobq.E016", STATEMENT_TIMEOUT_RANGE),
+    ):
+        seconds = durations.get(key)
+        if seconds is not None and not low <= seconds <= high:
+            problems.append(
+                (check_id, f"JOBQ[{key!r}] must be {low:g} to {high:g} seconds, not {seconds:g}.")
+            )
+    return problems
+
+
+def statement_timeout(config: JobqSettings) -> float:
+    """Seconds a worker's own statement may take (``JOBQ['STATEMENT_TIMEOUT']``, or a third
+    of ``VISIBILITY_TIMEOUT``, at least :data:`MIN_DERIVED_STATEMENT_TIMEOUT`)."""
+    if config.STATEMENT_TIMEOUT is not None:
+        return config.STATEMENT_TIMEOUT
+    derived = max(config.VISIBILITY_TIMEOUT / 3, MIN_DERIVED_STATEMENT_TIMEOUT)
+    return min(derived, STATEMENT_TIMEOUT_RANGE[1])
 
 
 def _observability_values(raw: dict[str, Any]) -> list[tuple[str, str]]:

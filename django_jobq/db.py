@@ -3,7 +3,12 @@
 Handlers use Django's ORM as usual, and the worker closes Django's connections around every
 job (``close_old_connections``), as Django does around every request. The worker's own
 queue statements (claim, ack, retry, dead letter, release) run on long-lived psycopg
-connections opened here, so ``CONN_MAX_AGE = 0`` does not mean a reconnect per job.
+connections opened here, so ``CONN_MAX_AGE = 0`` does not mean a reconnect per job. They
+are opened with a connect timeout, TCP keepalives and server-side statement and lock
+timeouts (:func:`connect`), and track the statement in flight, so the worker's watchdog can
+cut one that hangs
+(:class:`WatchedConnection`, :mod:`django_jobq.worker.watchdog`).
+:func:`close_unusable_connections` checks the handlers' pooled Django connections.
 :func:`server_binding_cursor` opens a cursor on Django's own connection that sends
 parameters apart from the statement, and :func:`from_rows` turns raw rows read on Django's
 connections into model instances.
@@ -11,34 +16,145 @@ connections into model instances.
 
 from __future__ import annotations
 
+import math
+import socket
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import psycopg
-from django.db import connections
+from django.db import close_old_connections, connections
 from django.db.backends.utils import CursorWrapper
 from django.db.models import Model
 
-from .conf import get_settings
+from .conf import get_settings, statement_timeout
 
 M = TypeVar("M", bound=Model)
 
 
-def connect(*, application_name: str = "django-jobq") -> psycopg.Connection[Any]:
+#: A statement in flight this many times the statement timeout is cut by the watchdog: the
+#: server's own timeout fires first when the server can still be reached.
+CUT_AFTER_STATEMENT_TIMEOUTS = 2.0
+#: TCP keepalive probes sent before an unanswered connection counts as dead.
+KEEPALIVE_COUNT = 3
+
+
+class WatchedConnection(psycopg.Connection[Any]):
+    """A psycopg connection that records since when it waits on the server
+    (:attr:`in_flight_since`, ``time.monotonic()`` seconds, ``None`` when idle) and can be
+    cut (:meth:`cut`) from another thread. Every network wait of psycopg (a statement, a
+    commit, notifications) goes through :meth:`wait`, so recording costs two attribute
+    writes per statement."""
+
+    in_flight_since: float | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._cut_lock = threading.Lock()  # the socket is not closed while being cut
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        self.in_flight_since = time.monotonic()
+        try:
+            return super().wait(*args, **kwargs)
+        finally:
+            self.in_flight_since = None
+
+    def cut(self) -> bool:
+        """Shut the socket down if a statement is still in flight: the waiting thread's
+        statement then fails with ``psycopg.OperationalError`` (a connection fault). Return
+        whether it was cut."""
+        with self._cut_lock:
+            if self.closed or self.in_flight_since is None:
+                return False
+            try:
+                fd = self.pgconn.socket
+            except psycopg.OperationalError:
+                return False
+            # A duplicate of the descriptor: shutting it down shuts the connection down,
+            # closing it leaves psycopg's descriptor to psycopg.
+            with socket.fromfd(fd, socket.AF_INET, socket.SOCK_STREAM) as duplicate:
+                try:
+                    duplicate.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    return False
+            return True
+
+    def close(self) -> None:
+        with self._cut_lock:
+            super().close()
+
+
+def connection_timeouts() -> dict[str, Any]:
+    """The libpq parameters that make a hung connection a fault, from ``JOBQ``:
+    ``connect_timeout`` (``CONNECT_TIMEOUT``), TCP keepalives (idle for the statement
+    timeout, then :data:`KEEPALIVE_COUNT` probes a third of it apart), ``tcp_user_timeout``
+    (unacknowledged data for :data:`CUT_AFTER_STATEMENT_TIMEOUTS` statement timeouts), and
+    the server's ``statement_timeout`` and ``lock_timeout`` (half of it), in ``options``.
+    Seconds are rounded up to what libpq takes (whole seconds, milliseconds)."""
+    config = get_settings()
+    statement = statement_timeout(config)
+    return {
+        "connect_timeout": math.ceil(config.CONNECT_TIMEOUT),
+        "keepalives": 1,
+        "keepalives_idle": math.ceil(statement),
+        "keepalives_interval": math.ceil(statement / 3),
+        "keepalives_count": KEEPALIVE_COUNT,
+        "tcp_user_timeout": math.ceil(statement * CUT_AFTER_STATEMENT_TIMEOUTS * 1000),
+        "options": f"-c statement_timeout={math.ceil(statement * 1000)} "
+        f"-c lock_timeout={math.ceil(statement * 500)}",
+    }
+
+
+def connect(
+    *, application_name: str = "django-jobq", connect_timeout: float | None = None
+) -> WatchedConnection:
     """Open an autocommit psycopg connection to the queue database (``JOBQ['DATABASE']``).
 
     Uses the same connection parameters as Django's connection for that alias (including
-    ``OPTIONS``), minus Django's own adapters, so ``jsonb`` arrives as Python objects.
+    ``OPTIONS``), minus Django's own adapters, so ``jsonb`` arrives as Python objects; adds
+    :func:`connection_timeouts` (``OPTIONS`` win for the keepalive and connect parameters;
+    the timeouts are appended to an ``options`` they give). ``connect_timeout`` (seconds,
+    libpq waits at least 2) shortens ``JOBQ['CONNECT_TIMEOUT']``, e.g. near a shutdown
+    deadline.
 
     Raises:
-        psycopg.OperationalError: the database cannot be reached.
+        psycopg.OperationalError: the database cannot be reached in time.
     """
     params = connections[get_settings().DATABASE].get_connection_params()
     params.pop("context", None)
     params.pop("cursor_factory", None)
     params.setdefault("application_name", application_name)
-    return psycopg.connect(**params, autocommit=True)
+    timeouts = connection_timeouts()
+    if params.get("options"):
+        timeouts["options"] = f"{params.pop('options')} {timeouts['options']}"
+    for key, value in timeouts.items():
+        params.setdefault(key, value)
+    if connect_timeout is not None:
+        longest = float(params["connect_timeout"])
+        params["connect_timeout"] = max(2, math.ceil(min(longest, connect_timeout)))
+    return WatchedConnection.connect(**params, autocommit=True)
+
+
+def close_unusable_connections() -> None:
+    """Before a job, on its handler thread: ``close_old_connections()``, then close each of
+    the thread's open Django connections that kept from an earlier job and no longer works
+    (e.g. its server process was terminated while idle), so the handler gets a fresh one
+    instead of an error that would cost an attempt. Costs a ``SELECT 1`` per such connection
+    only where Django checks nothing itself: ``CONN_MAX_AGE`` above 0 (0 closes every
+    connection between jobs) and ``CONN_HEALTH_CHECKS`` off."""
+    close_old_connections()
+    for connection in connections.all(initialized_only=True):
+        settings = connection.settings_dict
+        if (
+            connection.connection is None
+            or settings.get("CONN_MAX_AGE") == 0
+            or settings.get("CONN_HEALTH_CHECKS")
+        ):
+            continue
+        if not connection.is_usable():
+            connection.close()
 
 
 @contextmanager

@@ -62,6 +62,12 @@ def test_a_queue_database_that_is_not_postgresql_is_e001():
         ({"ALERT_OLDEST_READY_AGE": "5m"}, ["django_jobq.E003"]),
         ({"ALERT_DEAD_LETTERS": -1}, ["django_jobq.E003"]),
         ({"ALERT_DEAD_LETTERS": 2.5}, ["django_jobq.E003"]),
+        ({"CONNECT_TIMEOUT": 1}, ["django_jobq.E015"]),
+        ({"CONNECT_TIMEOUT": 7200}, ["django_jobq.E015"]),
+        ({"CONNECT_TIMEOUT": None}, ["django_jobq.E003"]),
+        ({"STATEMENT_TIMEOUT": 0.01}, ["django_jobq.E016"]),
+        ({"STATEMENT_TIMEOUT": 7200}, ["django_jobq.E016"]),
+        ({"STATEMENT_TIMEOUT": "5s"}, ["django_jobq.E003"]),
     ],
 )
 def test_invalid_settings_have_an_error_id(jobq, expected):

@@ -20,7 +20,7 @@ from typing import Any
 
 from django.db import close_old_connections, connections
 
-from .. import metrics, registry, signals, text
+from .. import db, metrics, registry, signals, text
 from ..backoff import ExponentialBackoff
 from ..conf import MAX_DURATION, get_settings
 from ..context import JobContext
@@ -196,7 +196,7 @@ def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
             DeadLetter.Reason.UNKNOWN_KIND,
             f"no handler is registered for kind {job.kind!r} in this worker",
         )
-    close_old_connections()
+    db.close_unusable_connections()
     signals.send(signals.job_started, job)
     metrics.handler_started()
     started = held.started = time.monotonic()
@@ -279,13 +279,15 @@ class ExecutorPool:
             if job is not None:
                 taken.append(job)
 
-    def stop(self, *, wait: bool = True) -> None:
-        """Let every thread finish its current job, then end; ``wait`` joins them."""
+    def stop(self, *, wait: bool = True, timeout: float | None = None) -> None:
+        """Let every thread finish its current job, then end; ``wait`` joins them, for
+        ``timeout`` seconds at most together (``None``: however long)."""
         for _ in self._threads:
             self._jobs.put(None)
         if wait:
+            deadline = None if timeout is None else time.monotonic() + timeout
             for thread in self._threads:
-                thread.join()
+                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def _run(self) -> None:
         try:

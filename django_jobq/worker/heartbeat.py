@@ -8,6 +8,13 @@ job whose row another transaction has locked is skipped, not waited for (busy: t
 not lost), and tried again within half a heartbeat interval (at most a second).
 A running job past its ``max_runtime`` is no longer extended, so its lease lapses and
 another worker can take the job; that is logged as an error.
+
+Leases follow liveness: only jobs that are prefetched or whose handler is running are
+extended, not a finished job waiting for its ack (``HeldJob.finished``). And while the
+worker's main loop is stuck in one pass (a hung statement, a reconnect that does not
+succeed) for longer than a job's heartbeat interval (a third of its visibility timeout),
+that job is not extended either, so a wedged worker gives its jobs up within about
+4/3 of a lease; heartbeats resume as soon as the loop completes a pass.
 """
 
 from __future__ import annotations
@@ -20,20 +27,39 @@ from typing import Any
 import psycopg
 
 from .. import db, leases, metrics
-from .held import HeldJob, HeldJobs
+from .held import HeldJob, HeldJobs, Progress
+from .outage import OutageLog
+from .watchdog import Watchdog
 
 logger = logging.getLogger("django_jobq.worker")
 
 #: Seconds to wait before retrying after the heartbeat connection failed.
 _RECONNECT_DELAY = 1.0
+#: Seconds between two looks at a stalled main loop, to resume heartbeats once it moves.
+_STALL_RECHECK = 0.1
+#: Seconds :meth:`Heartbeater.stop` waits for the thread (it may be cut from a statement).
+STOP_TIMEOUT = 1.0
 
 
 class Heartbeater:
-    """Runs :meth:`run` on a thread of its own; stop with :meth:`stop`."""
+    """Runs :meth:`run` on a thread of its own; stop with :meth:`stop`. ``progress`` is the
+    main loop's (leases are withheld while it is stalled), ``watchdog`` cuts a heartbeat
+    statement that hangs."""
 
-    def __init__(self, held: HeldJobs, *, worker_id: str) -> None:
+    def __init__(
+        self,
+        held: HeldJobs,
+        *,
+        worker_id: str,
+        progress: Progress | None = None,
+        watchdog: Watchdog | None = None,
+    ) -> None:
         self._held = held
         self._worker_id = worker_id
+        self._progress = progress or Progress()  # the worker's main loop; else never stalled
+        self._watchdog = watchdog
+        self._failures = OutageLog()
+        self._withheld = False  # leases not extended because the main loop is stalled
         self._stopping = threading.Event()
         self._lock = threading.Lock()  # one statement at a time on the connection
         self._connection: psycopg.Connection[Any] | None = None
@@ -45,34 +71,58 @@ class Heartbeater:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop extending leases (held jobs' leases then lapse normally) and close."""
+        """Stop extending leases (held jobs' leases then lapse normally) and close; waits
+        :data:`STOP_TIMEOUT` seconds at most for the thread."""
         self._stopping.set()
         self._held.changed.set()
-        self._thread.join()
+        self._thread.join(STOP_TIMEOUT)
 
     def run(self) -> None:
         try:
             while not self._stopping.is_set():
-                held = self._held.snapshot()
-                now = time.monotonic()
-                due = [h for h in held if h.next_heartbeat <= now and self._should_extend(h, now)]
-                if due:
-                    self.extend(due)
-                upcoming = [
-                    h.next_heartbeat
-                    for h in self._held.snapshot()
-                    if not (h.lease_lost or h.overran or h.acked)
-                ]
-                timeout = max(0.0, min(upcoming) - time.monotonic()) if upcoming else None
-                self._held.changed.wait(timeout)
+                self._held.changed.wait(self._beat())
                 self._held.changed.clear()
         finally:
             with self._lock:
                 if self._connection is not None:
                     self._connection.close()
 
+    def _beat(self) -> float | None:
+        """Extend the leases that are due; return the seconds until the next is (``None``:
+        none is held)."""
+        now = time.monotonic()
+        live = [h for h in self._held.snapshot() if self._should_extend(h, now)]
+        stalled = self._progress.stalled_for(now)
+        extendable = [h for h in live if stalled <= h.heartbeat_interval]
+        self._note_withheld(len(live) - len(extendable), stalled)
+        due = [h for h in extendable if h.next_heartbeat <= now]
+        if due:
+            self.extend(due)
+        upcoming = [h.next_heartbeat for h in extendable if not h.lease_lost]
+        if len(extendable) < len(live):
+            upcoming.append(now + _STALL_RECHECK)
+        return max(0.0, min(upcoming) - time.monotonic()) if upcoming else None
+
+    def _note_withheld(self, withheld: int, stalled: float) -> None:
+        """Log when leases start, and stop, being withheld from a stalled main loop."""
+        if withheld and not self._withheld:
+            logger.warning(
+                "worker %s: main loop has made no progress for %.1f s: not extending %s "
+                "lease(s) until it does (another worker may take those jobs)",
+                self._worker_id,
+                stalled,
+                withheld,
+            )
+        elif self._withheld and not withheld:
+            logger.info("worker %s: main loop progressing, heartbeats resumed", self._worker_id)
+        self._withheld = bool(withheld)
+
     def _should_extend(self, held: HeldJob, now: float) -> bool:
-        if held.lease_lost or held.overran or held.acked:  # acked: the job row is gone
+        """Whether ``held``'s lease is still the worker's to keep: prefetched, or its
+        handler running, within ``max_runtime``."""
+        if held.lease_lost or held.overran or held.acked or held.finished:
+            # acked: the job row is gone; finished: its outcome awaits the main loop's write,
+            # which must come within the lease.
             return False
         max_runtime = held.max_runtime
         if (
@@ -102,12 +152,18 @@ class Heartbeater:
         try:
             with self._lock:
                 if self._connection is None or self._connection.closed:
-                    self._connection = db.connect(
-                        application_name=f"jobq heartbeat {self._worker_id}"
-                    )
+                    name = f"jobq heartbeat {self._worker_id}"
+                    self._connection = db.connect(application_name=name)
+                    if self._watchdog is not None:
+                        self._watchdog.watch(self._connection, name)
                 extended = leases.heartbeat(self._connection.cursor(), [h.job.lease for h in due])
         except psycopg.Error as exc:
-            logger.warning("heartbeat failed, retrying in %g s: %s", _RECONNECT_DELAY, exc)
+            self._failures.failed(
+                "worker %s: heartbeat failed, retrying in %g s: %s",
+                self._worker_id,
+                _RECONNECT_DELAY,
+                exc,
+            )
             for held in due:
                 # Retry well within the lease, even for short visibility timeouts.
                 retry_in = min(_RECONNECT_DELAY, held.heartbeat_interval / 2)
@@ -117,6 +173,7 @@ class Heartbeater:
                     self._connection.close()
                     self._connection = None
             return False
+        self._failures.restored("worker %s: heartbeats restored", self._worker_id)
         now = time.monotonic()
         for held in due:
             if held.job.id in extended:

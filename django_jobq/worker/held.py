@@ -1,4 +1,5 @@
-"""The jobs a worker holds leases on (prefetched or running), shared by its threads."""
+"""The jobs a worker holds leases on (prefetched or running), shared by its threads, and
+whether the worker's main loop is making progress (:class:`Progress`)."""
 
 from __future__ import annotations
 
@@ -63,3 +64,25 @@ class HeldJobs:
     def snapshot(self) -> list[HeldJob]:
         with self._lock:
             return list(self._jobs.values())
+
+
+class Progress:
+    """Whether the main loop is making progress, for the heartbeater: the loop calls
+    :meth:`busy` when a pass begins and :meth:`progressed` when it ends (before it waits
+    for work); a pass that does not end (a hung statement, a reconnect that does not
+    succeed, a wedged thread) makes :meth:`stalled_for` grow."""
+
+    def __init__(self) -> None:
+        self._busy_since: float | None = None  # time.monotonic() the current pass began
+
+    def busy(self) -> None:
+        if self._busy_since is None:
+            self._busy_since = time.monotonic()
+
+    def progressed(self) -> None:
+        self._busy_since = None
+
+    def stalled_for(self, now: float) -> float:
+        """Seconds the current pass has lasted at ``now`` (0 while the loop waits)."""
+        since = self._busy_since
+        return 0.0 if since is None else max(0.0, now - since)

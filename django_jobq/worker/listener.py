@@ -14,7 +14,6 @@ job waits on the listener.
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 import select
@@ -25,8 +24,8 @@ from typing import Any
 import psycopg
 
 from .. import db, sql
-
-logger = logging.getLogger("django_jobq.worker")
+from .outage import OutageLog
+from .watchdog import Watchdog
 
 
 def reconnect_delays(*, first: float = 0.1, cap: float = 5.0) -> Iterator[float]:
@@ -47,6 +46,7 @@ class Listener:
         wake: called (on the listener thread) when a served queue gets a job, and after
             each reconnection.
         worker_id: names the connection (``application_name``) and the thread.
+        watchdog: cuts the connection if a statement on it hangs.
     """
 
     def __init__(
@@ -55,8 +55,11 @@ class Listener:
         queues: Collection[str] | None,
         wake: Callable[[], None],
         worker_id: str,
+        watchdog: Watchdog | None = None,
     ) -> None:
         self._queues = frozenset(queues) if queues else None
+        self._watchdog = watchdog
+        self._failures = OutageLog()
         self._wake = wake
         self._worker_id = worker_id
         self._stopping = threading.Event()
@@ -69,13 +72,15 @@ class Listener:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop listening, close the connection and wait for the thread."""
+    def stop(self, timeout: float = 1.0) -> None:
+        """Stop listening, close the connection and wait for the thread, ``timeout``
+        seconds at most (it may be opening a connection)."""
         self._stopping.set()
         os.write(self._stop_write, b"x")
-        self._thread.join()
-        os.close(self._stop_read)
-        os.close(self._stop_write)
+        self._thread.join(timeout)
+        if not self._thread.is_alive():  # else the pipe stays open for it (a daemon thread)
+            os.close(self._stop_read)
+            os.close(self._stop_write)
 
     def run(self) -> None:
         delays = reconnect_delays()
@@ -89,7 +94,7 @@ class Listener:
                 if self._stopping.is_set():
                     return
                 delay = next(delays)
-                logger.warning(
+                self._failures.failed(
                     "worker %s: listener connection lost, reconnecting in %.2g s: %s",
                     self._worker_id,
                     delay,
@@ -99,15 +104,17 @@ class Listener:
                 self.reconnects += 1
 
     def _connect(self) -> psycopg.Connection[Any]:
-        connection = db.connect(application_name=f"jobq listener {self._worker_id}")
+        name = f"jobq listener {self._worker_id}"
+        connection = db.connect(application_name=name)
+        if self._watchdog is not None:
+            self._watchdog.watch(connection, name)
         try:
             connection.execute(sql.LISTEN_WAKE)
         except BaseException:
             connection.close()
             raise
         self.listening.set()
-        if self.reconnects:
-            logger.info("worker %s: listener reconnected", self._worker_id)
+        self._failures.restored("worker %s: listener reconnected", self._worker_id)
         self._wake()  # whatever was enqueued while nobody listened
         return connection
 

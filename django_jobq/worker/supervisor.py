@@ -11,7 +11,9 @@ SIGTERM or SIGINT to the supervisor is forwarded to every child as SIGTERM: each
 gracefully, as a single worker does. A child ignores any further stop signal (Ctrl-C in a
 terminal, or systemd, signals the whole process group: each child gets the signal itself and
 again from the supervisor), so only the supervisor decides to hurry: a second signal to it
-SIGKILLs the children (their leases lapse, as after any crash). The supervisor exits when all
+SIGKILLs the children (their leases lapse, as after any crash), as does the ``stop_timeout``
+passing with a child still running (a worker that should have exited by then). The
+supervisor exits when all
 children have, with status 0 if every child exited 0. On Linux a child is sent SIGTERM if the
 supervisor itself dies, so no worker is orphaned.
 """
@@ -94,6 +96,8 @@ class Supervisor:
             when stopped; a burst worker when its queue is drained, and then it is done).
         on_exit: called with the pid of each child reaped (e.g.
             :func:`django_jobq.metrics.mark_process_dead`).
+        stop_timeout: seconds after the first signal by which every child must have
+            exited; those still running are SIGKILLed (``None``: wait however long).
     """
 
     def __init__(
@@ -103,6 +107,7 @@ class Supervisor:
         *,
         restart_finished: bool = True,
         on_exit: Callable[[int], None] | None = None,
+        stop_timeout: float | None = None,
     ) -> None:
         if processes < 1:
             raise ValueError(f"processes must be >= 1, not {processes}.")
@@ -112,11 +117,18 @@ class Supervisor:
         self._on_exit = on_exit
         self._context = multiprocessing.get_context("fork")
         self._signals = 0
+        self._stop_timeout = stop_timeout
+        self._kill_at: float | None = None  # time.monotonic(): the stop timeout passes
+        # A self-pipe: a signal wakes the wait for children, to plan the stop timeout.
+        self._wakeup_read, self._wakeup_write = os.pipe()
         self.restarts = 0
 
     def _forward(self, signum: int, frame: FrameType | None) -> None:
         self._signals += 1
         hurry = self._signals > 1
+        if self._signals == 1 and self._stop_timeout is not None:
+            self._kill_at = time.monotonic() + self._stop_timeout
+            os.write(self._wakeup_write, b"x")
         logger.info(
             "supervisor: %s, %s %s worker process(es)",
             signal.Signals(signum).name,
@@ -146,6 +158,21 @@ class Supervisor:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         slot.process, slot.started, slot.exit_code = process, time.monotonic(), None
         logger.info("supervisor: started worker process %s (pid %s)", slot.number, process.pid)
+
+    def _kill_overdue(self) -> None:
+        """SIGKILL the children still running when the stop timeout passed (once)."""
+        self._kill_at = None
+        for slot in self._running():
+            assert slot.process is not None and slot.process.pid is not None
+            logger.warning(
+                "supervisor: worker process %s (pid %s) still running %g s after the stop "
+                "signal: killing it",
+                slot.number,
+                slot.process.pid,
+                self._stop_timeout,
+            )
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(slot.process.pid, signal.SIGKILL)
 
     def _reap(self, slot: _Slot) -> None:
         """Record a child's exit and decide whether (and when) to restart it."""
@@ -201,10 +228,19 @@ class Supervisor:
                     self.restarts += 1
                     self._start(slot)
             pending = [s.restart_at - now for s in self._awaiting_restart()]
+            if self._kill_at is not None and now >= self._kill_at:
+                self._kill_overdue()
+            if self._kill_at is not None:
+                pending.append(self._kill_at - now)
             sentinels = {s.process.sentinel: s for s in self._running() if s.process is not None}
-            ready = wait(list(sentinels), timeout=max(min(pending), 0) if pending else None)
+            ready = wait(
+                [*sentinels, self._wakeup_read], timeout=max(min(pending), 0) if pending else None
+            )
             for sentinel in ready:
-                self._reap(sentinels[sentinel])  # type: ignore[index]
+                if sentinel == self._wakeup_read:
+                    os.read(self._wakeup_read, 64)
+                else:
+                    self._reap(sentinels[sentinel])  # type: ignore[index]
         codes = [slot.exit_code for slot in self._slots]
         logger.info("supervisor: all worker processes exited (%s)", codes)
         return 0 if all(code == 0 for code in codes) else 1

@@ -9,6 +9,16 @@ thread wakes the loop when a job is enqueued (LISTEN/NOTIFY).
 The loop survives the loss of its connection: it logs, reconnects with backoff and carries
 on. Outcomes reported meanwhile wait in the completer and are recorded after the reconnect
 (or, if the outage outlasts a lease, are refused as lost leases and the jobs run again).
+A connection that hangs is a lost connection too: a watchdog thread cuts a statement in
+flight for too long (:mod:`.watchdog`), and the heartbeater stops extending leases while
+the loop is stuck in one pass (:class:`.held.Progress`).
+
+Shutdown is bounded: after :meth:`Worker.stop` the worker returns within the shutdown
+timeout plus :data:`SHUTDOWN_SLACK`, whatever the database does. Backoff sleeps end at the
+deadline, a statement in flight at the deadline is cut, and every thread is waited for a
+bounded time. Without a shutdown timeout, running handlers are waited for however long they
+take, but once none runs the last writes (releases, outcomes) get :data:`FINAL_WRITES_TIMEOUT`
+seconds.
 
 A worker holds at most ``concurrency + batch_size`` leased jobs: one running per executor
 thread and up to ``batch_size`` claimed ahead (prefetched).
@@ -31,15 +41,17 @@ import psycopg
 from django.utils import timezone
 
 from .. import db, faults, leases, registry, sql, task_results, text
-from ..conf import get_settings
+from ..conf import get_settings, statement_timeout
 from .completer import Completer, Tally
 from .executor import ExecutorPool, Outcome
 from .heartbeat import Heartbeater
-from .held import HeldJob, HeldJobs
+from .held import HeldJob, HeldJobs, Progress
 from .listener import Listener, reconnect_delays
 from .maintenance import Maintenance
 from .observer import Observer
+from .outage import OutageLog
 from .scheduler import Scheduler
+from .watchdog import Watchdog
 
 logger = logging.getLogger("django_jobq.worker")
 
@@ -58,6 +70,16 @@ ACK_FLUSH_DELAY = 0.005
 #: Seconds before the worker tries again to record an outcome or release a job whose row
 #: another transaction had locked (busy: skipped, not waited for; see leases.py).
 BUSY_RETRY_DELAY = 0.2
+#: Seconds the worker's threads and its deregistration may take, together, once the main
+#: loop is done (each is cut short by then: the threads are daemons, the statement is cut).
+EXIT_TIMEOUT = 2.0
+#: The most seconds a stopping worker returns after its shutdown timeout: a connection
+#: attempt begun before the deadline (libpq waits at least 2 s per address) and
+#: :data:`EXIT_TIMEOUT`.
+SHUTDOWN_SLACK = 2.0 + EXIT_TIMEOUT
+#: Without a shutdown timeout: seconds a stopping worker keeps trying to write its last
+#: releases and outcomes once no handler runs (the jobs of unwritten ones run again).
+FINAL_WRITES_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
@@ -173,13 +195,29 @@ class Worker:
         self._outcomes_changed = threading.Condition()
         self._first_outcome_at = 0.0  # time.monotonic() of the oldest untaken outcome
         self._held = HeldJobs()
+        self._progress = Progress()
+        self._watchdog = Watchdog(
+            bound=statement_timeout(settings) * db.CUT_AFTER_STATEMENT_TIMEOUTS,
+            name=self.worker_id,
+            deadline=self._cut_deadline,
+        )
+        self._exit_by: float | None = None  # time.monotonic(): the threads and deregistration
+        self._failures = OutageLog()
+        self._idle_since: float | None = None  # stopping, and no handler running since
         self._scheduler = Scheduler() if scheduler else None
         self._listener = (
-            Listener(queues=self.queues, wake=self._wake.set, worker_id=self.worker_id)
+            Listener(
+                queues=self.queues,
+                wake=self._wake.set,
+                worker_id=self.worker_id,
+                watchdog=self._watchdog,
+            )
             if listen
             else None
         )
-        self._heartbeater = Heartbeater(self._held, worker_id=self.worker_id)
+        self._heartbeater = Heartbeater(
+            self._held, worker_id=self.worker_id, progress=self._progress, watchdog=self._watchdog
+        )
         self._pool = ExecutorPool(
             concurrency,
             report=self._report,
@@ -239,10 +277,32 @@ class Worker:
         self._held.add(held)
         return held
 
-    def _shutdown_time_left(self) -> float | None:
-        if self.shutdown_timeout is None or self._stop_requested_at is None:
+    def _shutdown_deadline(self) -> float | None:
+        """When a stopping worker gives up (``time.monotonic()`` seconds): the shutdown
+        timeout after the stop or, without one, :data:`FINAL_WRITES_TIMEOUT` after the last
+        handler finished; ``None``: no deadline (yet)."""
+        if self._stop_requested_at is None:
             return None
-        return self._stop_requested_at + self.shutdown_timeout - time.monotonic()
+        if self.shutdown_timeout is not None:
+            return self._stop_requested_at + self.shutdown_timeout
+        if any(h.started is not None and not h.finished for h in self._held.snapshot()):
+            self._idle_since = None
+            return None
+        if self._idle_since is None:
+            self._idle_since = time.monotonic()
+        return self._idle_since + FINAL_WRITES_TIMEOUT
+
+    def _cut_deadline(self) -> float:
+        """From when the watchdog cuts every statement in flight: the shutdown deadline,
+        then the exit's (``time.monotonic()`` seconds; ``math.inf``: not stopping)."""
+        if self._exit_by is not None:
+            return self._exit_by
+        deadline = self._shutdown_deadline()
+        return math.inf if deadline is None else deadline
+
+    def _shutdown_time_left(self) -> float | None:
+        deadline = self._shutdown_deadline()
+        return None if deadline is None else deadline - time.monotonic()
 
     def _execute_on_queues(
         self,
@@ -387,6 +447,7 @@ class Worker:
         connection: psycopg.Connection[Any] | None = None
         delays = reconnect_delays()
         failed = False
+        self._watchdog.start()
         self._heartbeater.start()
         if self._listener is not None:
             self._listener.start()
@@ -394,11 +455,10 @@ class Worker:
         try:
             while True:
                 self._wake.clear()
+                self._progress.busy()
                 try:
                     if connection is None:
-                        connection = db.connect(application_name=f"jobq worker {self.worker_id}")
-                        if self._reconnects:
-                            logger.info("worker %s: database connection restored", self.worker_id)
+                        connection = self._connect()
                     if not self._observing:
                         self._observer.start(connection.cursor())
                         self._observing = True
@@ -412,23 +472,9 @@ class Worker:
                         connection = None
                     if self._stopping.is_set() and self._shutdown_time_is_up():
                         break
-                    timeout = next(delays)
-                    self._reconnects += 1
-                    logger.warning(
-                        "worker %s: database error, reconnecting in %.2g s (%s outcome(s) "
-                        "waiting to be recorded): %s",
-                        self.worker_id,
-                        timeout,
-                        len(self._completer.pending),
-                        exc,
-                    )
-                    # Back off; outcomes arriving meanwhile must not hasten the reconnect, a
-                    # stop may (it has jobs to release).
-                    if self._stopping.is_set():
-                        time.sleep(timeout)
-                    else:
-                        self._stopping.wait(timeout)
+                    self._back_off(next(delays), exc)
                     continue
+                self._progress.progressed()
                 if timeout is None:
                     break
                 if timeout > 0:
@@ -437,20 +483,56 @@ class Worker:
             failed = True
             raise
         finally:
-            # Normally nothing is left here. After an error or the shutdown timeout, held
-            # jobs are left to lapse and other workers reclaim them: stop heartbeating and
-            # do not wait for running handlers (the process is about to exit; a handler
-            # running on without its lease would overlap the next attempt).
-            self._heartbeater.stop()
-            if self._listener is not None:
-                self._listener.stop()
-            self._pool.take_unstarted()
-            self._pool.stop(wait=not (failed or self._abandoned))
-            if connection is not None:
-                if self._observing:
-                    self._observer.stop(connection.cursor())
-                connection.close()
+            self._exit(connection, wait=not (failed or self._abandoned))
         return self._finish(time.monotonic() - started)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        """Open the main loop's connection, within the shutdown deadline if stopping."""
+        name = f"jobq worker {self.worker_id}"
+        time_left = self._shutdown_time_left()
+        connection = db.connect(application_name=name, connect_timeout=time_left)
+        self._failures.restored("worker %s: database connection restored", self.worker_id)
+        return self._watchdog.watch(connection, name)
+
+    def _back_off(self, delay: float, exc: psycopg.Error) -> None:
+        """Log a database error (with back-off) and wait ``delay`` seconds before the
+        reconnect, never past the shutdown deadline."""
+        self._reconnects += 1
+        self._failures.failed(
+            "worker %s: database error, reconnecting in %.2g s (%s outcome(s) waiting to be "
+            "recorded): %s",
+            self.worker_id,
+            delay,
+            len(self._completer.pending),
+            exc,
+        )
+        # Outcomes arriving meanwhile must not hasten the reconnect, a stop may (it has
+        # jobs to release).
+        if not self._stopping.is_set():
+            self._stopping.wait(delay)
+            return
+        time_left = self._shutdown_time_left()
+        time.sleep(delay if time_left is None else max(0.0, min(delay, time_left)))
+
+    def _exit(self, connection: psycopg.Connection[Any] | None, *, wait: bool) -> None:
+        """Stop the threads and deregister, within :data:`EXIT_TIMEOUT` seconds together.
+
+        Normally nothing is left here. After an error or the shutdown deadline, held jobs
+        are left to lapse and other workers reclaim them: stop heartbeating and do not wait
+        for running handlers (the process is about to exit; a handler running on without
+        its lease would overlap the next attempt). ``wait``: wait for the handler threads.
+        """
+        exit_by = self._exit_by = time.monotonic() + EXIT_TIMEOUT
+        self._heartbeater.stop()
+        if self._listener is not None:
+            self._listener.stop(timeout=max(0.0, exit_by - time.monotonic()))
+        self._pool.take_unstarted()
+        self._pool.stop(wait=wait, timeout=max(0.0, exit_by - time.monotonic()))
+        if connection is not None:
+            if self._observing:
+                self._observer.stop(connection.cursor())
+            connection.close()
+        self._watchdog.stop()
 
     def _finish(self, elapsed: float) -> WorkerStats:
         stats = WorkerStats(
@@ -463,7 +545,16 @@ class Worker:
             heartbeats_refused=self._heartbeater.refused,
             tally=self._completer.tally,
         )
-        if self._abandoned:
+        if self._abandoned and self.shutdown_timeout is None:
+            logger.warning(
+                "worker %s: the database could not be reached for %g s after the last job "
+                "finished: %s outcome(s) or release(s) not recorded; their leases will lapse "
+                "and other workers will run them again",
+                self.worker_id,
+                FINAL_WRITES_TIMEOUT,
+                self._abandoned,
+            )
+        elif self._abandoned:
             logger.warning(
                 "worker %s: shutdown timeout (%g s) passed with %s job(s) still running; "
                 "their leases will lapse and other workers will retry them",

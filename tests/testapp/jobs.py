@@ -223,3 +223,14 @@ def outcomes_returns_coroutine(label: str) -> object:
 def small_record_attempt(ctx: JobContext, label: str) -> None:
     """Write one Effect row naming the attempt that ran: ``"<label> attempt <n>"``."""
     Effect.objects.create(label=f"{label} attempt {ctx.attempt}")
+
+
+@job(queue="connections", visibility_timeout=1)
+def connections_wait_for_file(path: str) -> None:
+    """Run, without touching the database, until the test creates ``path`` (at most 60 s),
+    so the job stays running through a database outage."""
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.02)

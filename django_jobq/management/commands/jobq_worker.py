@@ -23,6 +23,7 @@ from ...worker.worker import (
     MAX_CONCURRENCY,
     MAX_POLL_INTERVAL,
     MAX_WORKER_ID_LENGTH,
+    SHUTDOWN_SLACK,
     Worker,
     worker_id_problem,
 )
@@ -224,8 +225,15 @@ class Command(BaseCommand):
                 assert server is not None
                 cleanup.callback(server.close)
                 on_exit = metrics.mark_process_dead
+            # A child exits by its shutdown timeout plus the slack; a second later it is killed.
+            timeout = options["shutdown_timeout"]
+            stop_timeout = None if timeout is None else timeout + SHUTDOWN_SLACK + 1
             supervisor = Supervisor(
-                processes, run_slot, restart_finished=not options["burst"], on_exit=on_exit
+                processes,
+                run_slot,
+                restart_finished=not options["burst"],
+                on_exit=on_exit,
+                stop_timeout=stop_timeout,
             )
             return supervisor.run()
 
