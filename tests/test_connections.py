@@ -160,6 +160,27 @@ def test_leases_are_withheld_while_the_main_loop_is_stalled_and_resume_after(que
         heartbeater.stop()
 
 
+def test_a_handlers_own_heartbeat_is_refused_while_the_main_loop_is_stalled(queue_cursor):
+    (job,) = claimed_held(queue_cursor, 1)
+    held = HeldJobs()
+    held.add(job)
+    progress = Progress()
+    heartbeater = Heartbeater(held, worker_id="hb", progress=progress)
+    first = deadline(job)
+    progress.busy()  # a pass that does not end, for longer than the heartbeat interval
+    wait_until(
+        lambda: progress.stalled_for(time.monotonic()) > job.heartbeat_interval,
+        timeout=5,
+        what="the main loop to count as stalled",
+    )
+    assert heartbeater.extend_one(job) is False  # JobContext.heartbeat() while wedged
+    assert deadline(job) == first
+    assert not job.lease_lost  # withheld, not lost
+    progress.progressed()
+    assert heartbeater.extend_one(job) is True
+    assert deadline(job) > first
+
+
 def db_now():
     with connection.cursor() as cursor:
         cursor.execute("SELECT now()")

@@ -203,7 +203,11 @@ class Heartbeater:
         return len(extended) == len(due)
 
     def extend_one(self, held: HeldJob) -> bool:
-        """Extend one job's lease now (``JobContext.heartbeat``)."""
+        """Extend one job's lease now (``JobContext.heartbeat``); ``False`` without a
+        statement when the lease is lost or the main loop is stalled (the same rule as the
+        heartbeater's own beats: a wedged worker gives its jobs up)."""
         if held.lease_lost:
+            return False
+        if self._progress.stalled_for(time.monotonic()) > held.heartbeat_interval:
             return False
         return self.extend([held])
