@@ -68,22 +68,29 @@ class WatchedConnection(psycopg.Connection[Any]):
         with self._cut_lock:
             if self.closed or self.in_flight_since is None:
                 return False
-            try:
-                fd = self.pgconn.socket
-            except psycopg.OperationalError:
-                return False
-            # A duplicate of the descriptor: shutting it down shuts the connection down,
-            # closing it leaves psycopg's descriptor to psycopg.
-            with socket.fromfd(fd, socket.AF_INET, socket.SOCK_STREAM) as duplicate:
-                try:
-                    duplicate.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    return False
-            return True
+            return shut_down(self)
 
     def close(self) -> None:
         with self._cut_lock:
             super().close()
+
+
+def shut_down(connection: psycopg.Connection[Any]) -> bool:
+    """Shut ``connection``'s socket down (both ways) from any thread: a statement waiting on
+    it fails at once with ``psycopg.OperationalError``, as if the server had gone. Returns
+    whether a socket was shut down (``False``: already closed)."""
+    try:
+        fd = connection.pgconn.socket
+    except psycopg.OperationalError:
+        return False
+    # A duplicate of the descriptor: shutting it down shuts the connection down, closing it
+    # leaves psycopg's descriptor to psycopg.
+    with socket.fromfd(fd, socket.AF_INET, socket.SOCK_STREAM) as duplicate:
+        try:
+            duplicate.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            return False
+    return True
 
 
 def connection_timeouts() -> dict[str, Any]:

@@ -69,6 +69,25 @@ def test_the_watchdog_cuts_a_statement_hung_on_a_silent_connection(proxy):
         watchdog.stop()
 
 
+def test_the_watchdog_cuts_a_guarded_block_on_a_connection_the_worker_does_not_own(proxy):
+    # The scheduler enqueues on Django's connection: its statements are guarded as a block.
+    watchdog = Watchdog(bound=0.5, name="test")
+    watchdog.start()
+    conn = psycopg.connect(proxied_url(proxy), autocommit=True)
+    try:
+        with watchdog.guard("scheduler", lambda: conn):
+            assert conn.execute("SELECT 1").fetchone() == (1,)  # quick: not cut
+        assert watchdog.cuts == 0
+        proxy.freeze()
+        with pytest.raises(psycopg.OperationalError), watchdog.guard("scheduler", lambda: conn):
+            conn.execute("SELECT 1")
+        assert watchdog.cuts == 1
+    finally:
+        proxy.resume()
+        conn.close()
+        watchdog.stop()
+
+
 def test_the_watchdog_cuts_at_the_deadline_and_never_an_idle_connection(proxy):
     deadline = time.monotonic()
     watchdog = Watchdog(bound=3600, name="test", deadline=lambda: deadline)

@@ -18,14 +18,48 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol, TypeVar
 
-from ..db import WatchedConnection
+import psycopg
+
+from ..db import shut_down
 
 logger = logging.getLogger("django_jobq.worker")
 
+W = TypeVar("W", bound="Watched")
+
 #: The longest pause, in seconds, between two looks at the connections.
 POLL = 0.25
+
+
+class Watched(Protocol):
+    """What the watchdog needs of a connection (or a block of statements) it watches."""
+
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def in_flight_since(self) -> float | None: ...
+    def cut(self) -> bool: ...
+
+
+class _GuardedBlock:
+    """Statements run on a connection the worker does not own (Django's, for the
+    scheduler's enqueues), watched as one statement from the start of the block to its end:
+    cutting it shuts that connection's socket down (``connection()`` returns it, or ``None``
+    before Django connected)."""
+
+    def __init__(self, connection: Callable[[], psycopg.Connection[Any] | None]) -> None:
+        self._connection = connection
+        self.in_flight_since: float | None = time.monotonic()
+        self.closed = False
+
+    def cut(self) -> bool:
+        connection = self._connection()
+        if self.closed or connection is None or connection.closed:
+            return False
+        return shut_down(connection)
 
 
 class Watchdog:
@@ -43,7 +77,7 @@ class Watchdog:
     ) -> None:
         self.bound = bound
         self._poll = min(POLL, bound / 4)
-        self._connections: dict[int, tuple[WatchedConnection, str]] = {}
+        self._connections: dict[int, tuple[Watched, str]] = {}
         self._lock = threading.Lock()
         self._deadline = deadline
         self._changed = threading.Event()
@@ -59,11 +93,28 @@ class Watchdog:
         self._changed.set()
         self._thread.join(timeout=1.0)
 
-    def watch(self, connection: WatchedConnection, name: str) -> WatchedConnection:
-        """Watch ``connection`` (``name`` is for the log) until it is closed; return it."""
+    def watch(self, connection: W, name: str) -> W:
+        """Watch ``connection`` (a :class:`~django_jobq.db.WatchedConnection`; ``name`` is
+        for the log) until it is closed; return it."""
         with self._lock:
             self._connections[id(connection)] = (connection, name)
         return connection
+
+    @contextmanager
+    def guard(
+        self, name: str, connection: Callable[[], psycopg.Connection[Any] | None]
+    ) -> Iterator[None]:
+        """Watch the statements of the ``with`` block, which run on a connection the worker
+        does not own (``connection()`` returns it when it exists), as one statement: past
+        the bound or the deadline its socket is shut down and the block's statement fails
+        with a database error."""
+        block = _GuardedBlock(connection)
+        self.watch(block, name)
+        try:
+            yield
+        finally:
+            block.in_flight_since = None
+            block.closed = True
 
     def run(self) -> None:
         while not self._stopping:

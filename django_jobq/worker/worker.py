@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from django.db import connections
 from django.utils import timezone
 
 from .. import db, faults, leases, registry, sql, task_results, text
@@ -368,7 +369,11 @@ class Worker:
             return self._shutdown_turn(cursor)
         self._maintenance.run_if_due(connection)
         if self._scheduler is not None:
-            self._scheduler.run_if_due()
+            # The scheduler enqueues through this thread's Django connection: its
+            # statements are bounded like the loop's own.
+            django_connection = connections[get_settings().DATABASE]
+            with self._watchdog.guard("scheduler", lambda: django_connection.connection):
+                self._scheduler.run_if_due()
         # Refill the prefetch only once half a batch of room is free: small claims would
         # cost a statement (and a commit) for a job or two.
         room = self._capacity - self._outstanding
