@@ -1,0 +1,100 @@
+"""Rows no ``enqueue`` wrote (another producer, a hand-written SQL fix), for the tests.
+
+:func:`insert_row` writes a job by SQL as if it predated migration 0008: the constraints
+that would refuse it are dropped for the insert and added back ``NOT VALID``, exactly the
+state of a table migrated with such rows in it.
+"""
+
+from __future__ import annotations
+
+from django.db import connection, transaction
+
+from django_jobq.models import JOB_INSERT_CONSTRAINTS
+from tests.testapp.jobs import record
+
+RECORD_KIND = record.kind
+
+# name: (columns set by SQL, what the dead letter's reason must contain)
+CLAIMED_POISON = {
+    "deep object payload": (
+        {"payload": "(repeat('{\"a\": ', 10000) || '1' || repeat('}', 10000))::jsonb"},
+        "poison row: payload could not be decoded: RecursionError",
+    ),
+    "deep array payload": (
+        {"payload": "(repeat('[', 10000) || repeat(']', 10000))::jsonb"},
+        "poison row: payload could not be decoded: RecursionError",
+    ),
+    "array payload": ({"payload": "'[\"poison\"]'"}, "poison row: payload is an array"),
+    "string payload": ({"payload": "'\"poison\"'"}, "poison row: payload is a string"),
+    "null payload": ({"payload": "'null'"}, "poison row: payload is null"),
+    "number payload": ({"payload": "'7'"}, "poison row: payload is a number"),
+    "run_at -infinity": ({"run_at": "'-infinity'"}, "poison row: run_at is -infinity"),
+    "created_at infinity": ({"created_at": "'infinity'"}, "poison row: created_at is infinity"),
+    "expires_at infinity": ({"expires_at": "'infinity'"}, "poison row: expires_at is infinity"),
+    "visibility timeout 300000 years": (
+        {"visibility_timeout": "'300000 years'"},
+        "poison row: visibility_timeout is 300000 years, not 1 ms to 10 years",
+    ),
+    "visibility timeout beyond timedelta": (
+        {"visibility_timeout": "'100000000 years'"},
+        "poison row: visibility_timeout is 100000000 years",
+    ),
+    "negative visibility timeout": (
+        {"visibility_timeout": "'-5 seconds'"},
+        "poison row: visibility_timeout is -00:00:05",
+    ),
+    "attempts above max_attempts": (
+        {"attempts": "7", "max_attempts": "5"},
+        "max attempts exceeded: it was ready with attempts 7 of max_attempts 5",
+    ),
+    "attempts at the integer maximum": (
+        {"attempts": "2147483647", "max_attempts": "5"},
+        "max attempts exceeded: it was ready with attempts",
+    ),
+}
+
+# Rows a claim does not take (never due, or a status no worker knows), and a running row
+# whose lease lapsed at '-infinity' (reclaimed and run like any lapsed lease).
+UNCLAIMED_POISON = {
+    "run_at infinity": {"run_at": "'infinity'"},
+    "unknown status": {"status": "'done'"},
+}
+LAPSED_AT_MINUS_INFINITY = {
+    "status": "'running'",
+    "lease_deadline": "'-infinity'",
+    "worker_id": "'gone'",
+}
+
+
+def insert_row(columns: dict[str, str], *, label: str = "poison", kind: str = RECORD_KIND) -> int:
+    """Insert a job of ``kind`` (payload ``{"label": label}`` unless ``columns`` sets it)
+    with ``columns`` (SQL expressions) as a row older than the constraints; returns its id."""
+    values = {
+        "queue": "'default'",
+        "kind": "%(kind)s",
+        "payload": "jsonb_build_object('label', %(label)s::text)",
+        "visibility_timeout": "interval '30 seconds'",
+        "max_attempts": "3",
+        **columns,
+    }
+    names = [constraint.name for constraint in JOB_INSERT_CONSTRAINTS]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
+            "WHERE conrelid = 'jobq_job'::regclass AND conname = ANY(%(names)s)",
+            {"names": names},
+        )
+        definitions = cursor.fetchall()
+        assert len(definitions) == len(names)
+        for name, _ in definitions:
+            cursor.execute(f"ALTER TABLE jobq_job DROP CONSTRAINT {name}")
+        cursor.execute(  # the test's own SQL expressions, not user input
+            f"INSERT INTO jobq_job ({', '.join(values)}) "  # noqa: S608
+            f"VALUES ({', '.join(values.values())}) RETURNING id",
+            {"kind": kind, "label": label},
+        )
+        ((job_id,),) = cursor.fetchall()
+        for name, definition in definitions:
+            definition = definition.removesuffix(" NOT VALID")
+            cursor.execute(f"ALTER TABLE jobq_job ADD CONSTRAINT {name} {definition} NOT VALID")
+    return job_id
