@@ -29,6 +29,10 @@ CLAIMED_POISON = {
     "null payload": ({"payload": "'null'"}, "poison row: payload is null"),
     "number payload": ({"payload": "'7'"}, "poison row: payload is a number"),
     "run_at -infinity": ({"run_at": "'-infinity'"}, "poison row: run_at is -infinity"),
+    "run_at and created_at -infinity": (
+        {"run_at": "'-infinity'", "created_at": "'-infinity'"},
+        "poison row: run_at is -infinity",
+    ),
     "created_at infinity": ({"created_at": "'infinity'"}, "poison row: created_at is infinity"),
     "expires_at infinity": ({"expires_at": "'infinity'"}, "poison row: expires_at is infinity"),
     "visibility timeout 300000 years": (

@@ -8,17 +8,21 @@ the worker goes on; every statement that reads the jobs table survives it.
 
 from __future__ import annotations
 
+import signal
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from django.db import IntegrityError, connection
 
 from django_jobq import leases, sql, stats
-from django_jobq.models import DeadLetter, Job
+from django_jobq.conf import MAX_DURATION
+from django_jobq.models import JOB_INSERT_CONSTRAINTS, DeadLetter, Job
 from django_jobq.worker import Worker
 from tests.conftest import wait_until
 from tests.poison import CLAIMED_POISON, LAPSED_AT_MINUS_INFINITY, UNCLAIMED_POISON, insert_row
-from tests.testapp.jobs import record
+from tests.testapp.jobs import record, retry_later
 from tests.testapp.models import Effect
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -126,3 +130,114 @@ def test_queue_states_samples_and_the_idle_wake_up_survive_each_poison_row(case,
     assert 0 <= worker._idle_timeout(queue_cursor) <= 0.5
     queue_cursor.execute(sql.SAMPLE_QUEUES)
     assert queue_cursor.fetchall() == [("default",)]
+
+
+def test_a_real_worker_process_quarantines_every_poison_row_and_runs_the_healthy_jobs(manage):
+    poison_ids = {insert_row(columns): reason for columns, reason in CLAIMED_POISON.values()}
+    unclaimed_ids = {insert_row(columns) for columns in UNCLAIMED_POISON.values()}
+    insert_row(LAPSED_AT_MINUS_INFINITY, label="lapsed")
+    for n in range(5):
+        record.enqueue(f"healthy {n}")
+    worker = manage(
+        "jobq_worker", "--concurrency", "2", "--batch-size", "4", "--poll-interval", "0.2"
+    )
+    expected = sorted(["lapsed", *(f"healthy {n}" for n in range(5))])
+    wait_until(
+        lambda: labels() == expected and DeadLetter.objects.count() == len(poison_ids),
+        timeout=60,
+        what="the healthy jobs to run and the poison rows to be dead letters",
+    )
+    record.enqueue("after")
+    wait_until(lambda: "after" in labels(), timeout=60, what="the next job")
+    assert worker.poll() is None, worker.communicate()
+    worker.send_signal(signal.SIGTERM)
+    _, stderr = worker.communicate(timeout=60)
+    assert worker.returncode == 0, stderr
+    dead = dict(DeadLetter.objects.values_list("job_id", "reason"))
+    assert dead.keys() == poison_ids.keys()
+    for job_id, reason in poison_ids.items():
+        assert reason in dead[job_id], (reason, dead[job_id])
+    assert set(Job.objects.values_list("id", flat=True)) == unclaimed_ids
+    assert "poison" not in labels()
+
+
+@pytest.mark.parametrize(
+    ("columns", "constraint"),
+    [
+        ({"run_at": "'-infinity'"}, "jobq_job_run_at_is_finite"),
+        ({"run_at": "'infinity'"}, "jobq_job_run_at_is_finite"),
+        ({"expires_at": "'infinity'"}, "jobq_job_expires_at_is_finite"),
+        ({"created_at": "'-infinity'"}, "jobq_job_created_at_is_finite"),
+        ({"visibility_timeout": "'300000 years'"}, "jobq_job_visibility_timeout_1ms_to_10y"),
+        ({"visibility_timeout": "'3651 days'"}, "jobq_job_visibility_timeout_1ms_to_10y"),
+        ({"visibility_timeout": "'0.0009 seconds'"}, "jobq_job_visibility_timeout_1ms_to_10y"),
+        ({"visibility_timeout": "'-5 seconds'"}, "jobq_job_visibility_timeout_1ms_to_10y"),
+        ({"payload": "'[1, 2]'"}, "jobq_job_payload_is_object"),
+        ({"payload": "'null'"}, "jobq_job_payload_is_object"),
+        ({"payload": "'\"text\"'"}, "jobq_job_payload_is_object"),
+        ({"attempts": "6", "max_attempts": "5"}, "jobq_job_ready_attempts_within_max"),
+        ({"status": "'done'"}, "jobq_job_status_is_known"),
+        ({"max_attempts": "0"}, "jobq_job_max_attempts_gte_1"),
+        ({"attempts": "-1"}, "jobq_job_attempts_check"),
+    ],
+)
+def test_the_constraints_refuse_at_insert_what_enqueue_refuses(columns, constraint):
+    values = {
+        "queue": "'default'",
+        "kind": "'x'",
+        "payload": "'{}'",
+        "max_attempts": "5",
+        "visibility_timeout": "interval '30 seconds'",
+        **columns,
+    }
+    with pytest.raises(IntegrityError, match=constraint), connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO jobq_job ({', '.join(values)}) "  # noqa: S608 (the test's own SQL)
+            f"VALUES ({', '.join(values.values())})"
+        )
+    assert not Job.objects.exists()
+
+
+def test_the_constraints_of_migration_0008_are_not_valid_until_validated():
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT conname, convalidated FROM pg_constraint "
+            "WHERE conrelid = 'jobq_job'::regclass AND conname = ANY(%s)",
+            [[constraint.name for constraint in JOB_INSERT_CONSTRAINTS]],
+        )
+        rows = dict(cursor.fetchall())
+    assert rows == {constraint.name: False for constraint in JOB_INSERT_CONSTRAINTS}
+
+
+def test_a_poison_row_left_in_place_makes_validate_name_it_and_goes_once_quarantined():
+    insert_row({"payload": "'[]'"})
+    validate = "ALTER TABLE jobq_job VALIDATE CONSTRAINT jobq_job_payload_is_object"
+    with pytest.raises(IntegrityError, match="payload_is_object"), connection.cursor() as c:
+        c.execute(validate)
+    Worker(burst=True, poll_interval=0.05).run()
+    assert DeadLetter.objects.values_list("reason", flat=True).get().startswith("poison row")
+    with connection.cursor() as cursor:
+        cursor.execute(validate)
+
+
+def test_enqueue_s_extremes_still_insert_and_a_worker_s_writes_keep_the_constraints():
+    latest = datetime(9999, 12, 31, 23, 59, tzinfo=UTC)
+    earliest = datetime(1, 1, 1, tzinfo=UTC)
+    record.using(  # on a queue no worker here serves: a 1 ms lease lapses while it runs
+        queue="extremes",
+        visibility_timeout=0.001,
+        max_attempts=2**31 - 1,
+        priority=-(2**31),
+        run_at=earliest,
+    ).enqueue("shortest lease")
+    record.using(visibility_timeout=MAX_DURATION, priority=2**31 - 1, expires_at=latest).enqueue(
+        "longest lease"
+    )
+    record.using(run_at=latest).enqueue("due last")
+    retry_later.using(visibility_timeout=MAX_DURATION, max_attempts=2).enqueue(delay=MAX_DURATION)
+    stats = Worker(burst=True, poll_interval=0.05, queues=["default"]).run()
+    assert labels() == ["longest lease"]
+    assert stats.tally.retried == 1  # ready again, 10 years from now: within the constraints
+    with connection.cursor() as cursor:
+        for constraint in JOB_INSERT_CONSTRAINTS:
+            cursor.execute(f"ALTER TABLE jobq_job VALIDATE CONSTRAINT {constraint.name}")
