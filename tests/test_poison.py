@@ -8,6 +8,7 @@ the worker goes on; every statement that reads the jobs table survives it.
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 from datetime import UTC, datetime
@@ -20,7 +21,7 @@ from django_jobq import leases, sql, stats
 from django_jobq.conf import MAX_DURATION
 from django_jobq.models import JOB_INSERT_CONSTRAINTS, DeadLetter, Job
 from django_jobq.worker import Worker
-from tests.conftest import wait_until
+from tests.conftest import REPO_ROOT, wait_until
 from tests.poison import CLAIMED_POISON, LAPSED_AT_MINUS_INFINITY, UNCLAIMED_POISON, insert_row
 from tests.testapp.jobs import record, retry_later
 from tests.testapp.models import Effect
@@ -239,5 +240,35 @@ def test_enqueue_s_extremes_still_insert_and_a_worker_s_writes_keep_the_constrai
     assert labels() == ["longest lease"]
     assert stats.tally.retried == 1  # ready again, 10 years from now: within the constraints
     with connection.cursor() as cursor:
+        for constraint in JOB_INSERT_CONSTRAINTS:
+            cursor.execute(f"ALTER TABLE jobq_job VALIDATE CONSTRAINT {constraint.name}")
+
+
+# -- docs/operations.md, "Rows written by other producers" ---------------------------------
+
+SECTION = (REPO_ROOT / "docs" / "operations.md").read_text().split(
+    "## Rows written by other producers\n"
+)[1].split("\n## ")[0]
+
+
+def test_the_documented_constraints_are_the_models():
+    documented = set(re.findall(r"^\| `(jobq_job_[a-z0-9_]+)` \|", SECTION, re.MULTILINE))
+    assert documented == {constraint.name for constraint in JOB_INSERT_CONSTRAINTS}
+
+
+def test_the_documented_query_finds_the_rows_that_break_a_rule_then_validate_passes():
+    (query,) = re.findall(r"```sql\n(.*?)```", SECTION, re.DOTALL)
+    breaking = {
+        insert_row(columns)
+        for case, columns in ALL_POISON.items()
+        if case not in ("deep object payload", "lease lapsed at -infinity")
+    }
+    insert_row(CLAIMED_POISON["deep object payload"][0])  # an object: breaks no rule
+    insert_row(LAPSED_AT_MINUS_INFINITY)  # running: the worker's
+    record.enqueue("healthy")
+    with connection.cursor() as cursor:
+        cursor.execute(query)
+        assert {row[0] for row in cursor.fetchall()} == breaking
+        cursor.execute("DELETE FROM jobq_job WHERE id = ANY(%s)", [list(breaking)])
         for constraint in JOB_INSERT_CONSTRAINTS:
             cursor.execute(f"ALTER TABLE jobq_job VALIDATE CONSTRAINT {constraint.name}")
