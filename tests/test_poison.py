@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from django.db import IntegrityError, connection
 
-from django_jobq import leases, sql, stats
+from django_jobq import leases, operations, sql, stats
 from django_jobq.conf import MAX_DURATION
 from django_jobq.models import JOB_INSERT_CONSTRAINTS, DeadLetter, Job
 from django_jobq.worker import Worker
@@ -246,9 +246,12 @@ def test_enqueue_s_extremes_still_insert_and_a_worker_s_writes_keep_the_constrai
 
 # -- docs/operations.md, "Rows written by other producers" ---------------------------------
 
-SECTION = (REPO_ROOT / "docs" / "operations.md").read_text().split(
-    "## Rows written by other producers\n"
-)[1].split("\n## ")[0]
+SECTION = (
+    (REPO_ROOT / "docs" / "operations.md")
+    .read_text()
+    .split("## Rows written by other producers\n")[1]
+    .split("\n## ")[0]
+)
 
 
 def test_the_documented_constraints_are_the_models():
@@ -272,3 +275,13 @@ def test_the_documented_query_finds_the_rows_that_break_a_rule_then_validate_pas
         cursor.execute("DELETE FROM jobq_job WHERE id = ANY(%s)", [list(breaking)])
         for constraint in JOB_INSERT_CONSTRAINTS:
             cursor.execute(f"ALTER TABLE jobq_job VALIDATE CONSTRAINT {constraint.name}")
+
+
+def test_redriving_a_poison_dead_letter_is_refused_by_the_constraint_and_loses_nothing():
+    insert_row({"payload": "'[1]'"})
+    Worker(burst=True, poll_interval=0.05).run()
+    (dead_id,) = DeadLetter.objects.values_list("id", flat=True)
+    with pytest.raises(IntegrityError, match="jobq_job_payload_is_object"):
+        operations.redrive([dead_id])
+    assert list(DeadLetter.objects.values_list("id", flat=True)) == [dead_id]
+    assert not Job.objects.exists()
