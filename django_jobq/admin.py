@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin, messages
 from django.contrib.admin.utils import display_for_value, flatten
 from django.core.exceptions import PermissionDenied
-from django.db import models
+from django.db import IntegrityError, models, transaction
 from django.db.models import Case, F, QuerySet, TextField, When
 from django.db.models.functions import Cast, Left, Length
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -246,9 +246,16 @@ class JobAdmin(_JobFieldsDisplay, JobAdminBase):
         done: str,
         why_skipped: str,
     ) -> None:
-        """Apply a set-based operation to the selected jobs and say what it did."""
+        """Apply a set-based operation to the selected jobs and say what it did. A row that
+        breaks the jobs table's constraints (written before they existed, see
+        docs/operations.md) makes the database refuse the whole statement: say so."""
         ids = list(queryset.values_list("id", flat=True))
-        changed = operation(ids)
+        try:
+            with transaction.atomic(using=get_settings().DATABASE):  # a savepoint in a request's
+                changed = operation(ids)
+        except IntegrityError as exc:
+            self.message_user(request, f"Nothing changed: {exc}", messages.ERROR)
+            return
         message = f"{changed} {done.format(s=pluralize(changed))}"
         skipped = len(ids) - changed
         if skipped:

@@ -59,6 +59,16 @@ def test_run_now_and_cancel_act_on_poison_rows(admin_client):
     assert "1 ready job cancelled." in response.content.decode()
 
 
+def test_run_now_on_a_row_the_constraints_refuse_says_so_and_changes_nothing(admin_client):
+    poison_id = insert_row({"run_at": "now() + interval '1 hour'", "payload": "'[]'"})
+    response = admin_client.post(
+        JOBS_URL, {"action": "run_now", "_selected_action": [poison_id]}, follow=True
+    )
+    assert response.status_code == 200
+    assert "Nothing changed: " in response.content.decode()
+    assert "jobq_job_payload_is_object" in response.content.decode()
+
+
 @pytest.mark.parametrize("case", list(CLAIMED_POISON))
 def test_the_dead_letter_of_a_poison_row_renders(case, admin_client):
     insert_row(CLAIMED_POISON[case][0])
