@@ -251,7 +251,7 @@ class JobAdmin(_JobFieldsDisplay, JobAdminBase):
         docs/operations.md) makes the database refuse the whole statement: say so."""
         ids = list(queryset.values_list("id", flat=True))
         try:
-            with transaction.atomic(using=get_settings().DATABASE):  # a savepoint in a request's
+            with transaction.atomic(using=get_settings().DATABASE):  # savepoint if atomic
                 changed = operation(ids)
         except IntegrityError as exc:
             self.message_user(request, f"Nothing changed: {exc}", messages.ERROR)

@@ -49,9 +49,8 @@ class ClaimedJob:
 
     ``poison`` says why the row must not run when it holds what ``enqueue`` never writes
     (a payload that is not a JSON object or cannot be decoded, an infinite time, a visibility
-    timeout out of range), else ``""``.
-    Such a job's ``payload`` is ``{}`` and its times are clamped: the worker dead-letters it
-    unrun without reading them.
+    timeout out of range), else ``""``. Such a job's ``payload`` is ``{}`` and its times are
+    clamped: the worker dead-letters it unrun without reading them.
     """
 
     id: int
@@ -81,7 +80,7 @@ class ClaimedJob:
     def attempts_exhausted(self) -> bool:
         """True when this claim's attempt is above ``max_attempts``: it must not run. Either
         the job was reclaimed after its final attempt's lease lapsed (``reclaimed``), or it
-        was ready with no attempt left (its ``attempts`` set outside the worker)."""
+        was ready with no attempt left (its ``attempts`` set by SQL, say)."""
         return self.attempt > self.max_attempts
 
 

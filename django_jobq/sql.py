@@ -78,8 +78,6 @@ LISTEN_WAKE = f'LISTEN "{WAKE_CHANNEL}"'
 #: A round trip that does nothing: surfaces a connection the server has closed.
 PING = "SELECT 1"
 
-# -- claim ---------------------------------------------------------------------------------
-
 # -- rows not written by enqueue -----------------------------------------------------------
 #
 # Another producer (or a hand-written fix) can put values into ``jobq_job`` that ``enqueue``
@@ -109,6 +107,8 @@ POISON_REASON = f"""CASE
             THEN 'visibility_timeout is ' || job.visibility_timeout || ', not 1 ms to 10 years'
     END"""
 
+
+# -- claim ---------------------------------------------------------------------------------
 
 # One statement: lock up to ``limit`` claimable rows, skipping rows other claimers hold
 # (SKIP LOCKED: never waits, never double-claims), then lease them. Claimable means either

@@ -57,16 +57,25 @@ CLAIMED_POISON = {
     ),
 }
 
-# Rows a claim does not take (never due, or a status no worker knows), and a running row
-# whose lease lapsed at '-infinity' (reclaimed and run like any lapsed lease).
+# Rows a claim does not take (never due, or a status no worker knows).
 UNCLAIMED_POISON = {
     "run_at infinity": {"run_at": "'infinity'"},
     "unknown status": {"status": "'done'"},
 }
-LAPSED_AT_MINUS_INFINITY = {
-    "status": "'running'",
-    "lease_deadline": "'-infinity'",
-    "worker_id": "'gone'",
+# Odd rows that run like any job: a running row whose lease lapsed at '-infinity' (a
+# reclaim), a run_at before Python's year 1 (claimed with its run_at clamped).
+RUN_LIKE_ANY_JOB = {
+    "lease lapsed at -infinity": {
+        "status": "'running'",
+        "lease_deadline": "'-infinity'",
+        "worker_id": "'gone'",
+    },
+    "run_at 4000 BC": {"run_at": "'4000-01-01 00:00:00+00 BC'"},
+}
+ALL_ODD_ROWS = {
+    **{case: columns for case, (columns, _) in CLAIMED_POISON.items()},
+    **UNCLAIMED_POISON,
+    **RUN_LIKE_ANY_JOB,
 }
 
 

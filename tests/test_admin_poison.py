@@ -10,16 +10,12 @@ from django.urls import reverse
 
 from django_jobq.models import DeadLetter
 from django_jobq.worker import Worker
-from tests.poison import CLAIMED_POISON, LAPSED_AT_MINUS_INFINITY, UNCLAIMED_POISON, insert_row
+from tests.poison import ALL_ODD_ROWS, CLAIMED_POISON, insert_row
 from tests.testapp.jobs import record
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-POISON = {
-    **{case: columns for case, (columns, _) in CLAIMED_POISON.items()},
-    **UNCLAIMED_POISON,
-    "lease lapsed at -infinity": LAPSED_AT_MINUS_INFINITY,
-}
+POISON = ALL_ODD_ROWS
 JOBS_URL = reverse("admin:django_jobq_job_changelist")
 DEAD_LETTERS_URL = reverse("admin:django_jobq_deadletter_changelist")
 

@@ -119,7 +119,7 @@ def refusal(job: ClaimedJob) -> Outcome | None:
             f"{DeadLetter.Reason.MAX_ATTEMPTS_EXCEEDED}: it was ready with attempts "
             f"{used} of max_attempts {job.max_attempts}",
             f"no attempt was left when it was claimed (attempt {job.attempt} would have "
-            f"started; attempts is only raised this far outside the worker); it was not run",
+            f"started, of max_attempts {job.max_attempts}); it was not run",
         )
     if job.attempts_exhausted:
         return _refused(
