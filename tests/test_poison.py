@@ -8,6 +8,7 @@ the worker goes on; every statement that reads the jobs table survives it.
 
 from __future__ import annotations
 
+import importlib
 import re
 import signal
 import threading
@@ -15,7 +16,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from django.db import IntegrityError, connection
+from django.core.management import call_command
+from django.db import IntegrityError, OperationalError, connection
+from django.db.migrations.recorder import MigrationRecorder
 
 from django_jobq import leases, operations, sql, stats
 from django_jobq.conf import MAX_DURATION
@@ -287,3 +290,20 @@ def test_redriving_a_poison_dead_letter_is_refused_by_the_constraint_and_loses_n
         operations.redrive([dead_id])
     assert list(DeadLetter.objects.values_list("id", flat=True)) == [dead_id]
     assert not Job.objects.exists()
+
+
+def test_the_migration_gives_up_on_a_held_lock_instead_of_queueing_the_queue_behind_it(
+    connect, monkeypatch
+):
+    migration = importlib.import_module("django_jobq.migrations.0008_job_insert_constraints")
+    monkeypatch.setattr(migration, "LOCK_TIMEOUT", "200ms")
+    call_command("migrate", "django_jobq", "0007", verbosity=0)
+    reader = connect(autocommit=False)
+    reader.execute("SELECT count(*) FROM jobq_job")  # a transaction left open on the table
+    with pytest.raises(OperationalError, match="lock timeout"):
+        call_command("migrate", "django_jobq", verbosity=0)
+    applied = MigrationRecorder(connection).applied_migrations()
+    assert ("django_jobq", "0008_job_insert_constraints") not in applied
+    reader.rollback()
+    call_command("migrate", "django_jobq", verbosity=0)
+    test_the_constraints_of_migration_0008_are_not_valid_until_validated()

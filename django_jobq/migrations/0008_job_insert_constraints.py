@@ -1,9 +1,10 @@
 """CHECK constraints on ``jobq_job`` that refuse, at insert, what ``enqueue`` refuses.
 
 They are added ``NOT VALID``: PostgreSQL checks every row written from now on, but not the
-rows already in the table, so the migration takes its lock only for a moment (a plain
+rows already in the table, so the migration holds its lock only for a moment (a plain
 ``ADD CONSTRAINT`` scans the whole table under an ACCESS EXCLUSIVE lock, and fails if one
-old row breaks it). Old rows that break one are quarantined by the workers as poison rows.
+old row breaks it). It waits at most ``LOCK_TIMEOUT`` for that lock, then fails without
+changing anything. Old rows that break one are quarantined by the workers as poison rows.
 Check the old rows later, without blocking the queue, with
 ``ALTER TABLE jobq_job VALIDATE CONSTRAINT <name>`` (docs/operations.md, "Rows written by
 other producers").
@@ -17,6 +18,9 @@ from django.db import migrations, models
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 import django_jobq.models
+
+#: The longest this migration waits for ``jobq_job``'s lock (held by a long transaction).
+LOCK_TIMEOUT = "10s"
 
 
 class AddConstraintNotValid(migrations.AddConstraint):
@@ -36,6 +40,9 @@ class AddConstraintNotValid(migrations.AddConstraint):
         if schema_editor.connection.vendor != "postgresql":
             return
         if self.allow_migrate_model(schema_editor.connection.alias, model):
+            # Waiting for the table's lock would queue every claim and enqueue behind this
+            # statement: give up instead (the migration rolls back; run it again).
+            schema_editor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'", params=None)
             statement = self.constraint.create_sql(model, schema_editor)
             schema_editor.execute(f"{statement} NOT VALID", params=None)
 
