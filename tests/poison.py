@@ -7,7 +7,11 @@ state of a table migrated with such rows in it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from django.db import connection, transaction
+from django.db.backends.utils import CursorWrapper
 
 from django_jobq.models import JOB_INSERT_CONSTRAINTS
 from tests.testapp.jobs import record
@@ -79,17 +83,10 @@ ALL_ODD_ROWS = {
 }
 
 
-def insert_row(columns: dict[str, str], *, label: str = "poison", kind: str = RECORD_KIND) -> int:
-    """Insert a job of ``kind`` (payload ``{"label": label}`` unless ``columns`` sets it)
-    with ``columns`` (SQL expressions) as a row older than the constraints; returns its id."""
-    values = {
-        "queue": "'default'",
-        "kind": "%(kind)s",
-        "payload": "jsonb_build_object('label', %(label)s::text)",
-        "visibility_timeout": "interval '30 seconds'",
-        "max_attempts": "3",
-        **columns,
-    }
+@contextmanager
+def _older_than_the_constraints() -> Iterator[CursorWrapper]:
+    """A cursor in a transaction where the constraints of migration 0008 are dropped; they
+    are added back ``NOT VALID`` at its end, so what it wrote predates them."""
     names = [constraint.name for constraint in JOB_INSERT_CONSTRAINTS]
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
@@ -101,13 +98,38 @@ def insert_row(columns: dict[str, str], *, label: str = "poison", kind: str = RE
         assert len(definitions) == len(names)
         for name, _ in definitions:
             cursor.execute(f"ALTER TABLE jobq_job DROP CONSTRAINT {name}")
+        yield cursor
+        for name, definition in definitions:
+            definition = definition.removesuffix(" NOT VALID")
+            cursor.execute(f"ALTER TABLE jobq_job ADD CONSTRAINT {name} {definition} NOT VALID")
+
+
+def insert_row(columns: dict[str, str], *, label: str = "poison", kind: str = RECORD_KIND) -> int:
+    """Insert a job of ``kind`` (payload ``{"label": label}`` unless ``columns`` sets it)
+    with ``columns`` (SQL expressions) as a row older than the constraints; returns its id."""
+    values = {
+        "queue": "'default'",
+        "kind": "%(kind)s",
+        "payload": "jsonb_build_object('label', %(label)s::text)",
+        "visibility_timeout": "interval '30 seconds'",
+        "max_attempts": "3",
+        **columns,
+    }
+    with _older_than_the_constraints() as cursor:
         cursor.execute(  # the test's own SQL expressions, not user input
             f"INSERT INTO jobq_job ({', '.join(values)}) "  # noqa: S608
             f"VALUES ({', '.join(values.values())}) RETURNING id",
             {"kind": kind, "label": label},
         )
         ((job_id,),) = cursor.fetchall()
-        for name, definition in definitions:
-            definition = definition.removesuffix(" NOT VALID")
-            cursor.execute(f"ALTER TABLE jobq_job ADD CONSTRAINT {name} {definition} NOT VALID")
     return job_id
+
+
+def update_row(job_id: int, columns: dict[str, str]) -> None:
+    """Set ``columns`` (SQL expressions) of job ``job_id`` as before the constraints."""
+    assignments = ", ".join(f"{column} = {value}" for column, value in columns.items())
+    with _older_than_the_constraints() as cursor:
+        cursor.execute(
+            f"UPDATE jobq_job SET {assignments} WHERE id = %(id)s",  # noqa: S608
+            {"id": job_id},
+        )

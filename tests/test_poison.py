@@ -23,6 +23,7 @@ from django.db.migrations.recorder import MigrationRecorder
 from django_jobq import leases, operations, sql, stats
 from django_jobq.conf import MAX_DURATION
 from django_jobq.models import JOB_INSERT_CONSTRAINTS, DeadLetter, Job
+from django_jobq.task_framework import TaskResultStatus
 from django_jobq.worker import Worker
 from tests.conftest import REPO_ROOT, wait_until
 from tests.poison import (
@@ -31,7 +32,9 @@ from tests.poison import (
     RUN_LIKE_ANY_JOB,
     UNCLAIMED_POISON,
     insert_row,
+    update_row,
 )
+from tests.testapp import tasks
 from tests.testapp.jobs import record, retry_later
 from tests.testapp.models import Effect
 
@@ -307,3 +310,17 @@ def test_the_migration_gives_up_on_a_held_lock_instead_of_queueing_the_queue_beh
     reader.rollback()
     call_command("migrate", "django_jobq", verbosity=0)
     test_the_constraints_of_migration_0008_are_not_valid_until_validated()
+
+
+def test_the_poison_job_of_a_django_task_fails_its_result_with_the_reason():
+    result = tasks.add.enqueue(1, 2)
+    update_row(Job.objects.values_list("id", flat=True).get(), {"run_at": "'-infinity'"})
+    Worker(burst=True, poll_interval=0.05).run()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    (error,) = result.errors
+    assert error.exception_class_path == "django_jobq.task_results.TaskNotRun"
+    assert error.traceback.startswith("poison row: run_at is -infinity")
+    assert DeadLetter.objects.values_list("reason", flat=True).get() == (
+        "poison row: run_at is -infinity"
+    )
