@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.utils import flatten, quote, unquote
+from django.contrib.admin.utils import display_for_value, flatten, quote, unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db import IntegrityError, models, transaction
+from django.db.models import Case, F, QuerySet, TextField, When
+from django.db.models.functions import Cast, Left, Length
 from django.http import (
     Http404,
     HttpRequest,
@@ -67,12 +70,63 @@ def _pre(text: str) -> SafeString:
     return format_html('<pre style="white-space: pre-wrap">{}</pre>', text)
 
 
+#: The most payload characters a detail page shows (the rest is counted, not shown).
+MAX_PAYLOAD_SHOWN = 100_000
+
+# Values Python loads: datetimes of the years 1 to 9999 (a day's margin for time zones),
+# timedeltas of fewer than 999,999,999 days.
+_LOADABLE_RANGES: dict[type[models.Field[Any, Any]], tuple[Any, Any]] = {
+    models.DateTimeField: (datetime(1, 1, 2, tzinfo=UTC), datetime(9999, 12, 30, tzinfo=UTC)),
+    models.DurationField: (timedelta(days=-999_999_998), timedelta(days=999_999_998)),
+}
+
+
+def _loadable(model: type[Job | DeadLetter], name: str) -> Case:
+    """The field's value where Python can load it, else NULL (then ``_text`` shows it)."""
+    field = model._meta.get_field(name)
+    assert isinstance(field, models.Field)
+    low, high = _LOADABLE_RANGES[type(field)]
+    return Case(When(**{f"{name}__range": (low, high)}, then=F(name)), output_field=field)
+
+
+def _safe_value(name: str, description: str) -> Callable[[Any, Any], str]:
+    """A column showing field ``name`` of a row read by :meth:`_JobFieldsDisplay.get_queryset`:
+    as Django shows it when Python can load it, else as PostgreSQL prints it."""
+
+    @admin.display(description=description, ordering=name)
+    def shown(self: Any, obj: Job | DeadLetter) -> str:
+        value = getattr(obj, f"{name}_loadable")
+        if value is not None:
+            return str(display_for_value(value, "-"))
+        text = getattr(obj, f"{name}_text")
+        return "-" if text is None else str(text)
+
+    return shown
+
+
 class _JobFieldsDisplay:
-    """Columns and detail fields both screens show; rows read from the queue's database."""
+    """Columns and detail fields both screens show; rows read from the queue's database.
+
+    A row not written by ``enqueue`` (another producer, a hand-written fix; see
+    docs/operations.md) may hold what Python cannot load: an infinite time, an interval
+    beyond ``timedelta``, a payload nested past the recursion limit. Those fields
+    (``risky_fields``) are never loaded: each is read as a loadable value or as text
+    (``<name>_loadable``, ``<name>_text``) and the payload as truncated text, so every row
+    that exists renders. Ordering and filters still use the fields themselves.
+    """
+
+    risky_fields: tuple[str, ...] = ()
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         queryset: QuerySet[Any] = super().get_queryset(request)  # type: ignore[misc]
-        return queryset.using(get_settings().DATABASE)
+        model = queryset.model
+        annotations: dict[str, Any] = {}
+        for name in self.risky_fields:
+            annotations[f"{name}_loadable"] = _loadable(model, name)
+            annotations[f"{name}_text"] = Cast(name, TextField())
+        queryset = queryset.using(get_settings().DATABASE).defer("payload", *self.risky_fields)
+        annotated: QuerySet[Any] = queryset.annotate(**annotations)
+        return annotated
 
     @admin.display(description="attempts", ordering="attempts")
     def attempts_display(self, obj: Job | DeadLetter) -> str:
@@ -80,7 +134,22 @@ class _JobFieldsDisplay:
 
     @admin.display(description="payload")
     def payload_json(self, obj: Job | DeadLetter) -> SafeString:
-        return _pre(json.dumps(obj.payload, indent=2, ensure_ascii=False))
+        """The payload, indented; as PostgreSQL prints it (cut to
+        :data:`MAX_PAYLOAD_SHOWN` characters) when Python cannot decode it."""
+        text_of_payload = Cast("payload", TextField())
+        text, length = (
+            type(obj)
+            ._default_manager.using(get_settings().DATABASE)
+            .filter(pk=obj.pk)
+            .values_list(Left(text_of_payload, MAX_PAYLOAD_SHOWN), Length(text_of_payload))
+            .get()
+        )
+        if length > MAX_PAYLOAD_SHOWN:
+            return _pre(f"{text}... [{length - MAX_PAYLOAD_SHOWN} more characters]")
+        try:
+            return _pre(json.dumps(json.loads(text), indent=2, ensure_ascii=False))
+        except RecursionError:
+            return _pre(text)
 
     @admin.display(description="last error")
     def last_error_text(self, obj: Job | DeadLetter) -> SafeString:
@@ -96,19 +165,39 @@ class JobAdmin(_JobFieldsDisplay, JobAdminBase):
         "status",
         "priority",
         "attempts_display",
-        "run_at",
-        "lease_deadline",
+        "run_at_shown",
+        "lease_deadline_shown",
         "worker_id",
     )
     list_filter = ("queue", "kind", "status")
     search_fields = ("=id", "kind", "idempotency_key")
     ordering = ("-priority", "run_at", "id")  # the claim order
-    date_hierarchy = "created_at"
+    # No date hierarchy: it loads min(created_at) and each row's year, which a created_at
+    # of 'infinity' (a row not written by enqueue) would turn into an error page.
+    risky_fields = (
+        "run_at",
+        "expires_at",
+        "created_at",
+        "started_at",
+        "lease_deadline",
+        "visibility_timeout",
+    )
+    run_at_shown = _safe_value("run_at", "run at")
+    expires_at_shown = _safe_value("expires_at", "expires at")
+    created_at_shown = _safe_value("created_at", "created at")
+    started_at_shown = _safe_value("started_at", "started at")
+    lease_deadline_shown = _safe_value("lease_deadline", "lease deadline")
+    visibility_timeout_shown = _safe_value("visibility_timeout", "visibility timeout")
     fields = (
         ("id", "kind", "queue"),
         ("status", "priority", "attempts_display"),
-        ("run_at", "expires_at", "created_at"),
-        ("visibility_timeout", "lease_deadline", "started_at", "worker_id"),
+        ("run_at_shown", "expires_at_shown", "created_at_shown"),
+        (
+            "visibility_timeout_shown",
+            "lease_deadline_shown",
+            "started_at_shown",
+            "worker_id",
+        ),
         "idempotency_key",
         "payload_json",
         "last_error_text",
@@ -165,9 +254,16 @@ class JobAdmin(_JobFieldsDisplay, JobAdminBase):
         done: str,
         why_skipped: str,
     ) -> None:
-        """Apply a set-based operation to the selected jobs and say what it did."""
+        """Apply a set-based operation to the selected jobs and say what it did. A row that
+        breaks the jobs table's constraints (written before they existed, see
+        docs/operations.md) makes the database refuse the whole statement: say so."""
         ids = list(queryset.values_list("id", flat=True))
-        changed = operation(ids)
+        try:
+            with transaction.atomic(using=get_settings().DATABASE):  # savepoint if atomic
+                changed = operation(ids)
+        except IntegrityError as exc:
+            self.message_user(request, f"Nothing changed: {exc}", messages.ERROR)
+            return
         message = f"{changed} {done.format(s=pluralize(changed))}"
         skipped = len(ids) - changed
         if skipped:
@@ -190,10 +286,13 @@ class DeadLetterAdmin(DjangoObjectActions, _JobFieldsDisplay, DeadLetterAdminBas
     date_hierarchy = "died_at"
     search_fields = ("=job_id", "kind", "reason", "last_error")
     ordering = ("-died_at", "-id")
+    risky_fields = ("created_at", "visibility_timeout")  # as the job had them
+    created_at_shown = _safe_value("created_at", "created at")
+    visibility_timeout_shown = _safe_value("visibility_timeout", "visibility timeout")
     fields = (
         ("id", "job_id", "kind", "queue"),
-        ("priority", "attempts_display", "visibility_timeout"),
-        ("created_at", "died_at"),
+        ("priority", "attempts_display", "visibility_timeout_shown"),
+        ("created_at_shown", "died_at"),
         "idempotency_key",
         "reason",
         "payload_json",

@@ -16,6 +16,8 @@ lock their rows in id order (see ``sql.ACK_JOBS``).
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -51,6 +53,11 @@ class ClaimedJob:
     ``pickup_latency`` is the seconds from when the job became claimable (its
     ``GREATEST(run_at, created_at)``, or for a reclaim its lapsed deadline) to the claim, on
     the database clock (see ``sql.CLAIM_JOBS_*``).
+
+    ``poison`` says why the row must not run when it holds what ``enqueue`` never writes
+    (a payload that is not a JSON object or cannot be decoded, an infinite time, a visibility
+    timeout out of range), else ``""``. Such a job's ``payload`` is ``{}`` and its times are
+    clamped: the worker dead-letters it unrun without reading them.
     """
 
     id: int
@@ -66,6 +73,7 @@ class ClaimedJob:
     expired: bool = False
     reclaimed: bool = False
     pickup_latency: float = 0.0
+    poison: str = ""
 
     @property
     def lease(self) -> Lease:
@@ -77,7 +85,9 @@ class ClaimedJob:
 
     @property
     def attempts_exhausted(self) -> bool:
-        """True for a job reclaimed after its final attempt's lease lapsed: it must not run."""
+        """True when this claim's attempt is above ``max_attempts``: it must not run. Either
+        the job was reclaimed after its final attempt's lease lapsed (``reclaimed``), or it
+        was ready with no attempt left (its ``attempts`` set by SQL, say)."""
         return self.attempt > self.max_attempts
 
 
@@ -95,6 +105,9 @@ def claim(
     ready jobs; such a reclaim consumes an attempt. A reclaimed job whose lapsed attempt was
     its last has ``attempts_exhausted`` set: the caller dead-letters it instead of running it.
 
+    A row no ``enqueue`` wrote (see ``ClaimedJob.poison``) never makes the claim fail: it is
+    leased like the others and returned with ``poison`` set.
+
     Returns:
         The claimed jobs in claim order. Rows locked by another claimer are skipped, never
         waited for, so concurrent claimers never receive the same job.
@@ -108,7 +121,7 @@ def claim(
         cursor.execute(sql.CLAIM_JOBS_ONE_QUEUE, {**params, "queue": next(iter(queues))})
     else:
         cursor.execute(sql.CLAIM_JOBS_QUEUES, {**params, "queues": list(queues)})
-    jobs = [ClaimedJob(*row) for row in cursor.fetchall()]
+    jobs = [_claimed_job(*row) for row in cursor.fetchall()]
     # UPDATE ... RETURNING does not keep the CTEs' order; hand jobs out in claim order.
     jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
     return jobs
@@ -141,6 +154,60 @@ class Extended(dict[int, datetime]):
     def __init__(self, deadlines: Iterable[tuple[int, datetime]], busy: Iterable[int]) -> None:
         super().__init__(deadlines)
         self.busy = frozenset(busy)
+
+
+_JSON_TYPES = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+
+
+def _claimed_job(
+    id: int,
+    queue: str,
+    kind: str,
+    payload_text: str,
+    priority: int,
+    run_at: datetime,
+    attempt: int,
+    max_attempts: int,
+    visibility_timeout: timedelta,
+    lease_deadline: datetime,
+    expired: bool,
+    reclaimed: bool,
+    pickup_latency: float,
+    poison: str | None,
+) -> ClaimedJob:
+    """One row of ``sql.CLAIM_JOBS_*`` as a job, its payload decoded; never raises for the
+    row's values (``poison`` says what is wrong with them)."""
+    payload, problem = _decode_payload(payload_text)
+    if not poison and problem:
+        poison = problem
+    return ClaimedJob(
+        id,
+        queue,
+        kind,
+        payload if not poison else {},
+        priority,
+        run_at,
+        attempt,
+        max_attempts,
+        visibility_timeout,
+        lease_deadline,
+        expired,
+        reclaimed,
+        pickup_latency if math.isfinite(pickup_latency) and not poison else 0.0,
+        poison or "",
+    )
+
+
+def _decode_payload(text: str) -> tuple[dict[str, Any], str]:
+    """``(payload, "")``, or ``({}, problem)`` for a payload that is not a JSON object or
+    that Python cannot decode (nested too deep for its recursion limit)."""
+    try:
+        payload = json.loads(text)
+    except (RecursionError, ValueError) as exc:
+        return {}, f"payload could not be decoded: {type(exc).__name__}: {str(exc)[:200]}"
+    if not isinstance(payload, dict):
+        return {}, f"payload is {_JSON_TYPES.get(type(payload), 'a number')}, not a JSON object"
+    return payload, ""
 
 
 def _lease_arrays(leases: Sequence[Lease]) -> dict[str, list[int]]:

@@ -12,9 +12,65 @@ durations are kept per minute instead.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models.functions import Now
+from django.db.models.lookups import Exact
+
+
+class IsFinite(models.Func):
+    """PostgreSQL's ``isfinite(timestamptz)``: false for 'infinity' and '-infinity'."""
+
+    function = "isfinite"
+    output_field = models.BooleanField()
+
+
+class JSONTypeOf(models.Func):
+    """PostgreSQL's ``jsonb_typeof(jsonb)``: 'object', 'array', 'string', 'number', ..."""
+
+    function = "jsonb_typeof"
+    output_field = models.CharField()
+
+
+# What a producer may insert: the invariants ``enqueue`` enforces, refused by the database
+# for rows written any other way (see docs/operations.md, "Rows written by other
+# producers"). Each holds for ready rows only: a running row is the worker's, and a claim
+# must be able to lease (then quarantine) a row that predates the constraints, which are
+# added NOT VALID (migration 0008). Every write a worker makes to a ready row keeps them.
+_RUNNING = models.Q(status="running")
+JOB_INSERT_CONSTRAINTS = [
+    models.CheckConstraint(
+        condition=_RUNNING | models.Q(IsFinite("run_at")), name="jobq_job_run_at_is_finite"
+    ),
+    models.CheckConstraint(
+        condition=_RUNNING | models.Q(expires_at__isnull=True) | models.Q(IsFinite("expires_at")),
+        name="jobq_job_expires_at_is_finite",
+    ),
+    models.CheckConstraint(
+        condition=_RUNNING | models.Q(IsFinite("created_at")), name="jobq_job_created_at_is_finite"
+    ),
+    models.CheckConstraint(
+        condition=_RUNNING
+        | models.Q(
+            visibility_timeout__gte=timedelta(milliseconds=1),
+            visibility_timeout__lte=timedelta(days=3650),
+        ),
+        name="jobq_job_visibility_timeout_1ms_to_10y",
+    ),
+    models.CheckConstraint(
+        condition=_RUNNING | models.Q(Exact(JSONTypeOf("payload"), "object")),
+        name="jobq_job_payload_is_object",
+    ),
+    models.CheckConstraint(
+        condition=_RUNNING | models.Q(attempts__lte=models.F("max_attempts")),
+        name="jobq_job_ready_attempts_within_max",
+    ),
+    models.CheckConstraint(
+        condition=models.Q(status__in=["ready", "running"]), name="jobq_job_status_is_known"
+    ),
+]
 
 
 class Job(models.Model):
@@ -92,6 +148,7 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=models.Q(max_attempts__gte=1), name="jobq_job_max_attempts_gte_1"
             ),
+            *JOB_INSERT_CONSTRAINTS,
         ]
 
     def __str__(self) -> str:
@@ -113,6 +170,8 @@ class DeadLetter(models.Model):
         LEASE_EXPIRED_ON_FINAL_ATTEMPT = "lease expired on final attempt"
         # the worker's write of the outcome failed: "outcome could not be recorded: <error>"
         OUTCOME_NOT_RECORDED = "outcome could not be recorded"
+        # A row holding what enqueue never writes: "poison row: run_at is -infinity"
+        POISON_ROW = "poison row"
 
     id = models.BigAutoField(primary_key=True)
     job_id = models.BigIntegerField(help_text="The id the job had in the jobs table.")

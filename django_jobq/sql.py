@@ -97,6 +97,36 @@ LISTEN_WAKE = f'LISTEN "{WAKE_CHANNEL}"'
 #: A round trip that does nothing: surfaces a connection the server has closed.
 PING = "SELECT 1"
 
+# -- rows not written by enqueue -----------------------------------------------------------
+#
+# Another producer (or a hand-written fix) can put values into ``jobq_job`` that ``enqueue``
+# never writes. The CHECK constraints of migration 0008 refuse them on new ready rows; rows
+# that were there before (the constraints are NOT VALID) or running rows can still hold
+# them, so every statement that reads jobs survives them, and the claim names them.
+
+#: A lease length that cannot overflow: the job's visibility timeout, clamped to what
+#: ``enqueue`` accepts (1 ms to 10 years). ``now() + `` this is always a valid timestamp.
+LEASE_LENGTH = (
+    "LEAST(GREATEST(job.visibility_timeout, interval '0.001 seconds'), interval '3650 days')"
+)
+# The times Python's datetime holds in any session time zone (years 1 to 9999, a day's
+# margin): a time returned to the worker is clamped to these.
+_EARLIEST = "'0001-01-02 00:00:00+00'::timestamptz"
+_LATEST = "'9999-12-30 00:00:00+00'::timestamptz"
+
+#: Why a claimed row must not run, as text (NULL for a healthy row): what the constraints
+#: of migration 0008 forbid and only the database can see (the worker checks the payload
+#: itself). ``'-infinity'`` and ``'infinity'`` times; a visibility timeout outside 1 ms to
+#: 10 years. Reads only the row (cheap per claimed row).
+POISON_REASON = f"""CASE
+        WHEN NOT isfinite(job.run_at) THEN 'run_at is ' || job.run_at
+        WHEN NOT isfinite(job.created_at) THEN 'created_at is ' || job.created_at
+        WHEN NOT isfinite(job.expires_at) THEN 'expires_at is ' || job.expires_at
+        WHEN job.visibility_timeout <> {LEASE_LENGTH}
+            THEN 'visibility_timeout is ' || job.visibility_timeout || ', not 1 ms to 10 years'
+    END"""
+
+
 # -- claim ---------------------------------------------------------------------------------
 
 # One statement: lock up to ``limit`` claimable rows, skipping rows other claimers hold
@@ -119,49 +149,67 @@ PING = "SELECT 1"
 # (``run_at`` may name a moment before the enqueue, e.g. a schedule's missed tick); a
 # reclaimed one when its lease lapsed. The final join to the few ``lapsed`` rows is the
 # only cost this adds to the claim.
+# Rows not written by ``enqueue`` (see ``POISON_REASON``) never make the claim fail: the
+# lease is ``LEASE_LENGTH`` (cannot overflow), the attempt count stops at the integer
+# maximum, times are returned clamped to what Python can hold and ages are computed from
+# epoch seconds (an infinite time gives an infinite age, not an error). The payload comes
+# back as JSON text, decoded by the caller row by row (``leases.claim``); ``poison`` names
+# what is wrong with a row whose times or lease length only the database can see.
 _CLAIM_TEMPLATE = """
 WITH lapsed AS MATERIALIZED (
     SELECT id, lease_deadline FROM jobq_job
-    WHERE status = 'running' AND lease_deadline < now(){queue_filter}
+    WHERE status = 'running' AND lease_deadline < now(){{queue_filter}}
     ORDER BY lease_deadline
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), ready AS MATERIALIZED (
     SELECT id FROM jobq_job
-    WHERE status = 'ready' AND run_at <= now(){queue_filter}
+    WHERE status = 'ready' AND run_at <= now(){{queue_filter}}
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE jobq_job AS job
     SET status = 'running',
-        attempts = job.attempts + 1,
+        attempts = job.attempts + (job.attempts < 2147483647)::integer,
         worker_id = %(worker_id)s,
         started_at = now(),
-        lease_deadline = now() + job.visibility_timeout
+        lease_deadline = now() + {lease_length}
     WHERE job.id = ANY(ARRAY(SELECT id FROM lapsed UNION ALL SELECT id FROM ready))
-    RETURNING job.id, job.queue, job.kind, job.payload, job.priority, job.run_at, job.attempts,
-              job.max_attempts, job.visibility_timeout, job.lease_deadline,
+    RETURNING job.id, job.queue, job.kind, job.payload::text AS payload, job.priority,
+              LEAST(GREATEST(job.run_at, {earliest}), {latest}) AS run_at, job.attempts,
+              job.max_attempts, {lease_length} AS visibility_timeout, job.lease_deadline,
               COALESCE(job.expires_at <= now(), false) AS expired,
-              GREATEST(job.run_at, job.created_at) AS waiting_since
+              GREATEST(job.run_at, job.created_at) AS waiting_since,
+              {poison_reason} AS poison
 )
 SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload, claimed.priority,
        claimed.run_at, claimed.attempts, claimed.max_attempts, claimed.visibility_timeout,
        claimed.lease_deadline, claimed.expired,
        lapsed.id IS NOT NULL AS reclaimed,
-       EXTRACT(EPOCH FROM now() - COALESCE(lapsed.lease_deadline, claimed.waiting_since))::float8
-           AS pickup_latency
+       (EXTRACT(EPOCH FROM now())
+        - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
+           AS pickup_latency,
+       claimed.poison
 FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
 """
 
+_CLAIM = _CLAIM_TEMPLATE.format(
+    lease_length=LEASE_LENGTH,
+    earliest=_EARLIEST,
+    latest=_LATEST,
+    poison_reason=POISON_REASON,
+    queue_filter="{queue_filter}",
+)
+
 #: Claim from one queue: an equality on ``queue`` lets ``jobq_job_claim_idx`` (queue,
 #: priority DESC, run_at, id) deliver rows already in claim order.
-CLAIM_JOBS_ONE_QUEUE = _CLAIM_TEMPLATE.format(queue_filter=" AND queue = %(queue)s")
+CLAIM_JOBS_ONE_QUEUE = _CLAIM.format(queue_filter=" AND queue = %(queue)s")
 #: Claim from several queues. PostgreSQL 15 cannot read ``jobq_job_claim_idx`` in claim order
 #: for ``queue = ANY(...)``, so this walks ``jobq_job_claim_all_idx`` and filters by queue.
-CLAIM_JOBS_QUEUES = _CLAIM_TEMPLATE.format(queue_filter=" AND queue = ANY(%(queues)s::text[])")
+CLAIM_JOBS_QUEUES = _CLAIM.format(queue_filter=" AND queue = ANY(%(queues)s::text[])")
 #: Claim from every queue (served by ``jobq_job_claim_all_idx``: priority DESC, run_at, id).
-CLAIM_JOBS_ANY_QUEUE = _CLAIM_TEMPLATE.format(queue_filter="")
+CLAIM_JOBS_ANY_QUEUE = _CLAIM.format(queue_filter="")
 
 # -- outcomes (all fenced by attempt) ------------------------------------------------------
 #
@@ -223,14 +271,14 @@ RETURNING id
 """
 
 #: Heartbeat: extend the leases a worker holds to ``now() + visibility_timeout`` (absolute,
-#: so missed beats do not accumulate credit). Locked as above; fenced, and refused once a
-#: deadline has passed: a lapsed lease may already be reclaimed, or be about to be. Returns
-#: ``(id, busy, lease_deadline)`` rows: the new deadline of each lease extended; a missing id
-#: means that lease is lost.
+#: so missed beats do not accumulate credit; clamped like the claim's, ``LEASE_LENGTH``).
+#: Locked as above; fenced, and refused once a deadline has passed: a lapsed lease may
+#: already be reclaimed, or be about to be. Returns ``(id, busy, lease_deadline)`` rows: the
+#: new deadline of each lease extended; a missing id means that lease is lost.
 _HEARTBEAT_JOBS_TEMPLATE = """
 WITH {lock}, extended AS (
     UPDATE jobq_job AS job
-    SET lease_deadline = now() + job.visibility_timeout
+    SET lease_deadline = now() + {lease_length}
     FROM locked
     WHERE job.id = locked.id
     RETURNING job.id, job.lease_deadline
@@ -240,7 +288,8 @@ UNION ALL
 SELECT id, true, NULL FROM busy
 """
 HEARTBEAT_JOBS = _HEARTBEAT_JOBS_TEMPLATE.format(
-    lock=_LOCK_FENCED.format(fence=_FENCE_MANY, condition=" AND job.lease_deadline > now()")
+    lock=_LOCK_FENCED.format(fence=_FENCE_MANY, condition=" AND job.lease_deadline > now()"),
+    lease_length=LEASE_LENGTH,
 )
 
 # Retry: make a failed attempt's job ready again after ``delay_seconds``, keeping its
@@ -458,6 +507,8 @@ RETURNING id
 # anyway). Without that bound the search would walk, in deadline order, every running job
 # of other queues and every job this worker holds before the first that counts (160 ms
 # with 300,000 running jobs); with it, only the leases that lapse within the horizon.
+# The seconds are a difference of epochs, not of timestamps: a ``run_at`` of 'infinity'
+# (a row not written by enqueue) gives Infinity (sleep the poll interval), not an error.
 _SECONDS_UNTIL_DUE_TEMPLATE = """
 WITH RECURSIVE priorities AS (
     (SELECT priority FROM jobq_job
@@ -472,7 +523,7 @@ WITH RECURSIVE priorities AS (
     FROM priorities
     WHERE priorities.priority IS NOT NULL
 )
-SELECT EXTRACT(EPOCH FROM LEAST(
+SELECT (EXTRACT(EPOCH FROM LEAST(
     (SELECT min(next.run_at)
      FROM priorities, LATERAL (
          SELECT job.run_at FROM jobq_job AS job
@@ -485,7 +536,7 @@ SELECT EXTRACT(EPOCH FROM LEAST(
      WHERE status = 'running' AND lease_deadline >= now()
        AND lease_deadline < now() + make_interval(secs => %(horizon)s)
        AND id <> ALL(%(held)s::bigint[]){queue_filter})
-) - now())::float8
+)) - EXTRACT(EPOCH FROM now()))::float8
 """
 
 #: Seconds until something is due in one queue (see the template above).
@@ -741,7 +792,9 @@ DATABASE_NOW = "SELECT now()"
 # first due job by ``run_at``. A job's wait starts at or after its ``run_at``, so only jobs
 # with an earlier ``run_at`` than that first job's wait start can have waited longer: the
 # ``earlier`` arm looks at those alone, which is none unless jobs were enqueued with a
-# ``run_at`` in the past.
+# ``run_at`` in the past. An infinite wait start (a row not written by enqueue, e.g.
+# ``lease_deadline = '-infinity'``) is left out of the age: ``now() - 'infinity'`` is an
+# error; the claim dead-letters such a row soon anyway.
 _QUEUE_STATES = """
 WITH RECURSIVE pairs AS (
     (SELECT queue, priority FROM jobq_job
@@ -763,7 +816,9 @@ WITH RECURSIVE pairs AS (
         LIMIT 1
     ) AS next
 ), oldest AS (
-    SELECT pairs.queue, min(LEAST(first.since, earlier.since)) AS since
+    SELECT pairs.queue,
+           min(LEAST(first.since, earlier.since))
+               FILTER (WHERE isfinite(LEAST(first.since, earlier.since))) AS since
     FROM pairs
     CROSS JOIN LATERAL (
         SELECT job.run_at, GREATEST(job.run_at, job.created_at) AS since FROM jobq_job AS job
@@ -780,7 +835,8 @@ WITH RECURSIVE pairs AS (
     ) AS earlier
     GROUP BY pairs.queue
 ), lapsed AS (
-    SELECT queue, min(lease_deadline) AS since FROM jobq_job
+    SELECT queue, min(lease_deadline) FILTER (WHERE isfinite(lease_deadline)) AS since
+    FROM jobq_job
     WHERE status = 'running' AND lease_deadline < now()
     GROUP BY queue
 ), depths AS (

@@ -91,8 +91,24 @@ def _refused(job: ClaimedJob, reason: str, error: str) -> Outcome:
     return Outcome(job, Action.DEAD_LETTER, reason=reason, error=error, ran=False)
 
 
-def _refusal(job: ClaimedJob) -> Outcome | None:
-    """The dead-letter verdict for a job that must not run any more, or ``None``."""
+def refusal(job: ClaimedJob) -> Outcome | None:
+    """The dead-letter verdict for a claimed job that must not run, or ``None``: a poison
+    row (``ClaimedJob.poison``), a reclaim past the final attempt, an expired job."""
+    if job.poison:
+        return _refused(
+            job,
+            f"{DeadLetter.Reason.POISON_ROW}: {job.poison}",
+            f"the row holds what enqueue never writes ({job.poison}); it was not run",
+        )
+    if job.attempts_exhausted and not job.reclaimed:
+        used = job.attempt - 1
+        return _refused(
+            job,
+            f"{DeadLetter.Reason.MAX_ATTEMPTS_EXCEEDED}: it was ready with attempts "
+            f"{used} of max_attempts {job.max_attempts}",
+            f"no attempt was left when it was claimed (attempt {job.attempt} would have "
+            f"started, of max_attempts {job.max_attempts}); it was not run",
+        )
     if job.attempts_exhausted:
         return _refused(
             job,
@@ -187,8 +203,8 @@ def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
     ``extend`` is what ``JobContext.heartbeat`` calls, for handlers that take a context.
     """
     job = held.job
-    if (refusal := _refusal(job)) is not None:
-        return refusal
+    if (refused := refusal(job)) is not None:
+        return refused
     definition = registry.get(job.kind)
     if definition is None:
         return _refused(

@@ -44,7 +44,7 @@ from django.utils import timezone
 from .. import db, faults, leases, registry, sql, task_results, text
 from ..conf import get_settings, statement_timeout
 from .completer import Completer, Tally
-from .executor import ExecutorPool, Outcome
+from .executor import ExecutorPool, Outcome, refusal
 from .heartbeat import Heartbeater
 from .held import HeldJob, HeldJobs, Progress
 from .listener import Listener, reconnect_delays
@@ -385,7 +385,13 @@ class Worker:
             faults.reached("after_claim")
         self._observer.claimed(jobs)
         for job in jobs:
-            self._pool.submit(self._hold(job))
+            # A job that must not run (poison row, expired, exhausted) is recorded at once,
+            # without waiting for a handler thread or being heartbeated.
+            refused = refusal(job)
+            if refused is None:
+                self._pool.submit(self._hold(job))
+            else:
+                self._report(refused)
         self._outstanding += len(jobs)
         self._claimed += len(jobs)
         if jobs and len(jobs) == limit and self._outstanding < self._capacity:
