@@ -347,8 +347,8 @@ class DeadLetterAdmin(DjangoObjectActions, _JobFieldsDisplay, DeadLetterAdminBas
             left = selected - created
             self.message_user(
                 request,
-                f"{left} dead letter{pluralize(left)} left in place: a live job of the same"
-                " kind holds the idempotency key.",
+                f"{left} dead letter{pluralize(left)} left in place: "
+                f"{operations.LEFT_IN_PLACE_BECAUSE}.",
                 messages.WARNING,
             )
 
@@ -362,6 +362,15 @@ class DeadLetterAdmin(DjangoObjectActions, _JobFieldsDisplay, DeadLetterAdminBas
         """The detail page's button, as django-object-actions renders it; its requests go to
         :meth:`redrive_view`. Only the library's list-wide route still ends here."""
         raise Http404("Redrive is a button of one dead letter's page.")
+
+    @staticmethod
+    def _key_is_held(obj: DeadLetter) -> bool:
+        """Whether a live job of the dead letter's kind holds its idempotency key."""
+        return obj.idempotency_key is not None and (
+            Job.objects.using(get_settings().DATABASE)
+            .filter(kind=obj.kind, idempotency_key=obj.idempotency_key)
+            .exists()
+        )
 
     def redrive_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """The Redrive button: redrive one dead letter, read from the queue's database.
@@ -387,7 +396,9 @@ class DeadLetterAdmin(DjangoObjectActions, _JobFieldsDisplay, DeadLetterAdminBas
             self.message_user(
                 request,
                 f"Not redriven: a live job of kind {obj.kind} holds idempotency key"
-                f" {obj.idempotency_key!r}.",
+                f" {obj.idempotency_key!r}."
+                if self._key_is_held(obj)
+                else f"Not redriven: {operations.NOT_A_JOB}.",
                 messages.ERROR,
             )
             change_url = reverse(f"{site}:django_jobq_deadletter_change", args=[quote(obj.pk)])

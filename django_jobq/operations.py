@@ -25,6 +25,14 @@ from .models import DeadLetter
 
 #: Dead letters redriven per statement: 10,000 keeps each statement well under a second.
 REDRIVE_BATCH_SIZE = 10_000
+#: Why a redrive leaves a dead letter in place, as the admin and ``jobq_redrive`` say it:
+#: its idempotency key is taken, or it is not a job (``sql.REDRIVABLE``), or either.
+KEY_HELD = "a live job of the same kind holds its idempotency key"
+NOT_A_JOB = (
+    "it cannot become a job as it is (the dead letter of a poison row: a payload that is not "
+    "a JSON object, a visibility timeout outside 1 ms to 10 years)"
+)
+LEFT_IN_PLACE_BECAUSE = f"{KEY_HELD}, or {NOT_A_JOB}"
 
 
 def _execute_returning_ids(statement: str, params: dict[str, list[int]]) -> list[int]:
@@ -52,7 +60,7 @@ def run_now(job_ids: Iterable[int]) -> int:
 
 def redrive_one(dead_letter_id: int) -> int | None:
     """Redrive one dead letter as :func:`redrive` does; return the new job's id, or ``None``
-    if it was left in place (a live job holds its idempotency key) or no longer exists."""
+    if it was left in place (:data:`LEFT_IN_PLACE_BECAUSE`) or no longer exists."""
     ids = _redrive_batch([dead_letter_id])
     return ids[0] if ids else None
 
@@ -76,7 +84,9 @@ def redrive(
 
     Returns:
         The number of jobs created. Dead letters whose idempotency key belongs to a live job
-        of their kind (or to an older dead letter in the same call) are left in place.
+        of their kind (or to an older dead letter in the same call) are left in place, and so
+        are those the jobs table's constraints would refuse (``sql.REDRIVABLE``: the dead
+        letter of a poison row), so one of them never fails the others.
     """
     if isinstance(dead_letters, QuerySet):
         ids: Iterable[int] = list(dead_letters.order_by("id").values_list("id", flat=True))

@@ -406,17 +406,29 @@ WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready' AND run_at > now()
 RETURNING id
 """
 
+#: Whether a dead letter (``dead``) can become a ready job as it is: what the jobs table's
+#: constraints ask of a ready row that a dead letter can lack (its payload, its visibility
+#: timeout; the redrive writes the times and attempts itself).
+REDRIVABLE = """(jsonb_typeof(dead.payload) = 'object'
+           AND dead.visibility_timeout BETWEEN interval '0.001 seconds' AND interval '3650 days'
+           AND dead.max_attempts >= 0)"""
+
 #: Redrive: turn dead letters back into fresh jobs (attempts 0, due now, no expiry) and delete
 #: them, in one statement. A dead letter whose idempotency key belongs to a live job of its
 #: kind is left in place (that job is already the redrive), as is all but the oldest of
 #: several dead letters sharing a key. Should such a job appear concurrently, the insert
 #: fails and the whole statement rolls back: nothing is lost, the operator retries.
+#: A dead letter that cannot become a job as it is, because the jobs table's constraints
+#: (``models.JOB_INSERT_CONSTRAINTS``) would refuse it (``REDRIVABLE``: the dead letter of a
+#: poison row whose payload is not a JSON object or whose visibility timeout is out of
+#: range), is left in place too, so that one such row never fails a whole batch.
 #: The job of a Django task (its payload names a result of its kind, see ``INSERT_TASK_JOBS``)
 #: makes that result READY again in the same statement, pointing at the new job.
-REDRIVE_DEAD_LETTERS = """
+_REDRIVE_DEAD_LETTERS_TEMPLATE = """
 WITH redriven AS (
     DELETE FROM jobq_dead_letter AS dead
     WHERE dead.id = ANY(%(ids)s::bigint[])
+      AND {redrivable}
       AND (dead.idempotency_key IS NULL OR (
           NOT EXISTS (
               SELECT 1 FROM jobq_job AS live
@@ -444,6 +456,7 @@ WITH redriven AS (
 )
 SELECT id FROM job
 """
+REDRIVE_DEAD_LETTERS = _REDRIVE_DEAD_LETTERS_TEMPLATE.format(redrivable=REDRIVABLE)
 
 # Retention: delete rows of ``{table}`` whose ``{column}`` is older than ``%(older_than)s``
 # seconds, at most ``%(limit)s`` per statement so a large backlog never holds one long

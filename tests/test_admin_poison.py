@@ -111,3 +111,19 @@ def test_the_dashboard_metrics_and_jobq_stats_survive_a_poison_row(case, staff_c
     out = StringIO()
     call_command("jobq_stats", stdout=out)
     assert "default" in out.getvalue()
+
+
+def test_redriving_a_poison_rows_dead_letter_leaves_it_in_place_and_says_why(admin_client):
+    insert_row({"payload": "'[1]'"})
+    Worker(burst=True, poll_interval=0.05, scheduler=False).run()
+    dead = DeadLetter.objects.get()
+    response = admin_client.post(
+        DEAD_LETTERS_URL, {"action": "redrive_selected", "_selected_action": [dead.pk]}, follow=True
+    )
+    assert response.status_code == 200
+    assert "1 dead letter left in place" in response.content.decode()
+    button = reverse("admin:django_jobq_deadletter_redrive", args=[dead.pk])
+    response = admin_client.post(button, follow=True)
+    assert response.status_code == 200
+    assert "Not redriven: it cannot become a job as it is" in response.content.decode()
+    assert DeadLetter.objects.filter(pk=dead.pk).exists()

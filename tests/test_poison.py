@@ -285,14 +285,21 @@ def test_the_documented_query_finds_the_rows_that_break_a_rule_then_validate_pas
             cursor.execute(f"ALTER TABLE jobq_job VALIDATE CONSTRAINT {constraint.name}")
 
 
-def test_redriving_a_poison_dead_letter_is_refused_by_the_constraint_and_loses_nothing():
+def test_a_poison_dead_letter_is_left_in_place_by_a_redrive_and_the_others_redriven():
     insert_row({"payload": "'[1]'"})
+    insert_row({"visibility_timeout": "'300000 years'"})
+    insert_row({}, kind="tests.testapp.jobs.gone")  # well formed: dead as "unknown kind"
     Worker(burst=True, poll_interval=0.05).run()
-    (dead_id,) = DeadLetter.objects.values_list("id", flat=True)
-    with pytest.raises(IntegrityError, match="jobq_job_payload_is_object"):
-        operations.redrive([dead_id])
-    assert list(DeadLetter.objects.values_list("id", flat=True)) == [dead_id]
-    assert not Job.objects.exists()
+    assert DeadLetter.objects.count() == 3
+    ids = sorted(DeadLetter.objects.values_list("id", flat=True))
+
+    assert operations.redrive(ids) == 1  # no IntegrityError: the poison ones stay
+    (job,) = Job.objects.all()
+    assert job.kind == "tests.testapp.jobs.gone"
+    assert DeadLetter.objects.count() == 2
+    assert all(
+        r.startswith("poison row") for r in DeadLetter.objects.values_list("reason", flat=True)
+    )
 
 
 def test_the_migration_gives_up_on_a_held_lock_instead_of_queueing_the_queue_behind_it(

@@ -11,6 +11,7 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from django_jobq.models import DeadLetter, Job
+from django_jobq.operations import LEFT_IN_PLACE_BECAUSE
 from tests.conftest import REPO_ROOT
 from tests.factories import DeadLetterFactory, JobFactory
 
@@ -112,8 +113,7 @@ def test_reports_dead_letters_left_for_a_held_idempotency_key():
     output = run("jobq_redrive", "--kind", "shop.jobs.charge")
 
     assert output == (
-        "1 dead letter redriven as new jobs.\n"
-        "1 left in place: a live job of the same kind holds the idempotency key.\n"
+        f"1 dead letter redriven as new jobs.\n1 left in place: {LEFT_IN_PLACE_BECAUSE}.\n"
     )
     assert DeadLetter.objects.get().idempotency_key == "charge-7"
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from ...conf import get_settings
 from ...models import DeadLetter
-from ...operations import redrive
+from ...operations import LEFT_IN_PLACE_BECAUSE, redrive
 
 _DURATION_RE = re.compile(r"^(\d+)([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -93,6 +93,4 @@ class Command(BaseCommand):
         self.stdout.write(f"{created} dead letter{pluralize(created)} redriven as new jobs.")
         if created < count:
             left = count - created
-            self.stdout.write(
-                f"{left} left in place: a live job of the same kind holds the idempotency key."
-            )
+            self.stdout.write(f"{left} left in place: {LEFT_IN_PLACE_BECAUSE}.")
