@@ -3,6 +3,7 @@ raises at the call, a ``@job`` or ``@task`` that workers will not import is a sy
 warning, and a task whose function a worker lacks still ends by the framework's contract.
 See docs/deploying.md, "Mistakes that fail where they are made"."""
 
+import re
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -324,3 +325,22 @@ def test_fail_unrun_without_announce_leaves_the_signal_to_the_caller(queue_curso
         (failed,) = fail_unrun(queue_cursor, [letter], announce=False)
     assert failed.status == TaskResultStatus.FAILED
     assert finished == []
+
+
+# -- the docs -----------------------------------------------------------------------------------
+
+
+@REFUSE
+def test_the_deploying_pages_example_enqueues_another_services_kind():
+    page = (REPO_ROOT / "docs" / "deploying.md").read_text()
+    section = page.split("## Mistakes that fail where they are made", 1)[1].split("\n## ", 1)[0]
+    (example,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    namespace = {"enqueue": enqueue}
+    exec(example, namespace)  # noqa: S102 - the page's own example
+    job = Job.objects.get()
+    assert (job.kind, job.queue, job.payload) == (
+        "billing.jobs.charge",
+        "billing",
+        {"invoice_id": 7},
+    )
+    assert namespace["JOBQ"] == {"ENQUEUE_UNREGISTERED_KINDS": True}
