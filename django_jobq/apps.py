@@ -14,6 +14,7 @@ class JobqConfig(AppConfig):
     def ready(self) -> None:
         from .checks import (
             check_admin,
+            check_definitions,
             check_metrics,
             check_schedules,
             check_settings,
@@ -24,5 +25,6 @@ class JobqConfig(AppConfig):
         checks.register(check_metrics)
         checks.register(check_schedules)
         checks.register(check_tasks_backends)
+        checks.register(check_definitions)
         checks.register(check_admin, checks.Tags.admin)
         autodiscover_modules("jobs")

@@ -25,7 +25,13 @@ id                        meaning
                           directory (prometheus-client would fail on the first metric)
 ``django_jobq.E015``      ``JOBQ['CONNECT_TIMEOUT']`` is not 2 to 3600 seconds
 ``django_jobq.E016``      ``JOBQ['STATEMENT_TIMEOUT']`` is not ``None`` or 0.1 to 3600 seconds
+``django_jobq.E017``      ``JOBQ['ENQUEUE_UNREGISTERED_KINDS']`` is not a bool
 ``django_jobq.W001``      a ``JOBQ['SCHEDULES']`` entry's kind has no handler in this process
+``django_jobq.W002``      a ``@job`` is defined in a module that workers do not import (not an
+                          installed app's ``jobs`` module, nor imported by one)
+``django_jobq.W003``      a Django ``@task`` on ``JobqBackend`` is defined in a module that
+                          workers do not import (not an app's ``tasks`` or ``jobs`` module,
+                          nor imported by one)
 ========================  ==============================================================
 """
 
@@ -38,8 +44,9 @@ from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.db import connections
+from django.urls import get_resolver
 
-from . import conf, schedules, task_results
+from . import conf, registry, schedules, task_results
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
@@ -128,3 +135,66 @@ def check_tasks_backends(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
         for alias, params in backends.items()
         for check_id, message in conf.validate_tasks_backend(alias, params)
     ]
+
+
+def check_definitions(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Warn of ``@job`` (W002) and ``@task`` (W003) definitions that a worker would not have:
+    workers import each installed app's ``jobs`` module (and ``tasks`` module, with
+    ``JobqBackend``), so a definition counts only if one of those was being imported when it
+    was registered (:func:`django_jobq.registry.imported_by`). The URLconf is imported
+    first, as Django's URL check does, so that jobs defined in views are seen whatever order
+    the checks run in."""
+    _import_urlconf()
+    try:
+        with_tasks = bool(task_results.jobq_backends())
+    except ImportError:  # E011, reported by check_tasks_backends
+        with_tasks = False
+    names = ("jobs", "tasks") if with_tasks else ("jobs",)
+    imported = {f"{config.name}.{name}" for config in apps.get_app_configs() for name in names}
+    stray: dict[tuple[bool, str], list[str]] = {}
+    for definition in registry.definitions():
+        module = str(getattr(definition.func, "__module__", ""))
+        # django_jobq's own handlers (the chaos run's) are imported by its own workers.
+        if module.startswith("django_jobq.") or imported.intersection(
+            registry.imported_by(definition)
+        ):
+            continue
+        is_task = isinstance(definition.func, task_results.TaskJobHandler)
+        stray.setdefault((is_task, module), []).append(definition.kind)
+    return [
+        _stray_warning(is_task, module, kinds) for (is_task, module), kinds in sorted(stray.items())
+    ]
+
+
+def _import_urlconf() -> None:
+    """Import ``ROOT_URLCONF`` (and the views it imports), as Django's URL check does."""
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return
+    try:
+        get_resolver().url_patterns  # noqa: B018 - the property imports the URLconf
+    except Exception:  # a broken URLconf is reported by Django's URL check
+        return
+
+
+def _stray_warning(is_task: bool, module: str, kinds: list[str]) -> CheckMessage:
+    """W002 (jobs) or W003 (tasks) for the definitions of ``module`` no worker imports."""
+    config = apps.get_containing_app_config(module)
+    home = f"{config.name}.{'tasks' if is_task else 'jobs'}" if config else None
+    what = "@task functions" if is_task else "@job handlers"
+    listed = ", ".join(repr(kind) for kind in kinds)
+    where = (
+        f"{home} (or import {module} from it)"
+        if home
+        else (
+            f"an installed app's {'tasks' if is_task else 'jobs'} module, or import {module} "
+            f"from one"
+        )
+    )
+    return Warning(
+        f"{module} defines {what} that workers do not import: {listed}. Workers import "
+        f"each installed app's jobs module{' and tasks module' if is_task else ''}, and "
+        f"{module} is not one of them nor imported by one, so a worker dead-letters these "
+        f"jobs as 'unknown kind'.",
+        hint=f"Move them to {where}.",
+        id="django_jobq.W003" if is_task else "django_jobq.W002",
+    )

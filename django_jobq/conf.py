@@ -21,6 +21,7 @@ Users configure django-jobq with one dictionary in their settings module::
         "ALERT_DEAD_LETTERS": 0,      # dead letters: jobq_stats --check fails above; None: no check
         "CONNECT_TIMEOUT": 10,        # seconds a worker's own connection may take to open
         "STATEMENT_TIMEOUT": None,    # seconds per worker statement; None: VISIBILITY_TIMEOUT / 3
+        "ENQUEUE_UNREGISTERED_KINDS": False,  # True: enqueue kinds this process does not register
     }
 
 Durations are seconds (int or float) or ``datetime.timedelta``. ``SCHEDULES`` declares
@@ -34,6 +35,12 @@ at least 16 characters (E012), ``STATS_RETENTION`` at least an hour, since the d
 heartbeat, listener; :func:`django_jobq.db.connect`, docs/operations.md): a connect timeout
 of 2 to 3600 s (E015); a statement timeout of 0.1 to 3600 s, or ``None`` for a third of
 ``VISIBILITY_TIMEOUT`` (1 to 3600 s) (E016). :func:`statement_timeout` resolves it.
+
+``ENQUEUE_UNREGISTERED_KINDS`` (a bool, E017): ``False``, the default, makes enqueueing a
+kind that no ``@job`` registers in this process raise
+:class:`~django_jobq.exceptions.UnknownKind`; ``True`` accepts any valid kind name, for a
+project whose web processes enqueue the jobs of another service's workers (one call opts in
+with ``allow_unregistered=True`` instead).
 
 ``TASKS`` entries whose backend is ``django_jobq.tasks_backend.JobqBackend`` are checked by
 :func:`validate_tasks_backend` (E010): their ``QUEUES`` must be queue names, and their
@@ -102,6 +109,7 @@ class JobqSettings:
     ALERT_DEAD_LETTERS: int | None = 0
     CONNECT_TIMEOUT: float = 10.0
     STATEMENT_TIMEOUT: float | None = None
+    ENQUEUE_UNREGISTERED_KINDS: bool = False
 
 
 _KNOWN_KEYS = frozenset(f.name for f in fields(JobqSettings))
@@ -187,6 +195,14 @@ def validate(raw: Any) -> list[tuple[str, str]]:
     if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
         problems.append(
             ("django_jobq.E003", f"JOBQ['MAX_ATTEMPTS'] = {attempts!r} must be an int >= 1.")
+        )
+    unregistered = raw.get("ENQUEUE_UNREGISTERED_KINDS", False)
+    if not isinstance(unregistered, bool):
+        problems.append(
+            (
+                "django_jobq.E017",
+                f"JOBQ['ENQUEUE_UNREGISTERED_KINDS'] = {unregistered!r} must be True or False.",
+            )
         )
     durations = {}
     for key in _DURATION_KEYS:

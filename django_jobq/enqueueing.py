@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from . import db, metrics, registry, sql
 from .conf import KIND_NAME_RE, MAX_DURATION, QUEUE_NAME_RE, duration_seconds, get_settings
+from .exceptions import UnknownKind
 from .models import Job
 
 _INT_RANGE = (-(2**31), 2**31 - 1)
@@ -50,6 +51,7 @@ class EnqueueOptions(TypedDict, total=False):
     idempotency_key: str
     max_attempts: int
     visibility_timeout: timedelta | float
+    allow_unregistered: bool
 
 
 _OPTION_NAMES = frozenset(EnqueueOptions.__annotations__)
@@ -281,11 +283,14 @@ _defaults_cache: tuple[object, dict[tuple[str, object], _KindDefaults]] = (None,
 _DEFAULTS_CACHE_SIZE = 10_000
 
 
-def _kind_defaults(kind: str) -> _KindDefaults:
-    """The defaults of ``kind`` (validated once per kind and setting).
+def _kind_defaults(kind: str, allow_unregistered: bool) -> _KindDefaults:
+    """The defaults of ``kind`` (validated once per kind and setting): one dict lookup for
+    a kind seen before.
 
     Raises:
         ValueError: ``kind`` is not a valid kind name.
+        UnknownKind: ``kind`` is not registered in this process, and neither
+            ``allow_unregistered`` nor ``JOBQ['ENQUEUE_UNREGISTERED_KINDS']`` allows that.
     """
     global _defaults_cache
     if not isinstance(kind, str):
@@ -296,6 +301,9 @@ def _kind_defaults(kind: str) -> _KindDefaults:
     if cached_config is not config or len(table) >= _DEFAULTS_CACHE_SIZE:
         table = {}
         _defaults_cache = (config, table)
+    if definition is None and not (allow_unregistered or config.ENQUEUE_UNREGISTERED_KINDS):
+        validate_options(kind=kind)  # an invalid name is a ValueError, as ever
+        raise UnknownKind(kind, registry.closest(kind))
     found = table.get((kind, definition))
     if found is not None:
         return found
@@ -331,7 +339,10 @@ def prepare_job(
     unknown = options.keys() - _OPTION_NAMES
     if unknown:
         raise TypeError(f"unknown enqueue options: {', '.join(sorted(unknown))}.")
-    defaults = _kind_defaults(kind)
+    allow_unregistered = options.pop("allow_unregistered", False)
+    if not isinstance(allow_unregistered, bool):
+        raise TypeError(f"allow_unregistered must be True or False, not {allow_unregistered!r}.")
+    defaults = _kind_defaults(kind, allow_unregistered)
     payload = {} if payload is None else payload
     payload_json = encode_payload(payload)
     if defaults.definition is not None:
@@ -380,9 +391,11 @@ def enqueue(
     """Enqueue one job of ``kind`` and return it as a :class:`~django_jobq.models.Job`.
 
     Args:
-        kind: the handler's registered name. A kind not registered in this process is
-            accepted (the worker may run other code); a worker without it dead-letters the
-            job with reason "unknown kind".
+        kind: the handler's registered name. A kind not registered in this process
+            raises :class:`~django_jobq.exceptions.UnknownKind` (a typo fails here, not in
+            a worker), unless ``allow_unregistered`` or
+            ``JOBQ['ENQUEUE_UNREGISTERED_KINDS']`` accepts it (the kind of another
+            service's workers).
         payload: keyword arguments for the handler; JSON via ``DjangoJSONEncoder``.
         queue: defaults to the kind's queue, then ``JOBQ['DEFAULT_QUEUE']``.
         priority: higher runs first; defaults to the kind's, then 0.
@@ -394,6 +407,8 @@ def enqueue(
             docs/idempotency.md, also for REPEATABLE READ and SERIALIZABLE).
         max_attempts: attempts before the job becomes a dead letter.
         visibility_timeout: lease length in seconds (or a timedelta).
+        allow_unregistered: ``True`` enqueues a kind that no ``@job`` registers in this
+            process (default ``False``: ``UnknownKind``).
 
     Returns:
         The saved job. If the insert is deferred to another database's commit (see the
@@ -406,6 +421,9 @@ def enqueue(
             does not fit the registered handler's signature.
         ValueError: invalid kind or queue name, negative delay, ``run_at`` with ``delay``,
             ``max_attempts < 1``, non-positive visibility timeout.
+        UnknownKind: ``kind`` is not registered in this process (a ``LookupError``; the
+            message suggests the closest registered kind), and unregistered kinds are not
+            allowed.
     """
     return enqueue_many([prepare_job(kind, payload, **options)])[0]
 
@@ -420,7 +438,7 @@ def enqueue_many(jobs: Iterable[PreparedJob | Mapping[str, Any]]) -> list[Job]:
     batches wait for each other's new keys in one order and cannot deadlock.
 
     Raises:
-        TypeError, ValueError: as :func:`enqueue`, for the first invalid item.
+        TypeError, ValueError, UnknownKind: as :func:`enqueue`, for the first invalid item.
         RuntimeError: the live jobs of the batch's keys kept ending between the insert and
             the read (10 rounds); nothing was inserted.
     """

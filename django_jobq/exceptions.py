@@ -1,4 +1,4 @@
-"""Exceptions a handler raises to steer its job.
+"""Exceptions a handler raises to steer its job, and those enqueue raises for a mistake.
 
 ::
 
@@ -12,6 +12,8 @@
             raise Retry(delay=exc.retry_after) from exc     # wait as long as the API asks
         except CardDeclined as exc:
             raise Fail(f"card declined: {exc.code}") from exc  # retrying cannot help
+
+    enqueue("shop.jobs.send_reciept")   # UnknownKind: ... did you mean 'shop.jobs.send_receipt'?
 """
 
 from __future__ import annotations
@@ -40,3 +42,29 @@ class PermanentError(Exception):
 
 class Fail(PermanentError):
     """Dead-letter this job now: ``raise Fail("order was deleted")``."""
+
+
+class UnknownKind(LookupError):
+    """Enqueue was given a kind that no ``@job`` (or task) registers in this process.
+
+    Raised by :func:`~django_jobq.enqueue`, :func:`~django_jobq.enqueue_many` and
+    :func:`~django_jobq.enqueueing.prepare_job`, so a typo fails at the call, not later in
+    a worker as an "unknown kind" dead letter. Kinds defined in another service are
+    enqueued with ``enqueue(kind, ..., allow_unregistered=True)``, or everywhere with
+    ``JOBQ['ENQUEUE_UNREGISTERED_KINDS'] = True``.
+
+    Attributes:
+        kind: the kind given (str).
+        suggestion: the registered kind closest to it, or ``None``.
+    """
+
+    def __init__(self, kind: str, suggestion: str | None) -> None:
+        self.kind = kind
+        self.suggestion = suggestion
+        near = f"; did you mean {suggestion!r}?" if suggestion else "."
+        super().__init__(
+            f"no job kind {kind!r} is registered in this process{near} A kind is registered "
+            f"when the module defining its @job (an installed app's jobs module) is imported. "
+            f"To enqueue a kind that another service's workers run, pass "
+            f"allow_unregistered=True, or set JOBQ['ENQUEUE_UNREGISTERED_KINDS'] = True."
+        )

@@ -3,13 +3,21 @@
 A kind is the name a handler is registered under: by default the function's dotted path
 (``shop.jobs.send_welcome_email``), or ``@job(name=...)``. Workers look handlers up here by
 kind; nothing is ever imported from a name found in the database.
+
+Workers register handlers by importing each installed app's ``jobs`` module (and, with the
+Tasks backend, its ``tasks`` module): a handler defined anywhere else exists in a worker
+only if one of those imports its module. The registry notes, for each definition, the
+modules being imported when it was registered (:func:`imported_by`), so the system check
+``django_jobq.W002`` (``W003`` for tasks) can name the definitions no worker would import.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import inspect
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -23,6 +31,9 @@ if TYPE_CHECKING:
     from .models import Job
 
 _registry: dict[str, JobDefinition] = {}
+#: For each registered definition, the modules whose bodies were running when it was
+#: registered, innermost first (:func:`imported_by`).
+_importers: weakref.WeakKeyDictionary[JobDefinition, tuple[str, ...]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True, eq=False)
@@ -320,7 +331,28 @@ def register(definition: JobDefinition) -> JobDefinition:
             f"give one of them another name with @job(name=...)."
         )
     _registry[definition.kind] = definition
+    _importers[definition] = _modules_being_imported()
     return definition
+
+
+def _modules_being_imported() -> tuple[str, ...]:
+    """The names of the modules whose top-level code is running on this thread's stack,
+    innermost first: a module imported by ``app/jobs.py`` is registered with ``app.jobs``
+    among them, wherever the import chain started."""
+    names: list[str] = []
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code.co_name == "<module>":
+            names.append(str(frame.f_globals.get("__name__", "")))
+        frame = frame.f_back
+    return tuple(names)
+
+
+def imported_by(definition: JobDefinition) -> tuple[str, ...]:
+    """The modules that were being imported when ``definition`` was registered (its own
+    module first, when it was defined at a module's top level, then the modules importing
+    that one), innermost first; ``()`` for a definition never registered."""
+    return _importers.get(definition, ())
 
 
 def _positive_seconds(name: str, value: timedelta | float | None) -> float | None:
@@ -336,6 +368,18 @@ def _origin(func: Callable[..., Any]) -> str:
 def get(kind: str) -> JobDefinition | None:
     """Return the definition registered under ``kind``, or ``None``."""
     return _registry.get(kind)
+
+
+def closest(kind: str) -> str | None:
+    """The registered kind most like ``kind`` (a typo, or a function's bare name), or
+    ``None`` if none is close: for "did you mean ...?" messages."""
+    names = list(_registry)
+    tail = kind.rpartition(".")[2]
+    same_name = [name for name in names if name.rpartition(".")[2] == tail]
+    if len(same_name) == 1:
+        return same_name[0]
+    found = difflib.get_close_matches(kind, names, n=1, cutoff=0.6)
+    return found[0] if found else None
 
 
 def definitions() -> list[JobDefinition]:

@@ -320,8 +320,11 @@ class ScheduledJob:
     origin: str
 
     def prepare(self, tick: datetime) -> enqueueing.PreparedJob:
-        """The job for ``tick``: the kind's defaults, this payload, ``run_at`` the tick."""
-        return enqueueing.prepare_job(self.kind, self.payload, run_at=tick)
+        """The job for ``tick``: the kind's defaults, this payload, ``run_at`` the tick.
+
+        A kind not registered here is enqueued all the same (another service's workers may
+        run it): ``manage.py check`` warned of it (``django_jobq.W001``)."""
+        return enqueueing.prepare_job(self.kind, self.payload, run_at=tick, allow_unregistered=True)
 
 
 def _bind(origin: str, kind: Any, schedule: Schedule) -> ScheduledJob:

@@ -785,6 +785,25 @@ DEAD_LETTER_TASK_JOB = _DEAD_LETTER_TASK_JOB_TEMPLATE.format(
     busy=_BUSY_WITHOUT_RESULT,
 )
 
+#: Fail the results of tasks' jobs that were dead-lettered without running (as unknown
+#: kinds, by a statement of their own): each ``(result_id, task_path, task_error)`` whose
+#: result is of that task and not finished becomes FAILED, ``task_error`` (a JSON object)
+#: appended to its errors. A result already finished is left as it is, so failing one twice
+#: (or one the worker's ``DEAD_LETTER_TASK_JOB`` failed) changes nothing. Returns the results
+#: it failed.
+FAIL_UNRUN_TASK_RESULTS = """
+UPDATE jobq_task_result AS result
+SET status = 'FAILED',
+    finished_at = now(),
+    errors = result.errors || jsonb_build_array(unrun.task_error::jsonb)
+FROM unnest(%(result_ids)s::text[], %(task_paths)s::text[], %(task_errors)s::text[])
+     AS unrun(result_id, task_path, task_error)
+WHERE result.id = unrun.result_id
+  AND result.task_path = unrun.task_path
+  AND result.status NOT IN ('SUCCESSFUL', 'FAILED')
+RETURNING result.*
+"""
+
 # -- observability -------------------------------------------------------------------------
 
 #: The database clock, which every stored time and every window of the statistics uses.

@@ -17,7 +17,10 @@ Tasks are found in the registry of job kinds, where the backend registers each t
 validates (a task is validated when it is defined). :func:`discover` imports every installed
 app's ``tasks`` module at worker start, so the worker knows the tasks those modules define.
 Nothing is ever imported from a name found in the database: a job whose task this worker
-does not know is dead-lettered as "unknown kind", and its result marked FAILED.
+does not know is dead-lettered as "unknown kind", its result marked FAILED (a
+:class:`TaskNotRun` error) and ``task_finished`` sent for it all the same, with a stand-in
+task of the same module path (:func:`announce_finished`). :func:`fail_unrun` does the
+same for jobs that another statement dead-lettered unrun (a maintenance sweep).
 
 This module does not import Django's Tasks framework, so a worker runs on a Django without
 it; :mod:`django_jobq.tasks_backend` does, and is imported only when configured.
@@ -27,8 +30,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.db import connections
@@ -139,19 +142,78 @@ def is_task_outcome(outcome: Outcome) -> bool:
 
 def _task_error(outcome: Outcome) -> str:
     """The framework's error record of a failed attempt, as JSON text."""
-    if outcome.exception_class_path:
-        error = {
-            "exception_class_path": outcome.exception_class_path,
-            "traceback": text.fit(outcome.traceback),
-        }
-    else:  # dead-lettered unrun: no exception of the task's own
-        error = {
-            "exception_class_path": f"{TaskNotRun.__module__}.{TaskNotRun.__qualname__}",
-            "traceback": text.fit(
-                f"{outcome.reason}: {outcome.error}" if outcome.error else outcome.reason
-            ),
-        }
+    if not outcome.exception_class_path:  # dead-lettered unrun: no exception of the task's own
+        return _unrun_error(outcome.reason, outcome.error)
+    error = {
+        "exception_class_path": outcome.exception_class_path,
+        "traceback": text.fit(outcome.traceback),
+    }
     return json.dumps(error)
+
+
+def _unrun_error(reason: str, error: str) -> str:
+    """The error record (JSON text) of a task's job that ended without running: a
+    :class:`TaskNotRun` whose traceback is the dead letter's reason and error."""
+    return json.dumps(
+        {
+            "exception_class_path": f"{TaskNotRun.__module__}.{TaskNotRun.__qualname__}",
+            "traceback": text.fit(f"{reason}: {error}" if error else reason),
+        }
+    )
+
+
+class DeadLettered(Protocol):
+    """What :func:`fail_unrun` reads of a dead-lettered job (a
+    :class:`~django_jobq.models.DeadLetter` has it all)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def payload(self) -> Any: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def last_error(self) -> str: ...
+
+
+def fail_unrun(
+    cursor: leases.Cursor, dead_letters: Iterable[DeadLettered], *, announce: bool = True
+) -> list[StoredTaskResult]:
+    """Make FAILED the results of tasks' jobs that were dead-lettered without running (for
+    a sweep that dead-letters jobs of unknown kinds with a statement of its own), with a
+    :class:`TaskNotRun` error quoting each dead letter's reason and error, in one statement
+    (``sql.FAIL_UNRUN_TASK_RESULTS``); then, with ``announce``, send ``task_finished`` for
+    each (:func:`announce_finished`).
+
+    ``dead_letters`` may hold any dead letters: those whose payload names no result of
+    their kind (plain jobs), or whose result is finished already, are left alone. With the
+    cursor in autocommit (a worker's connections are) the results are committed before
+    they are announced; in a transaction, pass ``announce=False`` and call
+    :func:`announce_finished` with the returned results after the commit.
+
+    Returns:
+        The results made FAILED.
+
+    Raises:
+        psycopg.Error: the statement failed; nothing was written.
+    """
+    unrun = [
+        (letter.payload["result_id"], letter.kind, _unrun_error(letter.reason, letter.last_error))
+        for letter in dead_letters
+        if isinstance(letter.payload, Mapping) and isinstance(letter.payload.get("result_id"), str)
+    ]
+    if not unrun:
+        return []
+    result_ids, task_paths, task_errors = (list(column) for column in zip(*unrun, strict=True))
+    cursor.execute(
+        sql.FAIL_UNRUN_TASK_RESULTS,
+        {"result_ids": result_ids, "task_paths": task_paths, "task_errors": task_errors},
+    )
+    names = [column.name for column in cursor.description]
+    results = _results(names, cursor.fetchall())
+    if announce:
+        announce_finished(results)
+    return results
 
 
 def _results(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[StoredTaskResult]:
@@ -185,8 +247,7 @@ def ack(cursor: leases.Cursor, outcomes: Sequence[Outcome]) -> leases.Written:
     names, rows = _after_busy(cursor)
     busy = {job_id for job_id, is_busy, *_ in rows if is_busy}
     results = _results(names, [row[2:] for row in rows if not row[1]])
-    for result in results:
-        _announce(result)
+    announce_finished(results)
     return leases.Written((result.job_id for result in results if result.job_id is not None), busy)
 
 
@@ -218,8 +279,7 @@ def record(cursor: leases.Cursor, outcome: Outcome) -> bool:
     names, rows = _after_busy(cursor)
     applied = leases.applied_once(outcome.job.id, rows)
     failed = [row[2:] for row in rows if not row[1] and row[2] is not None]
-    for result in _results(names, failed):
-        _announce(result)
+    announce_finished(_results(names, failed))
     return applied
 
 
@@ -230,14 +290,21 @@ def _after_busy(cursor: leases.Cursor) -> tuple[list[str], list[Any]]:
     return names, cursor.fetchall()
 
 
-def _announce(result: StoredTaskResult) -> None:
-    """Tell the task's handler its result is final; never raises (it runs user code)."""
-    task = handler(result.task_path)
-    if task is None:
-        return  # dead-lettered as unknown kind: there is no task here to announce it for
-    try:
-        task.finished(result)
-    except Exception:
-        logger.exception(
-            "task %s result %s: announcing its end failed", result.task_path, result.id
-        )
+def announce_finished(results: Iterable[StoredTaskResult]) -> None:
+    """Send the framework's ``task_finished`` for each SUCCESSFUL or FAILED (and committed)
+    result: through its task's handler, or, for a task not defined in this process (a job
+    dead-lettered as "unknown kind"), with a stand-in task of the same module path (see
+    :func:`django_jobq.tasks_backend.missing_task`). Never raises (receivers are user
+    code); a failure is logged."""
+    for result in results:
+        try:
+            task = handler(result.task_path)
+            if task is None:
+                from .tasks_backend import TaskRunner
+
+                task = TaskRunner.of_missing(result.task_path)
+            task.finished(result)
+        except Exception:
+            logger.exception(
+                "task %s result %s: announcing its end failed", result.task_path, result.id
+            )

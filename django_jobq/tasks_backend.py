@@ -233,9 +233,10 @@ class JobqBackend(BaseTaskBackend):
 
         Raises:
             TaskResultDoesNotExist: no such result (never enqueued, or pruned after
-                ``JOBQ['TASK_RESULT_RETENTION']``).
-            InvalidTask: the result's task is not defined in this process (its module is
-                neither imported nor an installed app's ``tasks`` module).
+                ``JOBQ['TASK_RESULT_RETENTION']``), or its task is not defined in this
+                process (its module is neither imported nor an installed app's ``tasks``
+                module: a framework result cannot exist without its task; the message
+                says so, and the stored row is kept).
         """
         stored = (
             StoredTaskResult.objects.using(conf.get_settings().DATABASE)
@@ -301,7 +302,7 @@ class TaskRunner(task_results.TaskJobHandler):
         stored = task_results.start_attempt(context.job_id, context.attempt)
         if stored is None:
             raise LeaseLost(f"job {context.job_id} attempt {context.attempt}: lease lost")
-        result = to_task_result(stored)
+        result = self.result_of(stored)
         _send(task_started, result)
         if self.task.takes_context:
             value = self.task.call(TaskContext(task_result=result), *args, **kwargs)
@@ -315,7 +316,51 @@ class TaskRunner(task_results.TaskJobHandler):
 
     def finished(self, result: StoredTaskResult) -> None:
         """Send ``task_finished`` for a SUCCESSFUL or FAILED result (once it committed)."""
-        _send(task_finished, to_task_result(result))
+        _send(task_finished, self.result_of(result))
+
+    @classmethod
+    def of_missing(cls, task_path: str) -> TaskRunner:
+        """The runner of a stand-in for a task not defined in this process (a job
+        dead-lettered as "unknown kind"), so its end can be announced: the stand-in has the
+        task's module path, and its function raises :class:`TaskNotRun` if called."""
+        module, _, name = task_path.rpartition(".")
+
+        def missing(*args: Any, **kwargs: Any) -> Any:
+            raise task_results.TaskNotRun(f"{task_path} is not defined in this process")
+
+        missing.__module__, missing.__qualname__, missing.__name__ = module, name, name
+        return cls(_MissingTask(func=missing))
+
+    def result_of(self, stored: StoredTaskResult) -> TaskResult[..., Any]:
+        """The framework's ``TaskResult`` for a stored result of this task: its ``task``
+        is this one as enqueued (queue, priority, backend, run_after) when that is still
+        valid."""
+        result: TaskResult[..., Any] = TaskResult(
+            task=_as_enqueued(self.task, stored),
+            id=stored.id,
+            status=TaskResultStatus(stored.status),
+            enqueued_at=stored.enqueued_at,
+            started_at=stored.started_at,
+            finished_at=stored.finished_at,
+            last_attempted_at=stored.last_attempted_at,
+            args=stored.args,
+            kwargs=stored.kwargs,
+            backend=stored.backend,
+            errors=[TaskError(**error) for error in stored.errors],
+            worker_ids=list(stored.worker_ids),
+        )
+        object.__setattr__(result, "_return_value", stored.return_value)
+        return result
+
+
+class _MissingTask(JobqTask):
+    """A stand-in for a task whose function this process does not have: neither validated
+    nor registered (it must not become a handler), only announced."""
+
+    __slots__ = ()
+
+    def __post_init__(self) -> None:
+        pass
 
 
 def _register(task: Task[..., Any]) -> None:
@@ -358,34 +403,21 @@ def to_task_result(stored: StoredTaskResult) -> TaskResult[..., Any]:
     when that is still valid.
 
     Raises:
-        InvalidTask: the task is not defined in this process, even after importing the
-            installed apps' ``tasks`` modules.
+        TaskResultDoesNotExist: the task is not defined in this process, even after
+            importing the installed apps' ``tasks`` modules (the framework's
+            ``get_result`` contract: a ``TaskResult`` cannot be made without its task).
     """
     runner = task_results.handler(stored.task_path)
     if runner is None:
         task_results.discover()
         runner = task_results.handler(stored.task_path)
     if not isinstance(runner, TaskRunner):
-        raise InvalidTask(
+        raise TaskResultDoesNotExist(
             f"result {stored.id} is of task {stored.task_path}, which is not defined in this "
-            f"process: define it in an installed app's tasks module, or import its module."
+            f"process: define it in an installed app's tasks module, or import its module "
+            f"there (manage.py check warns of such tasks: django_jobq.W003)."
         )
-    result: TaskResult[..., Any] = TaskResult(
-        task=_as_enqueued(runner.task, stored),
-        id=stored.id,
-        status=TaskResultStatus(stored.status),
-        enqueued_at=stored.enqueued_at,
-        started_at=stored.started_at,
-        finished_at=stored.finished_at,
-        last_attempted_at=stored.last_attempted_at,
-        args=stored.args,
-        kwargs=stored.kwargs,
-        backend=stored.backend,
-        errors=[TaskError(**error) for error in stored.errors],
-        worker_ids=list(stored.worker_ids),
-    )
-    object.__setattr__(result, "_return_value", stored.return_value)
-    return result
+    return runner.result_of(stored)
 
 
 def _as_enqueued(task: Task[..., Any], stored: StoredTaskResult) -> Task[..., Any]:

@@ -10,9 +10,16 @@ import importlib.util
 import os
 
 from testproject.settings import *  # noqa: F403
-from testproject.settings import DATABASES, INSTALLED_APPS
+from testproject.settings import DATABASES, INSTALLED_APPS, JOBQ
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
+
+# The tests enqueue kinds that no handler registers ("x", "some.kind"), as a project does the
+# jobs of another service; tests/test_mistakes.py proves the default (refused) itself.
+JOBQ = {**JOBQ, "ENQUEUE_UNREGISTERED_KINDS": True}
+
+if os.environ.get("JOBQ_TEST_MISPLACED"):  # a URLconf importing a @job and a @task from views
+    ROOT_URLCONF = "tests.testapp.urls_misplaced"
 
 DATABASES = {
     # A test database per test run (pid), so runs from two checkouts on one server, or a run

@@ -82,3 +82,19 @@ if TASK_OPTIONS_SUPPORTED:
 @task
 def outcomes_echo(label: str) -> str:
     return label
+
+
+try:
+    from django.tasks.signals import task_finished
+except ImportError:  # Django 5.2: the django-tasks backport
+    from django_tasks.signals import task_finished
+
+
+def mistakes_record_finished(sender, task_result, **kwargs):
+    """Record, in whichever process sends it, ``task_finished`` for the tasks of
+    tests/testapp/views_jobs.py (which workers do not have): ``"finished <id> <status>"``."""
+    if task_result.task.module_path.startswith("tests.testapp.views_jobs."):
+        Effect.objects.create(label=f"finished {task_result.id} {task_result.status}")
+
+
+task_finished.connect(mistakes_record_finished, dispatch_uid="mistakes_record_finished")
