@@ -356,7 +356,8 @@ def prepare_job(
     if run_at is not None and delay is not None:
         raise ValueError("give run_at or delay, not both.")
     return PreparedJob(
-        kind=kind,
+        # An alias resolves to its definition, whose own kind is stored (see registry).
+        kind=kind if defaults.definition is None else defaults.definition.kind,
         payload_json=payload_json,
         queue=defaults.queue if queue is None else queue,
         priority=defaults.priority if priority is None else priority,
@@ -382,7 +383,8 @@ def enqueue(
     Args:
         kind: the handler's registered name. A kind not registered in this process is
             accepted (the worker may run other code); a worker without it dead-letters the
-            job with reason "unknown kind".
+            job with reason "unknown kind". An alias (``@job(aliases=[...])``) is accepted
+            and the job stored under the handler's kind.
         payload: keyword arguments for the handler; JSON via ``DjangoJSONEncoder``.
         queue: defaults to the kind's queue, then ``JOBQ['DEFAULT_QUEUE']``.
         priority: higher runs first; defaults to the kind's, then 0.
