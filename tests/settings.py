@@ -45,3 +45,16 @@ if os.environ.get("JOBQ_TEST_ROOT_LOGGING"):  # a project that logs everything t
         "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "root"}},
         "root": {"handlers": ["stderr"], "level": "WARNING"},
     }
+
+if os.environ.get("JOBQ_TEST_RENAMES_SCHEDULE"):  # one release's definition of a schedule
+    import json
+
+    JOBQ = {
+        **JOBQ,  # noqa: F405
+        "SCHEDULES": {
+            "renames-overlap": {
+                "kind": "tests.testapp.jobs.renames_tick",
+                **json.loads(os.environ["JOBQ_TEST_RENAMES_SCHEDULE"]),  # cron, payload, ...
+            }
+        },
+    }
