@@ -49,12 +49,9 @@ if os.environ.get("JOBQ_TEST_ROOT_LOGGING"):  # a project that logs everything t
 if os.environ.get("JOBQ_TEST_RENAMES_SCHEDULE"):  # one release's definition of a schedule
     import json
 
-    JOBQ = {
-        **JOBQ,  # noqa: F405
-        "SCHEDULES": {
-            "renames-overlap": {
-                "kind": "tests.testapp.jobs.renames_tick",
-                **json.loads(os.environ["JOBQ_TEST_RENAMES_SCHEDULE"]),  # cron, payload, ...
-            }
-        },
+    _SCHEDULE = {
+        "kind": "tests.testapp.jobs.renames_tick",
+        **json.loads(os.environ["JOBQ_TEST_RENAMES_SCHEDULE"]),  # cron, payload, catch_up
     }
+    # testproject's JOBQ holds only numbers, so mypy types its values as float.
+    JOBQ = {**JOBQ, "SCHEDULES": {"renames-overlap": _SCHEDULE}}  # type: ignore[dict-item]  # noqa: F405
