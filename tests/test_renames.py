@@ -3,8 +3,10 @@ enqueue, cron expressions compared by meaning, and two live definitions of one s
 a simulated clock (the real-process proofs are in tests/acceptance/test_renames.py).
 """
 
+import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -343,3 +345,24 @@ def test_a_row_deleted_under_a_running_scheduler_starts_afresh():
     _, every_tick = ticks_by_label()
     assert max(Counter(every_tick).values()) == 1
     assert len(every_tick) == 6
+
+
+# -- the example in docs/deploying.md -----------------------------------------------------
+
+DEPLOYING = (Path(__file__).resolve().parent.parent / "docs" / "deploying.md").read_text()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_documented_renamed_handler_runs_both_payload_shapes(temp_registry):
+    refunded = []
+    (block,) = re.findall(r"```python\n(.*?)```", DEPLOYING, re.DOTALL)
+    exec(block, {"__name__": "billing.jobs", "issue_refund": refunded.append})  # noqa: S102
+    with connection.cursor() as cursor:  # release 1's web process: the old kind and shape
+        cursor.execute(
+            "INSERT INTO jobq_job (queue, kind, payload, max_attempts, visibility_timeout)"
+            " VALUES ('default', 'shop.jobs.refund_order', '{\"order\": 12}', 3, '30 s')"
+        )
+    assert enqueue("shop.jobs.refund_order", {"order_id": 13}).kind == "billing.refund"
+    Worker(queues=["default"], burst=True).run()
+    assert sorted(refunded) == [12, 13]
+    assert not Job.objects.exists()
