@@ -367,7 +367,8 @@ def prepare_job(
     if run_at is not None and delay is not None:
         raise ValueError("give run_at or delay, not both.")
     return PreparedJob(
-        kind=kind,
+        # An alias resolves to its definition, whose own kind is stored (see registry).
+        kind=kind if defaults.definition is None else defaults.definition.kind,
         payload_json=payload_json,
         queue=defaults.queue if queue is None else queue,
         priority=defaults.priority if priority is None else priority,
@@ -395,7 +396,8 @@ def enqueue(
             raises :class:`~django_jobq.exceptions.UnknownKind` (a typo fails here, not in
             a worker), unless ``allow_unregistered`` or
             ``JOBQ['ENQUEUE_UNREGISTERED_KINDS']`` accepts it (the kind of another
-            service's workers).
+            service's workers). An alias (``@job(aliases=[...])``) is accepted and the job
+            stored under the handler's kind.
         payload: keyword arguments for the handler; JSON via ``DjangoJSONEncoder``.
         queue: defaults to the kind's queue, then ``JOBQ['DEFAULT_QUEUE']``.
         priority: higher runs first; defaults to the kind's, then 0.

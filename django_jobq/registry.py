@@ -9,6 +9,11 @@ Tasks backend, its ``tasks`` module): a handler defined anywhere else exists in 
 only if one of those imports its module. The registry notes, for each definition, the
 modules being imported when it was registered (:func:`imported_by`), so the system check
 ``django_jobq.W002`` (``W003`` for tasks) can name the definitions no worker would import.
+
+A renamed handler keeps its old kinds as aliases (``@job(name="new", aliases=["old"])``):
+:func:`get` resolves an alias to the definition, so jobs stored under the old kind (by an
+old release's web processes, or redriven from the dead letters) run on the new handler with
+no data migration, and :func:`enqueue` under an alias stores the definition's own kind.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from .backoff import BackoffPolicy
 if TYPE_CHECKING:
     from .models import Job
 
+#: Every registered name, each kind and each alias, to its definition. One dict (not a
+#: second one for aliases), so a test that swaps it for a copy forgets aliases with kinds.
 _registry: dict[str, JobDefinition] = {}
 #: For each registered definition, the modules whose bodies were running when it was
 #: registered, innermost first (:func:`imported_by`).
@@ -49,11 +56,13 @@ class JobDefinition:
     ``expires_after`` are in seconds; ``backoff`` and ``retry_on`` are used by the worker;
     ``schedules`` by the schedulers (see :mod:`django_jobq.schedules`).
     With ``takes_context`` the handler's first parameter receives a
-    :class:`~django_jobq.context.JobContext` and is not part of the payload.
+    :class:`~django_jobq.context.JobContext` and is not part of the payload. ``aliases`` are
+    former kinds whose jobs this handler runs too (see the module docs).
     """
 
     func: Callable[..., Any]
     kind: str
+    aliases: tuple[str, ...] = ()
     queue: str | None = None
     priority: int = 0
     max_attempts: int | None = None
@@ -205,6 +214,7 @@ class JobOptions(TypedDict, total=False):
     """What ``@job(...)`` accepts; see :func:`job`."""
 
     name: str
+    aliases: Sequence[str]
     queue: str
     priority: int
     max_attempts: int
@@ -229,6 +239,9 @@ def job(
 
     Options (all optional):
         name: the kind; defaults to ``module.qualname`` of the function.
+        aliases: former kinds of this handler (a list of kind names): jobs stored under
+            one run on this handler, and ``enqueue(alias, ...)`` stores ``name``. Keep an
+            alias until no job, dead letter or old release uses it (docs/deploying.md).
         queue: default queue (``JOBQ['DEFAULT_QUEUE']`` if not given).
         priority: default priority; higher runs first.
         max_attempts: attempts before the job becomes a dead letter (>= 1).
@@ -252,8 +265,8 @@ def job(
         A :class:`JobDefinition` wrapping the function.
 
     Raises:
-        ValueError: an invalid name or option, or a name already registered by another
-            function.
+        ValueError: an invalid name, alias or option, or a name or alias already
+            registered (as a kind or an alias) by another function.
         TypeError: an option of the wrong type, a function with positional-only or
             ``*args`` parameters, or an async handler (``async def``, an async generator,
             a ``functools.partial`` of one or an object whose ``__call__`` is one): handlers
@@ -299,6 +312,7 @@ def job(
         definition = JobDefinition(
             func=func,
             kind=kind,
+            aliases=_aliases(kind, options.get("aliases", ())),
             queue=options.get("queue"),
             priority=options.get("priority", 0),
             max_attempts=options.get("max_attempts"),
@@ -315,24 +329,58 @@ def job(
     return decorate(func) if func is not None else decorate
 
 
-def register(definition: JobDefinition) -> JobDefinition:
-    """Register ``definition`` under its kind (``@job`` does this; so does the Tasks backend
-    for each task, see :mod:`django_jobq.tasks_backend`); return it.
-
-    Registering the same function again replaces its definition.
+def _aliases(kind: str, aliases: object) -> tuple[str, ...]:
+    """``@job(aliases=...)`` checked: kind names (``conf.KIND_NAME_RE``), none twice, none
+    the kind itself.
 
     Raises:
-        ValueError: another function is registered under this kind.
+        TypeError: not a list or tuple of str (a lone str is refused: it is not a list of
+            one name).
+        ValueError: an invalid name, a repeated one, or the kind itself.
     """
-    existing = _registry.get(definition.kind)
-    if existing is not None and _origin(existing.func) != _origin(definition.func):
-        raise ValueError(
-            f"job kind {definition.kind!r} is already registered by {_origin(existing.func)}; "
-            f"give one of them another name with @job(name=...)."
-        )
-    _registry[definition.kind] = definition
+    if not isinstance(aliases, list | tuple) or not all(isinstance(a, str) for a in aliases):
+        raise TypeError(f"aliases must be a list of kind names (str), not {aliases!r}.")
+    for alias in aliases:
+        _enqueue.validate_options(kind=alias)
+    if kind in aliases:
+        raise ValueError(f"{kind!r} is the kind itself; it cannot be one of its aliases.")
+    if len(set(aliases)) < len(aliases):
+        raise ValueError(f"aliases of {kind!r} name one kind twice: {list(aliases)!r}.")
+    return tuple(aliases)
+
+
+def register(definition: JobDefinition) -> JobDefinition:
+    """Register ``definition`` under its kind and its aliases (``@job`` does this; so does
+    the Tasks backend for each task, see :mod:`django_jobq.tasks_backend`); return it.
+
+    Registering the same function again replaces its definition (and its aliases).
+
+    Raises:
+        ValueError: another function is registered under this kind or one of its aliases
+            (as its kind or as an alias); nothing is registered then.
+    """
+    names = (definition.kind, *definition.aliases)
+    for name in names:
+        existing = _registry.get(name)
+        if existing is not None and _origin(existing.func) != _origin(definition.func):
+            raise ValueError(
+                f"job kind {name!r} is already registered by {_origin(existing.func)}"
+                f"{_as_what(existing, name)}; {_origin(definition.func)} cannot use it as "
+                f"{'its kind' if name == definition.kind else 'an alias'}. Give one of them "
+                f"another name with @job(name=...), or drop the alias."
+            )
+    previous = _registry.get(definition.kind)
+    if previous is not None:
+        for name in (previous.kind, *previous.aliases):
+            _registry.pop(name, None)
+    for name in names:
+        _registry[name] = definition
     _importers[definition] = _modules_being_imported()
     return definition
+
+
+def _as_what(definition: JobDefinition, name: str) -> str:
+    return "" if name == definition.kind else f" as an alias of its kind {definition.kind!r}"
 
 
 def _modules_being_imported() -> tuple[str, ...]:
@@ -366,7 +414,8 @@ def _origin(func: Callable[..., Any]) -> str:
 
 
 def get(kind: str) -> JobDefinition | None:
-    """Return the definition registered under ``kind``, or ``None``."""
+    """Return the definition registered under ``kind`` (its kind or one of its aliases),
+    or ``None``."""
     return _registry.get(kind)
 
 
@@ -383,5 +432,11 @@ def closest(kind: str) -> str | None:
 
 
 def definitions() -> list[JobDefinition]:
-    """Every registered definition, in registration order."""
-    return list(_registry.values())
+    """Every registered definition, in registration order (each once, aliases or not)."""
+    return [definition for name, definition in _registry.items() if name == definition.kind]
+
+
+def claimable_kinds() -> list[str]:
+    """The kinds a worker of this process can run, sorted: every registered kind and every
+    alias (the names a job row may carry for a handler registered here)."""
+    return sorted(_registry)

@@ -27,6 +27,14 @@ Every worker runs a scheduler (:mod:`django_jobq.worker.scheduler`) that calls
 enqueued for it; a scheduler advances that row by compare-and-set in the transaction that
 inserts the tick's job, so however many schedulers run, each tick yields exactly one job.
 
+In a rolling deploy two definitions of one schedule name can be live at once (old and new
+workers). Each scheduler fires its own definition's ticks; the compare-and-set on the row's
+``last_tick`` (which only moves forward) lets each tick instant be enqueued once per schedule
+name, whichever definition has it: the schedule runs at the union of the live definitions'
+ticks, an instant they share once, and no definition stops the other firing. Whether two
+definitions differ is decided on what the cron expressions mean (:func:`cron_meaning`),
+not on their text. docs/scheduling.md ("Rolling deploys") has the rules.
+
 Ticks are computed by :class:`Timetable`, which applies the daylight-saving-time policy of
 docs/scheduling.md: a particular time of day that a spring-forward skips fires once, at the
 first valid instant after the gap; one that a fall-back repeats fires once, at its first
@@ -94,7 +102,7 @@ def parse_cron(expression: str) -> str:
     """
     if not isinstance(expression, str) or len(expression) > MAX_CRON_LENGTH:
         raise InvalidCron(f"a cron expression is a str of at most {MAX_CRON_LENGTH} characters.")
-    normalized = " ".join(ALIASES.get(expression.strip(), expression).split())
+    normalized = " ".join(ALIASES.get(expression.strip().lower(), expression).split())
     if len(normalized.split()) not in (5, 6):
         raise InvalidCron(
             f"{expression!r} has {len(normalized.split())} fields; expected 5 (minute hour "
@@ -107,6 +115,39 @@ def parse_cron(expression: str) -> str:
         problem = str(exc).rstrip(".")
         raise InvalidCron(f"{expression!r} is not a valid cron expression: {problem}.") from None
     return normalized
+
+
+def _follows_clock(expression: str) -> bool:
+    """Whether a parsed expression's minute or hour field is a ``*`` one (the DST policy of
+    :class:`Timetable`)."""
+    minute, hour = expression.split()[:2]
+    return minute.startswith("*") or hour.startswith("*")
+
+
+def cron_meaning(expression: str) -> tuple[object, ...]:
+    """What ``expression`` means, as a value to compare: two expressions with equal meanings
+    have the same ticks in every timezone.
+
+    It is the set of values each field matches as croniter expands it (so names and numbers,
+    case, ranges, steps, ``*/1``, a range covering the whole field and ``*``, and 7 and 0 for
+    Sunday compare equal), the seconds field (``0`` when there are five fields), the ``#``
+    and ``L`` days, and whether the expression follows the clock through DST
+    (:class:`Timetable`: ``0 * * * *`` does, ``0 0-23 * * *`` names 24 times of day, so the
+    two differ in the hour a fall-back repeats). ``@hourly`` and ``0 * * * *`` are equal.
+
+    Raises:
+        InvalidCron: as :func:`parse_cron`.
+    """
+    normalized = parse_cron(expression)
+    # croniter's inline annotations do not declare the public ``expand`` classmethod.
+    fields, nth_weekdays = croniter.expand(normalized)[:2]  # type: ignore[attr-defined]
+    if len(fields) == 5:
+        fields = [*fields, [0]]
+    return (
+        tuple(tuple(values) for values in fields),
+        frozenset((day, frozenset(nth)) for day, nth in nth_weekdays.items()),
+        _follows_clock(normalized),
+    )
 
 
 def parse_timezone(name: str) -> ZoneInfo:
@@ -149,11 +190,20 @@ class Timetable:
         self.timezone = timezone
         self.zone = parse_timezone(timezone)
         self._expression = parse_cron(cron)
-        minute, hour = self._expression.split()[:2]
-        self.follows_clock = minute.startswith("*") or hour.startswith("*")
+        self.follows_clock = _follows_clock(self._expression)
+        self.meaning = (cron_meaning(cron), timezone)
 
     def __repr__(self) -> str:
         return f"Timetable({self.cron!r}, {self.timezone!r})"
+
+    def same_ticks(self, cron: str, timezone: str) -> bool:
+        """Whether ``cron`` in ``timezone`` means this timetable: equal
+        :func:`cron_meaning` and the same timezone name. An invalid ``cron`` (a row written
+        by another release, say) is not the same."""
+        try:
+            return (cron_meaning(cron), timezone) == self.meaning
+        except InvalidCron:
+            return False
 
     def _offset(self, instant: datetime) -> timedelta:
         # A ZoneInfo always has an offset; `or` only satisfies the type (None -> zero).
@@ -434,16 +484,23 @@ class _Row:
 
     @property
     def after(self) -> datetime:
-        """Ticks after this instant are not enqueued yet."""
+        """Ticks after this instant are not enqueued yet (by a scheduler of its definition)."""
         return max(self.defined_at, self.last_tick or self.defined_at)
 
+    def same_ticks(self, schedule: ScheduledJob) -> bool:
+        """The row's cron and timezone mean ``schedule``'s (compared by meaning)."""
+        return schedule.timetable.same_ticks(self.cron, self.timezone)
+
     def describes(self, schedule: ScheduledJob) -> bool:
-        timetable = schedule.timetable
-        return (self.kind, self.cron, self.timezone) == (
-            schedule.kind,
-            timetable.cron,
-            timetable.timezone,
-        )
+        """The row holds ``schedule``'s definition: the same ticks and the same handler (a
+        kind and its alias are the same handler)."""
+        return self.same_ticks(schedule) and _handler(self.kind) == _handler(schedule.kind)
+
+
+def _handler(kind: str) -> str:
+    """The kind of the handler that runs jobs of ``kind`` here (an alias's new name)."""
+    definition = registry.get(kind)
+    return kind if definition is None else definition.kind
 
 
 @dataclass(frozen=True)
@@ -474,57 +531,90 @@ def _read_rows(alias: str, names: Sequence[str]) -> dict[str, _Row]:
         return {row[0]: _Row(*row) for row in cursor.fetchall()}
 
 
-def _sync(alias: str, schedules: Sequence[ScheduledJob], now: datetime) -> None:
-    ordered = sorted(schedules, key=lambda schedule: schedule.name)
+def _sync(alias: str, stale: Sequence[tuple[ScheduledJob, datetime]]) -> None:
+    """Record each ``(schedule, defined_at)``'s definition in its row (created if absent)."""
+    ordered = sorted(stale, key=lambda item: item[0].name)
     with connections[alias].cursor() as cursor:
         cursor.execute(
             sql.SYNC_SCHEDULES,
             {
-                "name": [schedule.name for schedule in ordered],
-                "kind": [schedule.kind for schedule in ordered],
-                "cron": [schedule.timetable.cron for schedule in ordered],
-                "timezone": [schedule.timetable.timezone for schedule in ordered],
-                "now": now,
+                "name": [schedule.name for schedule, _ in ordered],
+                "kind": [schedule.kind for schedule, _ in ordered],
+                "cron": [schedule.timetable.cron for schedule, _ in ordered],
+                "timezone": [schedule.timetable.timezone for schedule, _ in ordered],
+                "defined_at": [defined_at for _, defined_at in ordered],
             },
         )
 
 
+def _first_round(
+    alias: str, schedules: Sequence[ScheduledJob], rows: dict[str, _Row], now: datetime
+) -> dict[str, datetime]:
+    """The floor of each schedule a scheduler runs for the first time: the instant after
+    which it enqueues ticks. Its row's ``after`` when the row already has its timetable (so
+    missed ticks are caught up after an outage); ``now`` when the row is new or has another
+    timetable (a changed cron takes effect at its next tick). A row that does not hold the
+    schedule's definition is given it (``defined_at`` moved to ``now`` if the timetable
+    differs): it then shows the definition most recently started."""
+    floors: dict[str, datetime] = {}
+    stale: list[tuple[ScheduledJob, datetime]] = []
+    for schedule in schedules:
+        row = rows.get(schedule.name)
+        if row is not None and row.same_ticks(schedule):
+            floors[schedule.name] = row.after
+            if not row.describes(schedule):
+                stale.append((schedule, row.defined_at))
+        else:
+            floors[schedule.name] = now
+            stale.append((schedule, now))
+    if stale:
+        _sync(alias, stale)
+    return floors
+
+
 def _enqueue_ticks(
-    alias: str, schedule: ScheduledJob, row: _Row, ticks: Sequence[datetime]
+    alias: str, schedule: ScheduledJob, last_tick: datetime | None, ticks: Sequence[datetime]
 ) -> list[Job] | None:
-    """Enqueue the ticks' jobs and advance the row, in one transaction; ``None`` (and
-    nothing written) if another scheduler advanced the row first."""
+    """Enqueue the ticks' jobs and advance the row from ``last_tick``, in one transaction;
+    ``None`` (and nothing written) if another scheduler advanced the row first."""
     prepared = [schedule.prepare(tick) for tick in ticks]
     with transaction.atomic(using=alias):
         with connections[alias].cursor() as cursor:
             cursor.execute(
                 sql.ADVANCE_SCHEDULE,
-                {
-                    "name": row.name,
-                    "tick": ticks[-1],
-                    "last_tick": row.last_tick,
-                    "defined_at": row.defined_at,
-                },
+                {"name": schedule.name, "tick": ticks[-1], "last_tick": last_tick},
             )
             if not cursor.fetchall():
                 return None
         return enqueueing.enqueue_many(prepared)
 
 
-def enqueue_due(schedules: Sequence[ScheduledJob], *, now: datetime) -> Round:
+def enqueue_due(
+    schedules: Sequence[ScheduledJob],
+    *,
+    now: datetime,
+    floors: dict[str, datetime] | None = None,
+) -> Round:
     """Enqueue the job of every due tick of ``schedules``, each tick exactly once however
-    many schedulers call this concurrently.
+    many schedulers call this concurrently, with one definition of a schedule or several.
 
-    A schedule first seen (no row yet, or a new cron or timezone) fires from its next tick
-    after ``now``. A tick is due once ``now`` reaches it; of several due ticks (the
-    schedulers were down) the last ``catch_up`` are enqueued, each job with ``run_at`` its
-    tick. Each schedule's jobs and its row's new ``last_tick`` commit together, the row
-    advanced by compare-and-set on the ``last_tick`` (and ``defined_at``) this call read:
-    a scheduler that loses the race writes nothing.
+    A schedule first seen (no row yet, or a row with another cron or timezone, compared by
+    meaning) fires from its next tick after ``now``. A tick is due once ``now`` reaches it;
+    of several due ticks (the schedulers were down) the last ``catch_up`` are enqueued, each
+    job with ``run_at`` its tick. Each schedule's jobs and its row's new ``last_tick`` commit
+    together, the row advanced by compare-and-set on the ``last_tick`` this call read: a
+    scheduler that loses the race writes nothing. ``last_tick`` only moves forward, so no
+    instant at or before it is enqueued again, by this definition or another one.
 
     Args:
         schedules: from :func:`collect` (names unique).
         now: this scheduler's clock, an aware datetime (tests pass simulated times).
+        floors: this scheduler's memory, schedule name -> the instant after which it
+            enqueues ticks; filled in on its first round of each schedule (see
+            :func:`_first_round`), or when the schedule's row was deleted, and read on the
+            next ones. Pass the
+            same dict to every call of one scheduler (:class:`~.worker.scheduler.Scheduler`
+            does). ``None``: a new dict, so this call is a scheduler's first round.
 
     Returns:
         The jobs enqueued, and when to call again (:class:`Round`).
@@ -536,20 +626,22 @@ def enqueue_due(schedules: Sequence[ScheduledJob], *, now: datetime) -> Round:
         raise ValueError("now must be an aware datetime.")
     if not schedules:
         return Round([], None)
+    floors = {} if floors is None else floors
     alias = get_settings().DATABASE
     rows = _read_rows(alias, [schedule.name for schedule in schedules])
-    stale = [s for s in schedules if s.name not in rows or not rows[s.name].describes(s)]
-    if stale:
-        _sync(alias, stale, now)
-        rows = _read_rows(alias, [schedule.name for schedule in schedules])
+    # A row deleted under a running scheduler (safe, see the model) starts afresh too.
+    first = [s for s in schedules if s.name not in floors or s.name not in rows]
+    if first:
+        floors.update(_first_round(alias, first, rows, now))
     enqueued: list[Enqueued] = []
     next_due: list[datetime] = []
     for schedule in schedules:
-        row = rows[schedule.name]
-        after = row.after
+        row = rows.get(schedule.name)
+        last_tick = row.last_tick if row is not None else None
+        after = max(floors[schedule.name], last_tick or floors[schedule.name])
         ticks = schedule.timetable.due(after, now, schedule.catch_up)
         if ticks:
-            jobs = _enqueue_ticks(alias, schedule, row, ticks)
+            jobs = _enqueue_ticks(alias, schedule, last_tick, ticks)
             if jobs is None:
                 next_due.append(now)
                 continue

@@ -52,3 +52,13 @@ if os.environ.get("JOBQ_TEST_ROOT_LOGGING"):  # a project that logs everything t
         "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "root"}},
         "root": {"handlers": ["stderr"], "level": "WARNING"},
     }
+
+if os.environ.get("JOBQ_TEST_RENAMES_SCHEDULE"):  # one release's definition of a schedule
+    import json
+
+    _SCHEDULE = {
+        "kind": "tests.testapp.jobs.renames_tick",
+        **json.loads(os.environ["JOBQ_TEST_RENAMES_SCHEDULE"]),  # cron, payload, catch_up
+    }
+    # testproject's JOBQ holds only numbers, so mypy types its values as float.
+    JOBQ = {**JOBQ, "SCHEDULES": {"renames-overlap": _SCHEDULE}}  # type: ignore[dict-item]

@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from .. import metrics, signals
+from .. import metrics, registry, signals
 from ..leases import ClaimedJob, Cursor
 from .executor import Action, Outcome
 from .history import FLUSH_INTERVAL, SAMPLE_INTERVAL, OutcomeRollups, sample_queues
@@ -50,7 +50,9 @@ def outcome_name(outcome: Outcome, applied: bool) -> str:
 
 def log_fields(outcome: Outcome, name: str) -> dict[str, Any]:
     """The structured fields of a job's log line (``extra=``; see docs/operations.md):
-    ``job_id``, ``queue``, ``kind``, ``attempt``, ``max_attempts``, ``outcome`` (as
+    ``job_id``, ``queue``, ``kind`` (as stored in the job's row), ``handler`` (the kind of
+    the definition that runs it: ``kind`` itself, the new name when ``kind`` is an alias,
+    ``None`` when no handler is registered), ``attempt``, ``max_attempts``, ``outcome`` (as
     :func:`outcome_name`), ``duration`` (seconds; ``None`` if the handler did not run),
     ``retry_delay`` (seconds, retries), ``reason`` (dead letters) and ``error``."""
     job = outcome.job
@@ -58,6 +60,7 @@ def log_fields(outcome: Outcome, name: str) -> dict[str, Any]:
         "job_id": job.id,
         "queue": job.queue,
         "kind": job.kind,
+        "handler": definition.kind if (definition := registry.get(job.kind)) else None,
         "attempt": job.attempt,
         "max_attempts": job.max_attempts,
         "outcome": name,

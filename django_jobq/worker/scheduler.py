@@ -48,6 +48,7 @@ class Scheduler:
         self._schedules = list(schedules.collect() if scheduled is None else scheduled)
         self._clock = clock
         self._next_due: datetime | None = clock() if self._schedules else None
+        self._floors: dict[str, datetime] = {}  # see enqueue_due
 
     @property
     def next_due(self) -> datetime | None:
@@ -63,7 +64,7 @@ class Scheduler:
             return []
         close_old_connections()
         try:
-            result = schedules.enqueue_due(self._schedules, now=now)
+            result = schedules.enqueue_due(self._schedules, now=now, floors=self._floors)
         except DatabaseError as exc:  # e.g. the database is unreachable: try again later
             logger.warning("scheduler: could not enqueue due ticks, retrying soon: %s", exc)
             self._next_due = now + RETRY_AFTER_ERROR

@@ -236,6 +236,23 @@ def connections_wait_for_file(path: str) -> None:
         time.sleep(0.02)
 
 
+@job(
+    name="renames.greet",
+    aliases=["tests.testapp.jobs.renames_old_greet", "renames.hello"],
+    queue="renames",
+    takes_context=True,
+)
+def renames_greet(ctx: JobContext, label: str) -> None:
+    """A renamed handler: once ``tests.testapp.jobs.renames_old_greet`` (the default kind of a
+    function of that name), then ``renames.hello``. Writes ``"<label> <stored kind>"``."""
+    Effect.objects.create(label=f"{label} {ctx.kind}")
+
+
+@job(queue="renames-ticks")
+def renames_tick(label: str) -> None:
+    """The handler of the rolling-deploy schedule (its jobs are counted, not run)."""
+
+
 @job
 def mistakes_send_receipt(order_id: int) -> None:
     """A kind for near-miss suggestions ("did you mean ...?")."""
