@@ -350,12 +350,13 @@ def test_a_row_deleted_under_a_running_scheduler_starts_afresh():
 # -- the example in docs/deploying.md -----------------------------------------------------
 
 DEPLOYING = (Path(__file__).resolve().parent.parent / "docs" / "deploying.md").read_text()
+RENAMING = DEPLOYING.partition("\n## Renaming a kind\n")[2].partition("\n## ")[0]
 
 
 @pytest.mark.django_db(transaction=True)
 def test_the_documented_renamed_handler_runs_both_payload_shapes(temp_registry):
     refunded = []
-    (block,) = re.findall(r"```python\n(.*?)```", DEPLOYING, re.DOTALL)
+    (block,) = re.findall(r"```python\n(.*?)```", RENAMING, re.DOTALL)
     exec(block, {"__name__": "billing.jobs", "issue_refund": refunded.append})  # noqa: S102
     with connection.cursor() as cursor:  # release 1's web process: the old kind and shape
         cursor.execute(
