@@ -129,7 +129,8 @@ def claim(
 
 class LeaseBusy(Exception):
     """A single-job write (:func:`retry`, :func:`dead_letter`) found the job's row locked by
-    another transaction: nothing was written, the lease may still be held. Try again later."""
+    another transaction (or, in the worker, a table it writes locked for longer than a short
+    wait): nothing was written, the lease may still be held. Try again later."""
 
     def __init__(self, job_id: int) -> None:
         super().__init__(f"job {job_id}: its row is locked by another transaction")

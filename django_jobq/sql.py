@@ -117,13 +117,18 @@ _LATEST = "'9999-12-30 00:00:00+00'::timestamptz"
 #: Why a claimed row must not run, as text (NULL for a healthy row): what the constraints
 #: of migration 0008 forbid and only the database can see (the worker checks the payload
 #: itself). ``'-infinity'`` and ``'infinity'`` times; a visibility timeout outside 1 ms to
-#: 10 years. Reads only the row (cheap per claimed row).
+#: 10 years; an attempt count at the integer maximum that is not past ``max_attempts`` (the
+#: claim cannot advance it, so the lease would have no fencing token of its own, and the job
+#: would run for ever). Reads only the row (cheap per claimed row).
 POISON_REASON = f"""CASE
         WHEN NOT isfinite(job.run_at) THEN 'run_at is ' || job.run_at
         WHEN NOT isfinite(job.created_at) THEN 'created_at is ' || job.created_at
         WHEN NOT isfinite(job.expires_at) THEN 'expires_at is ' || job.expires_at
         WHEN job.visibility_timeout <> {LEASE_LENGTH}
             THEN 'visibility_timeout is ' || job.visibility_timeout || ', not 1 ms to 10 years'
+        WHEN job.attempts = 2147483647 AND job.max_attempts = 2147483647
+            THEN 'attempts is 2147483647, the integer maximum: the attempt number (the '
+                 || 'fencing token) cannot advance'
     END"""
 
 
@@ -238,10 +243,13 @@ _LOCK_FENCED = """locked AS MATERIALIZED (
     ORDER BY job.id
     FOR UPDATE OF job SKIP LOCKED
 ), busy AS (
-    SELECT job.id FROM jobq_job AS job
-    JOIN {fence} ON fence.id = job.id
-    WHERE job.attempts = fence.attempt AND job.status = 'running'{condition}
-      AND job.id NOT IN (SELECT id FROM locked)
+    SELECT fence.id FROM {fence}
+    WHERE fence.id NOT IN (SELECT id FROM locked)
+      AND EXISTS (
+          SELECT 1 FROM jobq_job AS job
+          WHERE job.id = fence.id AND job.attempts = fence.attempt
+            AND job.status = 'running'{condition}
+      )
 )"""
 _LOCK_MANY = _LOCK_FENCED.format(fence=_FENCE_MANY, condition="")
 _LOCK_ONE = _LOCK_FENCED.format(fence=_FENCE_ONE, condition="")
@@ -484,6 +492,30 @@ PRUNE_OUTCOME_ROLLUPS = _PRUNE_TEMPLATE.format(table="jobq_outcome_rollup", colu
 PRUNE_QUEUE_SAMPLES = _PRUNE_TEMPLATE.format(table="jobq_queue_sample", column="minute")
 #: Forget workers not seen for a while (crashed without deregistering), by ``last_seen``.
 PRUNE_WORKER_PROCESSES = _PRUNE_TEMPLATE.format(table="jobq_worker_process", column="last_seen")
+
+#: Rescue stranded leases: a running row whose lease deadline no worker could have written
+#: (NULL, 'infinity', or further ahead than the longest lease, ``LEASE_LENGTH``'s 10 years,
+#: with a day's margin: a row written by another producer) would never lapse, never be
+#: reclaimed and keep ``jobq_worker --burst`` waiting forever. Its deadline becomes now: the
+#: next claim reclaims it (and quarantines it if it is a poison row). Rows another
+#: transaction has locked are skipped. Served by ``jobq_job_lease_idx``. Returns the ids.
+RESCUE_STRANDED_LEASES = """
+WITH stranded AS MATERIALIZED (
+    SELECT id FROM jobq_job
+    WHERE status = 'running'
+      AND (lease_deadline IS NULL OR lease_deadline > now() + interval '3651 days')
+    ORDER BY id
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobq_job AS job SET lease_deadline = now()
+FROM stranded WHERE job.id = stranded.id
+RETURNING job.id
+"""
+
+#: Wait this long at most for a table lock in the worker's writes about one job (a
+#: transaction's ``SET LOCAL``): a dead letter's insert waits for no ``CREATE INDEX`` or
+#: ``LOCK TABLE`` on ``jobq_dead_letter``; the job's outcome is written again later.
+SET_SHORT_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '100ms'"
 
 #: Maintenance runs on one worker at a time: a transaction-scoped advisory lock, taken
 #: without waiting (the other workers skip this round).

@@ -59,6 +59,10 @@ CLAIMED_POISON = {
         {"attempts": "2147483647", "max_attempts": "5"},
         "max attempts exceeded: it was ready with attempts",
     ),
+    "attempts and max_attempts at the integer maximum": (
+        {"attempts": "2147483647", "max_attempts": "2147483647"},
+        "poison row: attempts is 2147483647, the integer maximum",
+    ),
 }
 
 # Rows a claim does not take (never due, or a status no worker knows).

@@ -13,7 +13,7 @@ from django_jobq import enqueue_many, leases
 from django_jobq.models import DeadLetter, Job
 from django_jobq.worker import Worker
 from tests.conftest import run_together, wait_until
-from tests.testapp.jobs import hold_lock, record
+from tests.testapp.jobs import always_fails, hold_lock, record
 from tests.testapp.models import Effect
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -244,3 +244,31 @@ def test_every_fenced_write_skips_a_locked_row_and_reports_it_busy(connect, queu
         assert leases.ack_many(queue_cursor, [stale]).busy == frozenset()
     assert Job.objects.values().get(pk=job.id) == before
     assert leases.ack_many(queue_cursor, [job.lease]) == {job.id}
+
+
+def test_a_table_lock_on_the_dead_letters_delays_only_that_jobs_dead_letter(connect):
+    # A CREATE INDEX (or LOCK TABLE) on jobq_dead_letter: the dead letter's insert waits a
+    # moment at most (sql.SET_SHORT_LOCK_TIMEOUT), then the outcome stays pending while the
+    # worker records the others and claims on.
+    operator = connect(autocommit=False)
+    operator.execute("LOCK TABLE jobq_dead_letter IN ACCESS EXCLUSIVE MODE")
+    failing = always_fails.using(max_attempts=1).enqueue("no luck")
+    healthy = [record.enqueue(f"healthy {n}") for n in range(50)]
+    worker, thread = start_worker(concurrency=2)
+    try:
+        wait_until(
+            lambda: Effect.objects.count() == len(healthy),
+            what="the healthy jobs to run while the dead-letter table is locked",
+        )
+        assert Job.objects.filter(pk=failing.pk, status="running").exists()
+        operator.rollback()  # the lock is released
+        wait_until(
+            lambda: DeadLetter.objects.filter(job_id=failing.pk).exists(),
+            what="the pending dead letter to be written once the table is free",
+        )
+        assert not Job.objects.exists()
+    finally:
+        operator.rollback()
+        worker.stop()
+        thread.join(timeout=30)
+    assert not thread.is_alive()

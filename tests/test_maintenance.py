@@ -6,9 +6,13 @@ import pytest
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_jobq.models import DeadLetter, DedupKey
+from django_jobq.models import DeadLetter, DedupKey, Job
+from django_jobq.worker import Worker
 from django_jobq.worker.maintenance import LOCK_KEY, Maintenance
 from tests.factories import DeadLetterFactory
+from tests.poison import insert_row
+from tests.testapp.jobs import record
+from tests.testapp.models import Effect
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -61,3 +65,16 @@ def test_dedup_keys_past_their_retention_are_deleted(connect):
     DedupKey.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=31))
     Maintenance().run_if_due(connect())
     assert list(DedupKey.objects.values_list("pk", flat=True)) == [recent.pk]
+
+
+@pytest.mark.parametrize("deadline", ["NULL", "'infinity'", "now() + interval '20 years'"])
+def test_a_running_row_with_a_lease_no_worker_writes_is_reclaimed_and_burst_exits(deadline):
+    # A row of another producer: running, with a lease deadline that would never lapse.
+    stranded = insert_row(
+        {"status": "'running'", "attempts": "1", "lease_deadline": deadline}, label="stranded"
+    )
+    record.enqueue("healthy")
+    stats = Worker(burst=True, poll_interval=0.05, scheduler=False).run()  # returns: no hang
+    assert sorted(Effect.objects.values_list("label", flat=True)) == ["healthy", "stranded"]
+    assert not Job.objects.filter(pk=stranded).exists()
+    assert stats.tally.succeeded == 2

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any, cast
 
 import psycopg
 
-from .. import faults, leases, task_results, text
+from .. import faults, leases, sql, task_results, text
 from ..models import DeadLetter
 from .executor import Action, Outcome
 from .observer import Observer, log_fields, outcome_name
@@ -296,15 +298,36 @@ def _write(cursor: leases.Cursor, outcome: Outcome) -> bool:
         if job.id in written.busy:
             raise leases.LeaseBusy(job.id)
         return job.id in written
-    if is_task:
-        return task_results.record(cursor, outcome)
-    if outcome.action is Action.RETRY:
-        return leases.retry(cursor, *job.lease, delay=outcome.retry_delay, error=outcome.error)
-    return leases.dead_letter(
-        cursor,
-        *job.lease,
-        reason=outcome.reason,
-        error=outcome.error,
-        traceback=outcome.traceback,
-        ran=outcome.ran,
-    )
+    with _waiting_briefly_for_table_locks(cursor, job.id):
+        if is_task:
+            return task_results.record(cursor, outcome)
+        if outcome.action is Action.RETRY:
+            return leases.retry(cursor, *job.lease, delay=outcome.retry_delay, error=outcome.error)
+        return leases.dead_letter(
+            cursor,
+            *job.lease,
+            reason=outcome.reason,
+            error=outcome.error,
+            traceback=outcome.traceback,
+            ran=outcome.ran,
+        )
+
+
+@contextmanager
+def _waiting_briefly_for_table_locks(cursor: leases.Cursor, job_id: int) -> Iterator[None]:
+    """Run one job's retry or dead letter in a transaction that waits at most
+    ``sql.SET_SHORT_LOCK_TIMEOUT`` for a table lock (a ``CREATE INDEX`` or ``LOCK TABLE`` on
+    ``jobq_dead_letter`` or ``jobq_task_result``): the other jobs' outcomes and the claims
+    go on meanwhile.
+
+    Raises:
+        django_jobq.leases.LeaseBusy: the lock was not granted in time; nothing was written
+            (the outcome stays pending and is written again later).
+    """
+    connection = cast(psycopg.Cursor[Any], cursor).connection
+    try:
+        with connection.transaction():
+            cursor.execute(sql.SET_SHORT_LOCK_TIMEOUT)
+            yield
+    except psycopg.errors.LockNotAvailable as exc:
+        raise leases.LeaseBusy(job_id) from exc

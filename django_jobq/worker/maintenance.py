@@ -2,7 +2,9 @@
 
 Every :data:`INTERVAL` seconds each worker tries a transaction-scoped advisory lock
 (``TRY_MAINTENANCE_LOCK``); the one that gets it runs the sweeps, the others skip the round.
-The sweeps delete dead letters older than ``JOBQ['DEAD_LETTER_RETENTION']``, dedup keys
+A round first makes the leases no worker could have written lapse (a running row with a
+NULL or far-future deadline, written by another producer: it would never be reclaimed),
+then the sweeps delete dead letters older than ``JOBQ['DEAD_LETTER_RETENTION']``, dedup keys
 older than ``JOBQ['DEDUP_RETENTION']``, task results finished longer ago than
 ``JOBQ['TASK_RESULT_RETENTION']``, per-minute statistics (outcome rollups and queue samples)
 older than ``JOBQ['STATS_RETENTION']``, and the rows of workers not seen for an hour
@@ -49,6 +51,8 @@ class Maintenance:
         if time.monotonic() < self._next_round:
             return
         self._next_round = time.monotonic() + INTERVAL
+        if not self._rescue_stranded_leases(connection):
+            return  # another worker holds the maintenance lock this round
         config = get_settings()
         for what, statement, retention in (
             ("dead letters", sql.PRUNE_DEAD_LETTERS, config.DEAD_LETTER_RETENTION),
@@ -60,6 +64,27 @@ class Maintenance:
         ):
             if retention is not None and not self._prune(connection, what, statement, retention):
                 return  # another worker holds the maintenance lock this round
+
+    def _rescue_stranded_leases(self, connection: psycopg.Connection[Any]) -> bool:
+        """Make the leases no worker could have written lapse now (``RESCUE_STRANDED_LEASES``:
+        a running row that would otherwise never be reclaimed); ``False`` if another worker
+        is at it."""
+        with connection.transaction():
+            cursor = connection.cursor()
+            cursor.execute(sql.TRY_MAINTENANCE_LOCK, {"key": LOCK_KEY})
+            row = cursor.fetchone()
+            if not (row and row[0]):
+                return False
+            cursor.execute(sql.RESCUE_STRANDED_LEASES)
+            rescued = [job_id for (job_id,) in cursor.fetchall()]
+        if rescued:
+            logger.warning(
+                "maintenance: %s running job(s) had a lease deadline no worker writes (NULL or "
+                "more than 10 years ahead): made it lapse now, to be reclaimed: ids %s",
+                len(rescued),
+                ", ".join(map(str, rescued[:20])) + (" …" if len(rescued) > 20 else ""),
+            )
+        return True
 
     def _prune(
         self, connection: psycopg.Connection[Any], what: str, statement: str, retention: float

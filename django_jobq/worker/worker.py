@@ -33,7 +33,7 @@ import socket
 import threading
 import time
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,9 +68,11 @@ _REFUSED_IN_WORKER_ID = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 #: Seconds a finished job's outcome may wait for others to share its ack statement (one
 #: commit for many jobs instead of one each). Short, so acks are still recorded promptly.
 ACK_FLUSH_DELAY = 0.005
-#: Seconds before the worker tries again to record an outcome or release a job whose row
-#: another transaction had locked (busy: skipped, not waited for; see leases.py).
-BUSY_RETRY_DELAY = 0.2
+#: Seconds before the worker first tries again to record an outcome or release a job whose
+#: row another transaction had locked (busy: skipped, not waited for; see leases.py), and
+#: the most it waits between tries: the wait doubles from the first to the most, since a
+#: claimer's lock lasts one statement while an operator's may last minutes.
+BUSY_RETRY_DELAYS = (0.005, 0.2)
 #: Seconds the worker's threads and its deregistration may take, together, once the main
 #: loop is done (each is cut short by then: the threads are daemons, the statement is cut).
 EXIT_TIMEOUT = 2.0
@@ -99,6 +101,15 @@ class WorkerStats:
     heartbeats: int
     heartbeats_refused: int
     tally: Tally
+
+
+def _busy_retry_delays() -> Iterator[float]:
+    """Seconds to wait before each try at writing what was busy (:data:`BUSY_RETRY_DELAYS`)."""
+    first, most = BUSY_RETRY_DELAYS
+    delay = first
+    while True:
+        yield delay
+        delay = min(delay * 2, most)
 
 
 def default_worker_id() -> str:
@@ -457,6 +468,7 @@ class Worker:
         )
         connection: psycopg.Connection[Any] | None = None
         delays = reconnect_delays()
+        busy_delays = _busy_retry_delays()
         failed = False
         self._watchdog.start()
         self._heartbeater.start()
@@ -475,7 +487,9 @@ class Worker:
                         self._observing = True
                     timeout = self._turn(connection)
                     if timeout is not None and (self._completer.pending or self._to_release):
-                        timeout = min(timeout, BUSY_RETRY_DELAY)  # rows that were busy
+                        timeout = min(timeout, next(busy_delays))  # rows that were busy
+                    else:
+                        busy_delays = _busy_retry_delays()
                     delays = reconnect_delays()
                 except psycopg.OperationalError as exc:
                     if connection is not None:
