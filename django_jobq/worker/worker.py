@@ -581,7 +581,8 @@ class Worker:
             )
         elif self._abandoned:
             logger.warning(
-                "worker %s: shutdown timeout (%g s) passed with %s job(s) still running; "
+                "worker %s: shutdown timeout (%g s) passed with %s job(s) still held (running, "
+                "not yet released, or finished with the outcome not yet recorded); "
                 "their leases will lapse and other workers will retry them",
                 self.worker_id,
                 self.shutdown_timeout,

@@ -13,6 +13,7 @@ from django.template.defaultfilters import pluralize
 from django.utils import timezone
 from django.utils.text import Truncator
 
+from ... import text
 from ...conf import get_settings
 from ...models import DeadLetter
 from ..arguments import bounded_int
@@ -70,7 +71,7 @@ class Command(BaseCommand):
                     (
                         group["queue"],
                         group["kind"],
-                        Truncator(group["reason"]).chars(60),
+                        Truncator(text.first_line(group["reason"])).chars(60),
                         str(group["count"]),
                         _when(group["last_died"]),
                     )
@@ -108,9 +109,9 @@ class Command(BaseCommand):
                         str(row["job_id"]),
                         row["queue"],
                         row["kind"],
-                        Truncator(row["reason"]).chars(40),
+                        Truncator(text.first_line(row["reason"])).chars(40),
                         _when(row["died_at"]),
-                        Truncator(row["last_error"].strip().partition("\n")[0]).chars(60),
+                        Truncator(text.first_line(row["last_error"])).chars(60),
                     )
                     for row in rows
                 ],
