@@ -111,7 +111,7 @@ class Command(BaseCommand):
                         row["kind"],
                         Truncator(text.first_line(row["reason"])).chars(40),
                         _when(row["died_at"]),
-                        Truncator(text.first_line(row["last_error"])).chars(60),
+                        Truncator(row["last_error"].strip().partition("\n")[0]).chars(60),
                     )
                     for row in rows
                 ],
