@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import inspect
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -336,6 +338,21 @@ def _origin(func: Callable[..., Any]) -> str:
 def get(kind: str) -> JobDefinition | None:
     """Return the definition registered under ``kind``, or ``None``."""
     return _registry.get(kind)
+
+
+def claimable_kinds() -> list[str]:
+    """The kinds a worker in this process claims, sorted: the names of the ``@job`` handlers
+    and of the Django tasks registered here (a worker imports every app's ``jobs`` and
+    ``tasks`` modules first, see :func:`django_jobq.task_results.discover`). A worker never
+    claims a job of another kind; it records these on its registry row."""
+    return sorted(_registry)
+
+
+def kinds_fingerprint(kinds: Sequence[str]) -> str:
+    """A short hex digest (16 characters: the start of the SHA-256 of the sorted kinds as a
+    JSON list) of a set of kinds: two workers with the same kinds, in any order, have the
+    same fingerprint."""
+    return hashlib.sha256(json.dumps(sorted(kinds)).encode()).hexdigest()[:16]
 
 
 def definitions() -> list[JobDefinition]:

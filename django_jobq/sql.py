@@ -129,16 +129,34 @@ POISON_REASON = f"""CASE
 
 # -- claim ---------------------------------------------------------------------------------
 
-# One statement: lock up to ``limit`` claimable rows, skipping rows other claimers hold
-# (SKIP LOCKED: never waits, never double-claims), then lease them. Claimable means either
+# One statement: lock up to ``limit`` claimable rows of the kinds the worker can run
+# (``%(kinds)s``, its registry: a worker never claims a job it would have to refuse),
+# skipping rows other claimers hold (SKIP LOCKED: never waits, never double-claims), then
+# lease them. Claimable means either
 #   - lapsed: running, but its lease deadline has passed (the worker died or stalled), the
 #     oldest lapse first (served by ``jobq_job_lease_idx``); or
 #   - ready and due, in claim order: priority DESC, run_at, id.
-# Lapsed rows come first; the ready arm takes what is left of ``limit``. Each selection is
-# a MATERIALIZED CTE so it runs exactly once: as a plain subquery the planner may re-run a
-# LIMIT subquery inside a nested loop and lease more than ``limit`` rows. The UPDATE finds
-# its rows with ``id = ANY(ARRAY(...))``, a primary-key lookup: joined to the CTEs instead,
-# the planner cannot estimate the computed LIMIT and may scan the whole table.
+# Lapsed rows come first; the ready arm takes what is left of ``limit``.
+# The ready arm never walks jobs of kinds the worker lacks, however many wait ahead of its
+# own (a rolling deploy's new kind, or a removed one): everything reads
+# ``jobq_job_kind_claim_idx`` (queue, kind, priority DESC, run_at, id; ready rows), in four
+# steps:
+#   - ``pairs``: the distinct (queue, kind) pairs of ready jobs, one index seek each (a loose
+#     index scan: the recursive CTE steps from a pair to the next one);
+#   - ``heads``: for each pair whose kind the worker has, its first ``limit`` due jobs in
+#     claim order (an ordered index range), merged, the first ``limit`` of all kept: the
+#     claim's candidates, read without locks;
+#   - ``shares``: how many of the first ``limit`` minus lapsed candidates each pair has;
+#   - ``ready``: per pair, that many rows locked in claim order FOR UPDATE SKIP LOCKED, so a
+#     candidate another claimer took in between is replaced by the pair's next row (never
+#     more rows locked than claimed, never an empty claim because of a concurrent one).
+# Costs: one seek per (queue, kind) pair of ready jobs, plus up to ``limit`` index entries
+# per pair of a served kind with due jobs (docs/performance.md has the figures).
+# Each selection is a MATERIALIZED CTE so it runs exactly once: as a plain subquery the
+# planner may re-run a LIMIT subquery inside a nested loop and lease more than ``limit``
+# rows. The UPDATE finds its rows with ``id = ANY(ARRAY(...))``, a primary-key lookup:
+# joined to the CTEs instead, the planner cannot estimate the computed LIMIT and may scan
+# the whole table.
 # Each claim consumes an attempt; the new attempt number is the lease's fencing token. A
 # reclaimed job whose lapsed attempt was its last comes back with attempts > max_attempts,
 # and a job past its ``expires_at`` comes back with ``expired``: the worker dead-letters
@@ -156,18 +174,61 @@ POISON_REASON = f"""CASE
 # back as JSON text, decoded by the caller row by row (``leases.claim``); ``poison`` names
 # what is wrong with a row whose times or lease length only the database can see.
 _CLAIM_TEMPLATE = """
-WITH lapsed AS MATERIALIZED (
+WITH RECURSIVE lapsed AS MATERIALIZED (
     SELECT id, lease_deadline FROM jobq_job
     WHERE status = 'running' AND lease_deadline < now(){{queue_filter}}
+      AND kind = ANY(%(kinds)s::text[])
     ORDER BY lease_deadline
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), pairs AS (
+    (SELECT queue, kind FROM jobq_job
+     WHERE status = 'ready'{{queue_filter}}
+     ORDER BY queue, kind
+     LIMIT 1)
+    UNION ALL
+    SELECT next.queue, next.kind
+    FROM pairs, LATERAL (
+        (SELECT job.queue, job.kind FROM jobq_job AS job
+         WHERE job.status = 'ready' AND job.queue = pairs.queue AND job.kind > pairs.kind
+         ORDER BY job.queue, job.kind
+         LIMIT 1)
+        UNION ALL
+        (SELECT job.queue, job.kind FROM jobq_job AS job
+         WHERE job.status = 'ready' AND job.queue > pairs.queue{{queue_filter}}
+         ORDER BY job.queue, job.kind
+         LIMIT 1)
+        LIMIT 1
+    ) AS next
+), heads AS MATERIALIZED (
+    SELECT head.* FROM pairs
+    CROSS JOIN LATERAL (
+        SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+        WHERE job.status = 'ready' AND job.queue = pairs.queue AND job.kind = pairs.kind
+          AND job.run_at <= now()
+        ORDER BY job.priority DESC, job.run_at, job.id
+        LIMIT %(limit)s
+    ) AS head
+    WHERE pairs.kind = ANY(%(kinds)s::text[])
+    ORDER BY head.priority DESC, head.run_at, head.id
+    LIMIT %(limit)s
+), shares AS (
+    SELECT queue, kind, count(*) AS share FROM (
+        SELECT queue, kind FROM heads
+        ORDER BY priority DESC, run_at, id
+        LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    ) AS candidates
+    GROUP BY queue, kind
 ), ready AS MATERIALIZED (
-    SELECT id FROM jobq_job
-    WHERE status = 'ready' AND run_at <= now(){{queue_filter}}
-    ORDER BY priority DESC, run_at, id
-    LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
-    FOR UPDATE SKIP LOCKED
+    SELECT locked.id FROM shares
+    CROSS JOIN LATERAL (
+        SELECT job.id FROM jobq_job AS job
+        WHERE job.status = 'ready' AND job.queue = shares.queue AND job.kind = shares.kind
+          AND job.run_at <= now()
+        ORDER BY job.priority DESC, job.run_at, job.id
+        LIMIT shares.share
+        FOR UPDATE OF job SKIP LOCKED
+    ) AS locked
 ), claimed AS (
     UPDATE jobq_job AS job
     SET status = 'running',
@@ -202,13 +263,11 @@ _CLAIM = _CLAIM_TEMPLATE.format(
     queue_filter="{queue_filter}",
 )
 
-#: Claim from one queue: an equality on ``queue`` lets ``jobq_job_claim_idx`` (queue,
-#: priority DESC, run_at, id) deliver rows already in claim order.
+#: Claim from one queue (see above; ``%(queue)s``).
 CLAIM_JOBS_ONE_QUEUE = _CLAIM.format(queue_filter=" AND queue = %(queue)s")
-#: Claim from several queues. PostgreSQL 15 cannot read ``jobq_job_claim_idx`` in claim order
-#: for ``queue = ANY(...)``, so this walks ``jobq_job_claim_all_idx`` and filters by queue.
+#: Claim from several queues (``%(queues)s``): ``pairs`` seeks only into the named queues.
 CLAIM_JOBS_QUEUES = _CLAIM.format(queue_filter=" AND queue = ANY(%(queues)s::text[])")
-#: Claim from every queue (served by ``jobq_job_claim_all_idx``: priority DESC, run_at, id).
+#: Claim from every queue: ``pairs`` walks every queue's kinds.
 CLAIM_JOBS_ANY_QUEUE = _CLAIM.format(queue_filter="")
 
 # -- outcomes (all fenced by attempt) ------------------------------------------------------
@@ -927,10 +986,13 @@ SET succeeded = rollup.succeeded + EXCLUDED.succeeded,
     )
 """
 
-#: Register a starting worker; returns its row id (the key of its beats and deregistration).
+#: Register a starting worker, with the kinds it claims (a jsonb list) and their
+#: fingerprint; returns its row id (the key of its beats and deregistration).
 REGISTER_WORKER = """
-INSERT INTO jobq_worker_process (worker_id, host, pid, queues, concurrency)
-VALUES (%(worker_id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s)
+INSERT INTO jobq_worker_process (worker_id, host, pid, queues, concurrency, kinds,
+                                 kinds_fingerprint)
+VALUES (%(worker_id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, %(kinds)s::jsonb,
+        %(kinds_fingerprint)s)
 RETURNING id
 """
 

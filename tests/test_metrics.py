@@ -134,7 +134,7 @@ def test_refused_writes_and_heartbeats_are_counted(queue_cursor):
         lambda: leases.claim(queue_cursor, worker_id="other", limit=3, queues=[queue]),
         what="the reclaim",
     )
-    observer = Observer(worker_id="stalled", queues=[queue], concurrency=1)
+    observer = Observer(worker_id="stalled", queues=[queue], concurrency=1, kinds=[])
     completer = Completer(on_applied=lambda outcome: None, observer=observer)
     completer.pending = [
         Outcome(jobs[0], Action.ACK, duration=0.01),
