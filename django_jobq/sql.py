@@ -129,6 +129,32 @@ POISON_REASON = f"""CASE
 
 # -- claim ---------------------------------------------------------------------------------
 
+# The distinct (queue, kind) pairs of ready jobs, in (queue, kind) order, as a recursive CTE
+# ``pairs`` (its statement starts ``WITH RECURSIVE``): a loose index scan of
+# ``jobq_job_kind_claim_idx``, one seek per pair (the first job of the next kind of the
+# queue, else of the next queue), however many jobs each pair holds. ``{queue_filter}``
+# narrows it to some queues.
+_READY_PAIRS_TEMPLATE = """pairs AS (
+    (SELECT queue, kind FROM jobq_job
+     WHERE status = 'ready'{queue_filter}
+     ORDER BY queue, kind
+     LIMIT 1)
+    UNION ALL
+    SELECT next.queue, next.kind
+    FROM pairs, LATERAL (
+        (SELECT job.queue, job.kind FROM jobq_job AS job
+         WHERE job.status = 'ready' AND job.queue = pairs.queue AND job.kind > pairs.kind
+         ORDER BY job.queue, job.kind
+         LIMIT 1)
+        UNION ALL
+        (SELECT job.queue, job.kind FROM jobq_job AS job
+         WHERE job.status = 'ready' AND job.queue > pairs.queue{queue_filter}
+         ORDER BY job.queue, job.kind
+         LIMIT 1)
+        LIMIT 1
+    ) AS next
+)"""
+
 # One statement: lock up to ``limit`` claimable rows of the kinds the worker can run
 # (``%(kinds)s``, its registry: a worker never claims a job it would have to refuse),
 # skipping rows other claimers hold (SKIP LOCKED: never waits, never double-claims), then
@@ -141,8 +167,7 @@ POISON_REASON = f"""CASE
 # own (a rolling deploy's new kind, or a removed one): everything reads
 # ``jobq_job_kind_claim_idx`` (queue, kind, priority DESC, run_at, id; ready rows), in four
 # steps:
-#   - ``pairs``: the distinct (queue, kind) pairs of ready jobs, one index seek each (a loose
-#     index scan: the recursive CTE steps from a pair to the next one);
+#   - ``pairs``: the distinct (queue, kind) pairs of ready jobs (``_READY_PAIRS_TEMPLATE``);
 #   - ``heads``: for each pair whose kind the worker has, its first ``limit`` due jobs in
 #     claim order (an ordered index range), merged, the first ``limit`` of all kept: the
 #     claim's candidates, read without locks;
@@ -181,26 +206,7 @@ WITH RECURSIVE lapsed AS MATERIALIZED (
     ORDER BY lease_deadline
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), pairs AS (
-    (SELECT queue, kind FROM jobq_job
-     WHERE status = 'ready'{{queue_filter}}
-     ORDER BY queue, kind
-     LIMIT 1)
-    UNION ALL
-    SELECT next.queue, next.kind
-    FROM pairs, LATERAL (
-        (SELECT job.queue, job.kind FROM jobq_job AS job
-         WHERE job.status = 'ready' AND job.queue = pairs.queue AND job.kind > pairs.kind
-         ORDER BY job.queue, job.kind
-         LIMIT 1)
-        UNION ALL
-        (SELECT job.queue, job.kind FROM jobq_job AS job
-         WHERE job.status = 'ready' AND job.queue > pairs.queue{{queue_filter}}
-         ORDER BY job.queue, job.kind
-         LIMIT 1)
-        LIMIT 1
-    ) AS next
-), heads AS MATERIALIZED (
+), {ready_pairs}, heads AS MATERIALIZED (
     SELECT head.* FROM pairs
     CROSS JOIN LATERAL (
         SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
@@ -261,6 +267,7 @@ _CLAIM = _CLAIM_TEMPLATE.format(
     latest=_LATEST,
     poison_reason=POISON_REASON,
     queue_filter="{queue_filter}",
+    ready_pairs=_READY_PAIRS_TEMPLATE,
 )
 
 #: Claim from one queue (see above; ``%(queue)s``).
@@ -384,18 +391,20 @@ _MOVE_LOCKED_JOB = """moved AS (
     RETURNING job.*
 )"""
 
-# The dead-letter copy of the job deleted by a ``moved`` CTE; returns its ``job_id``.
-_INSERT_DEAD_LETTER = """
+# The dead-letter copy of the job deleted by a ``moved`` CTE; returns its ``job_id``. The
+# reason is ``{reason}``: the parameter, or a column of ``moved``.
+_INSERT_DEAD_LETTER_TEMPLATE = """
 INSERT INTO jobq_dead_letter (job_id, queue, kind, payload, priority, attempts, max_attempts,
                               visibility_timeout, idempotency_key, created_at, reason,
                               last_error, traceback, died_at)
 SELECT id, queue, kind, payload, priority,
        CASE WHEN %(ran)s THEN attempts ELSE attempts - 1 END, max_attempts,
        visibility_timeout,
-       idempotency_key, created_at, %(reason)s, %(error)s, %(traceback)s, now()
+       idempotency_key, created_at, {reason}, %(error)s, %(traceback)s, now()
 FROM moved
 RETURNING job_id
 """.strip()
+_INSERT_DEAD_LETTER = _INSERT_DEAD_LETTER_TEMPLATE.format(reason="%(reason)s")
 
 #: Dead-letter: move a job to the dead letters (copy + reason + error) and delete it, in one
 #: statement and so one transaction: the job is in exactly one of the two tables. Locked as
@@ -543,6 +552,108 @@ PRUNE_OUTCOME_ROLLUPS = _PRUNE_TEMPLATE.format(table="jobq_outcome_rollup", colu
 PRUNE_QUEUE_SAMPLES = _PRUNE_TEMPLATE.format(table="jobq_queue_sample", column="minute")
 #: Forget workers not seen for a while (crashed without deregistering), by ``last_seen``.
 PRUNE_WORKER_PROCESSES = _PRUNE_TEMPLATE.format(table="jobq_worker_process", column="last_seen")
+
+# -- jobs no live worker can run (mixed fleets, removed kinds) -----------------------------
+#
+# A worker claims only the kinds it has (see the claim), so a job of a kind that no live
+# worker serving its queue has would wait forever. Live: seen within ``%(stale_after)s``
+# seconds (``django_jobq.stats.STALE_AFTER``); serving a queue: its ``queues`` is NULL (every
+# queue) or names it; having a kind: its ``kinds`` list names it. A queue no live worker
+# serves at all is an outage, not an unknown kind: its jobs are never named here.
+_LIVE_WORKERS = """live AS (
+    SELECT queues, kinds FROM jobq_worker_process
+    WHERE last_seen > now() - make_interval(secs => %(stale_after)s)
+)"""
+# Whether a live worker serves queue ``{queue}`` (``live`` rows as ``worker``).
+_SERVES = "(worker.queues IS NULL OR worker.queues ? {queue})"
+
+#: The (queue, kind) pairs of due ready jobs that wait for a worker that can run them: live
+#: workers serve the queue, none of them has the kind. Per pair: ``jobs``, the seconds the
+#: longest-waiting one has waited since it became due (``GREATEST(run_at, created_at)``, as
+#: the claim's pickup latency; infinite times left out), and ``known``, the kinds the live
+#: workers serving the queue have (a sorted jsonb list). Reads the registry (a few rows),
+#: one index seek per (queue, kind) pair of ready jobs (``pairs``) and the waiting jobs
+#: themselves (``jobq_job_kind_claim_idx``). Ordered by queue, kind.
+_WAITING_FOR_A_WORKER_TEMPLATE = """
+WITH RECURSIVE {live}, {pairs}
+SELECT pairs.queue, pairs.kind, counted.jobs,
+       EXTRACT(EPOCH FROM now() - counted.since)::float8 AS oldest_age,
+       (SELECT COALESCE(jsonb_agg(DISTINCT known.kind ORDER BY known.kind), '[]')
+        FROM live AS worker, jsonb_array_elements_text(worker.kinds) AS known(kind)
+        WHERE {serves}) AS known
+FROM pairs
+CROSS JOIN LATERAL (
+    SELECT count(*) AS jobs,
+           min(GREATEST(job.run_at, job.created_at))
+               FILTER (WHERE isfinite(GREATEST(job.run_at, job.created_at))) AS since
+    FROM jobq_job AS job
+    WHERE job.status = 'ready' AND job.queue = pairs.queue AND job.kind = pairs.kind
+      AND job.run_at <= now()
+) AS counted
+WHERE counted.jobs > 0
+  AND EXISTS (SELECT 1 FROM live AS worker WHERE {serves})
+  AND NOT EXISTS (SELECT 1 FROM live AS worker WHERE {serves} AND worker.kinds ? pairs.kind)
+ORDER BY pairs.queue, pairs.kind
+"""
+WAITING_FOR_A_WORKER = _WAITING_FOR_A_WORKER_TEMPLATE.format(
+    live=_LIVE_WORKERS,
+    pairs=_READY_PAIRS_TEMPLATE.format(queue_filter=""),
+    serves=_SERVES.format(queue="pairs.queue"),
+)
+
+#: Dead-letter the due ready jobs of the given (queue, kind) pairs (zipped arrays
+#: ``%(queue)s``, ``%(kind)s``, with each pair's dead letters' ``%(reason)s``) that have waited
+#: longer than ``%(grace)s`` seconds since they became due (``GREATEST(run_at,
+#: created_at)``), in one statement: the copy and the delete together (the job is in exactly
+#: one of the two tables), the result of a Django task's job FAILED in the same statement
+#: (a ``TaskNotRun`` error carrying the reason). Each pair is checked again at the
+#: statement's snapshot (the caller read it with ``WAITING_FOR_A_WORKER`` a moment before):
+#: only while live workers serve the queue and none has the kind; a worker with the kind
+#: that registered in between saves them. At most ``%(limit)s`` jobs per pair, locked FOR
+#: UPDATE SKIP LOCKED (a row another transaction holds is left for the next round), found in
+#: claim order through ``jobq_job_kind_claim_idx``. ``attempts`` records the attempts that
+#: ran (pass ``%(ran)s`` true: a ready job's attempts all ran). Returns ``(queue, kind,
+#: dead-lettered)`` rows.
+_DEAD_LETTER_UNKNOWN_KINDS_TEMPLATE = """
+WITH {live}, doomed AS (
+    SELECT input.queue, input.kind, input.reason
+    FROM unnest(%(queue)s::text[], %(kind)s::text[], %(reason)s::text[])
+         AS input(queue, kind, reason)
+    WHERE EXISTS (SELECT 1 FROM live AS worker WHERE {serves})
+      AND NOT EXISTS (SELECT 1 FROM live AS worker WHERE {serves} AND worker.kinds ? input.kind)
+), locked AS MATERIALIZED (
+    SELECT picked.id, doomed.reason FROM doomed
+    CROSS JOIN LATERAL (
+        SELECT job.id FROM jobq_job AS job
+        WHERE job.status = 'ready' AND job.queue = doomed.queue AND job.kind = doomed.kind
+          AND job.run_at <= now()
+          AND GREATEST(job.run_at, job.created_at) < now() - make_interval(secs => %(grace)s)
+        ORDER BY job.priority DESC, job.run_at, job.id
+        LIMIT %(limit)s
+        FOR UPDATE OF job SKIP LOCKED
+    ) AS picked
+), moved AS (
+    DELETE FROM jobq_job AS job USING locked
+    WHERE job.id = locked.id AND job.status = 'ready'
+    RETURNING job.*, locked.reason AS dead_reason
+), dead AS ({insert_dead_letter}
+), failed AS (
+    UPDATE jobq_task_result AS result
+    SET status = 'FAILED',
+        finished_at = now(),
+        errors = result.errors || jsonb_build_array(jsonb_build_object(
+            'exception_class_path', 'django_jobq.task_results.TaskNotRun',
+            'traceback', moved.dead_reason))
+    FROM moved
+    WHERE result.id = moved.payload->>'result_id' AND result.task_path = moved.kind
+)
+SELECT queue, kind, count(*) FROM moved GROUP BY queue, kind ORDER BY queue, kind
+"""
+DEAD_LETTER_UNKNOWN_KINDS = _DEAD_LETTER_UNKNOWN_KINDS_TEMPLATE.format(
+    live=_LIVE_WORKERS,
+    serves=_SERVES.format(queue="input.queue"),
+    insert_dead_letter=_INSERT_DEAD_LETTER_TEMPLATE.format(reason="dead_reason"),
+)
 
 #: Maintenance runs on one worker at a time: a transaction-scoped advisory lock, taken
 #: without waiting (the other workers skip this round).
