@@ -10,7 +10,7 @@ import importlib.util
 import os
 
 from testproject.settings import *  # noqa: F403
-from testproject.settings import DATABASES, INSTALLED_APPS
+from testproject.settings import DATABASES, INSTALLED_APPS, JOBQ
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
 
@@ -36,6 +36,9 @@ TASKS = {
         "OPTIONS": {"RETRY_BACKOFF_BASE": 0.01, "RETRY_BACKOFF_CAP": 0.01},
     },
 }
+
+if os.environ.get("JOBQ_TEST_UNKNOWN_KIND_GRACE"):  # a worker that gives up on kinds sooner
+    JOBQ = {**JOBQ, "UNKNOWN_KIND_GRACE": float(os.environ["JOBQ_TEST_UNKNOWN_KIND_GRACE"])}
 
 if os.environ.get("JOBQ_TEST_ROOT_LOGGING"):  # a project that logs everything through root
     LOGGING = {

@@ -234,3 +234,14 @@ def connections_wait_for_file(path: str) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{path} never appeared")
         time.sleep(0.02)
+
+
+def kinds_new_release(label: str) -> None:
+    """A kind a new release adds: registered only in processes started with the environment
+    variable ``JOBQ_TEST_NEW_RELEASE`` set (a worker of the new release, beside old ones).
+    Writes ``"<label> by <pid>"``, naming the worker process that ran it."""
+    Effect.objects.create(label=f"{label} by {os.getpid()}")
+
+
+if os.environ.get("JOBQ_TEST_NEW_RELEASE"):
+    job(name="kinds.new_release", queue="kinds")(kinds_new_release)
