@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from claims import configure_django, ensure_database, migrate
+from claims import code_version, configure_django, ensure_database, migrate
 
 QUEUE = "bench"
 KIND = "bench.noop"
@@ -140,7 +140,8 @@ def main() -> None:
     with db.connect(application_name="jobq-bench-kind-claims") as conn:
         settings = ("server_version", "fsync", "synchronous_commit", "autovacuum", "jit")
         print(", ".join(f"{s}={conn.execute(f'SHOW {s}').fetchone()[0]}" for s in settings))
-        print(f"claim takes kinds: {takes_kinds}; limit {options.limit}")
+        print(f"django_jobq: {code_version()}; claim takes kinds: {takes_kinds}")
+        print(f"limit {options.limit}, {options.claims} claims after {WARM_UP} warm-up ones")
         for name in options.scenarios:
             statements, kinds = SCENARIOS[name]
             load(conn, statements)

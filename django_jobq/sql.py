@@ -168,15 +168,19 @@ _READY_PAIRS_TEMPLATE = """pairs AS (
 # ``jobq_job_kind_claim_idx`` (queue, kind, priority DESC, run_at, id; ready rows), in four
 # steps:
 #   - ``pairs``: the distinct (queue, kind) pairs of ready jobs (``_READY_PAIRS_TEMPLATE``);
-#   - ``heads``: for each pair whose kind the worker has, its first ``limit`` due jobs in
-#     claim order (an ordered index range), merged, the first ``limit`` of all kept: the
-#     claim's candidates, read without locks;
+#   - ``firsts``: for each pair whose kind the worker has, its first due job in claim order
+#     (one seek); only the pairs of the first ``limit`` of these can hold any of the first
+#     ``limit`` jobs of all (any other pair has ``limit`` jobs ahead of its every job);
+#   - ``heads``: for each of those pairs, its first ``limit`` due jobs in claim order (an
+#     ordered index range), merged, the first ``limit`` of all kept: the claim's
+#     candidates, read without locks;
 #   - ``shares``: how many of the first ``limit`` minus lapsed candidates each pair has;
 #   - ``ready``: per pair, that many rows locked in claim order FOR UPDATE SKIP LOCKED, so a
 #     candidate another claimer took in between is replaced by the pair's next row (never
 #     more rows locked than claimed, never an empty claim because of a concurrent one).
-# Costs: one seek per (queue, kind) pair of ready jobs, plus up to ``limit`` index entries
-# per pair of a served kind with due jobs (docs/performance.md has the figures).
+# Costs: two seeks per (queue, kind) pair of ready jobs (one for a kind the worker lacks),
+# plus up to ``limit`` index entries for each of at most ``limit`` pairs, and the locked rows
+# (docs/performance.md has the figures).
 # Each selection is a MATERIALIZED CTE so it runs exactly once: as a plain subquery the
 # planner may re-run a LIMIT subquery inside a nested loop and lease more than ``limit``
 # rows. The UPDATE finds its rows with ``id = ANY(ARRAY(...))``, a primary-key lookup:
@@ -206,16 +210,27 @@ WITH RECURSIVE lapsed AS MATERIALIZED (
     ORDER BY lease_deadline
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), {ready_pairs}, heads AS MATERIALIZED (
-    SELECT head.* FROM pairs
+), {ready_pairs}, firsts AS MATERIALIZED (
+    SELECT first.queue, first.kind, first.priority, first.run_at, first.id FROM pairs
     CROSS JOIN LATERAL (
         SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
         WHERE job.status = 'ready' AND job.queue = pairs.queue AND job.kind = pairs.kind
           AND job.run_at <= now()
         ORDER BY job.priority DESC, job.run_at, job.id
+        LIMIT 1
+    ) AS first
+    WHERE pairs.kind = ANY(%(kinds)s::text[])
+    ORDER BY first.priority DESC, first.run_at, first.id
+    LIMIT %(limit)s
+), heads AS MATERIALIZED (
+    SELECT head.* FROM firsts
+    CROSS JOIN LATERAL (
+        SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+        WHERE job.status = 'ready' AND job.queue = firsts.queue AND job.kind = firsts.kind
+          AND job.run_at <= now()
+        ORDER BY job.priority DESC, job.run_at, job.id
         LIMIT %(limit)s
     ) AS head
-    WHERE pairs.kind = ANY(%(kinds)s::text[])
     ORDER BY head.priority DESC, head.run_at, head.id
     LIMIT %(limit)s
 ), shares AS (
