@@ -90,3 +90,18 @@ def test_the_fingerprint_names_the_set_of_kinds_not_their_order():
     assert registry.kinds_fingerprint(["a", "b"]) == registry.kinds_fingerprint(["b", "a"])
     assert registry.kinds_fingerprint(["a", "b"]) != registry.kinds_fingerprint(["a", "c"])
     assert registry.kinds_fingerprint(["a", "b"]) != registry.kinds_fingerprint(["a\nb"])
+
+
+def test_the_start_line_says_how_many_kinds_the_worker_serves_and_debug_lists_them(caplog):
+    caplog.set_level(logging.DEBUG, logger="django_jobq.worker")
+    worker = Worker(queues=["registry-start"], burst=True, poll_interval=0.05)
+    worker.run()
+    kinds = registry.claimable_kinds()
+    fingerprint = registry.kinds_fingerprint(kinds)
+    messages = [record.getMessage() for record in caplog.records]
+    (start,) = [m for m in messages if " starting: " in m]
+    assert start.endswith(f" kinds={len(kinds)} ({fingerprint})")
+    assert f"worker {worker.worker_id} claims kinds: {', '.join(kinds)}" in messages
+    levels = {r.getMessage(): r.levelno for r in caplog.records}
+    assert levels[start] == logging.INFO
+    assert levels[f"worker {worker.worker_id} claims kinds: {', '.join(kinds)}"] == logging.DEBUG
