@@ -132,24 +132,26 @@ POISON_REASON = f"""CASE
 # The distinct (queue, kind) pairs of ready jobs, in (queue, kind) order, as a recursive CTE
 # ``pairs`` (its statement starts ``WITH RECURSIVE``): a loose index scan of
 # ``jobq_job_kind_claim_idx``, one seek per pair (the first job of the next kind of the
-# queue, else of the next queue), however many jobs each pair holds. ``{queue_filter}``
-# narrows it to some queues.
+# queue, else of the next queue), however many jobs each pair holds. Each row is the pair's
+# first ready job in the index's order, which is claim order (``priority``, ``run_at``,
+# ``id``): when it is due, it is the pair's first due job. ``{queue_filter}`` narrows it to
+# some queues.
 _READY_PAIRS_TEMPLATE = """pairs AS (
-    (SELECT queue, kind FROM jobq_job
+    (SELECT queue, kind, priority, run_at, id FROM jobq_job
      WHERE status = 'ready'{queue_filter}
-     ORDER BY queue, kind
+     ORDER BY queue, kind, priority DESC, run_at, id
      LIMIT 1)
     UNION ALL
-    SELECT next.queue, next.kind
+    SELECT next.*
     FROM pairs, LATERAL (
-        (SELECT job.queue, job.kind FROM jobq_job AS job
+        (SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
          WHERE job.status = 'ready' AND job.queue = pairs.queue AND job.kind > pairs.kind
-         ORDER BY job.queue, job.kind
+         ORDER BY job.queue, job.kind, job.priority DESC, job.run_at, job.id
          LIMIT 1)
         UNION ALL
-        (SELECT job.queue, job.kind FROM jobq_job AS job
+        (SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
          WHERE job.status = 'ready' AND job.queue > pairs.queue{queue_filter}
-         ORDER BY job.queue, job.kind
+         ORDER BY job.queue, job.kind, job.priority DESC, job.run_at, job.id
          LIMIT 1)
         LIMIT 1
     ) AS next
@@ -169,7 +171,7 @@ _READY_PAIRS_TEMPLATE = """pairs AS (
 # steps:
 #   - ``pairs``: the distinct (queue, kind) pairs of ready jobs (``_READY_PAIRS_TEMPLATE``);
 #   - ``firsts``: for each pair whose kind the worker has, its first due job in claim order
-#     (one seek); only the pairs of the first ``limit`` of these can hold any of the first
+#     (the pair's row when that job is due, else one seek); only the pairs of the first ``limit`` of these can hold any of the first
 #     ``limit`` jobs of all (any other pair has ``limit`` jobs ahead of its every job);
 #   - ``heads``: for each of those pairs, its first ``limit`` due jobs in claim order (an
 #     ordered index range), merged, the first ``limit`` of all kept: the claim's
@@ -178,7 +180,7 @@ _READY_PAIRS_TEMPLATE = """pairs AS (
 #   - ``ready``: per pair, that many rows locked in claim order FOR UPDATE SKIP LOCKED, so a
 #     candidate another claimer took in between is replaced by the pair's next row (never
 #     more rows locked than claimed, never an empty claim because of a concurrent one).
-# Costs: two seeks per (queue, kind) pair of ready jobs (one for a kind the worker lacks),
+# Costs: one seek per (queue, kind) pair of ready jobs (two for a served pair whose first job is not due),
 # plus up to ``limit`` index entries for each of at most ``limit`` pairs, and the locked rows
 # (docs/performance.md has the figures).
 # Each selection is a MATERIALIZED CTE so it runs exactly once: as a plain subquery the
@@ -213,11 +215,14 @@ WITH RECURSIVE lapsed AS MATERIALIZED (
 ), {ready_pairs}, firsts AS MATERIALIZED (
     SELECT first.queue, first.kind, first.priority, first.run_at, first.id FROM pairs
     CROSS JOIN LATERAL (
-        SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
-        WHERE job.status = 'ready' AND job.queue = pairs.queue AND job.kind = pairs.kind
-          AND job.run_at <= now()
-        ORDER BY job.priority DESC, job.run_at, job.id
-        LIMIT 1
+        SELECT pairs.queue, pairs.kind, pairs.priority, pairs.run_at, pairs.id
+        WHERE pairs.run_at <= now()
+        UNION ALL
+        (SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+         WHERE pairs.run_at > now() AND job.status = 'ready' AND job.queue = pairs.queue
+           AND job.kind = pairs.kind AND job.run_at <= now()
+         ORDER BY job.priority DESC, job.run_at, job.id
+         LIMIT 1)
     ) AS first
     WHERE pairs.kind = ANY(%(kinds)s::text[])
     ORDER BY first.priority DESC, first.run_at, first.id

@@ -383,3 +383,10 @@ def test_a_lapsed_lease_of_a_kind_the_worker_lacks_is_left_for_another(queue_cur
     assert leases.claim(queue_cursor, worker_id="w", limit=5, kinds=["kinds.mine"]) == []
     reclaimed = leases.claim(queue_cursor, worker_id="w", limit=5, kinds=["kinds.theirs"])
     assert [(job.id, job.attempt) for job in reclaimed] == [(lapsed.pk, 2)]
+
+
+def test_a_kind_whose_first_job_is_not_due_yields_its_first_due_one(queue_cursor):
+    JobFactory(kind="kinds.mine", priority=9, run_at=timezone.now() + timedelta(hours=1))
+    due = JobFactory(kind="kinds.mine", priority=0, run_at=timezone.now() - timedelta(minutes=1))
+    claimed = leases.claim(queue_cursor, worker_id="w", limit=5, kinds=["kinds.mine"])
+    assert [job.id for job in claimed] == [due.pk]
