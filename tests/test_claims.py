@@ -22,6 +22,15 @@ def enqueue_labels(count, **options):
     return enqueue_many([record.using(**options).prepare(f"job-{n}") for n in range(count)])
 
 
+def ack_all(cursor, claimed):
+    """Ack ``claimed``, again for the rows reported busy (a concurrent claim's lock on a row
+    it found just claimed lasts until that claim's statement ends), as the worker does."""
+    pending = {job.id: job.lease for job in claimed}
+    while pending:
+        written = leases.ack_many(cursor, list(pending.values()))
+        pending = {job_id: lease for job_id, lease in pending.items() if job_id in written.busy}
+
+
 def run_claimers(connect, count, *, limit, rounds=None):
     """Start ``count`` threads, each claiming with its own connection until the queue is empty.
     Returns the list of claim results (lists of job ids) per thread."""
@@ -37,7 +46,7 @@ def run_claimers(connect, count, *, limit, rounds=None):
             if not claimed:
                 return
             results[index].append([job.id for job in claimed])
-            leases.ack_many(cursor, [job.lease for job in claimed])
+            ack_all(cursor, claimed)
 
     threads = [threading.Thread(target=claimer, args=(n,)) for n in range(count)]
     for thread in threads:
