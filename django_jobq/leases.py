@@ -127,7 +127,12 @@ def claim(
         from .registry import claimable_kinds  # here: registry loads the models
 
         kinds = claimable_kinds()
-    params: dict[str, Any] = {"limit": limit, "worker_id": worker_id, "kinds": list(kinds)}
+    params: dict[str, Any] = {
+        "limit": limit,
+        "worker_id": worker_id,
+        "kinds": list(kinds),
+        "front": limit * sql.CLAIM_FRONT_FACTOR,
+    }
     if queues is None:
         cursor.execute(sql.CLAIM_JOBS_ANY_QUEUE, params)
     elif len(queues) == 1:

@@ -166,23 +166,34 @@ _READY_PAIRS_TEMPLATE = """pairs AS (
 #   - ready and due, in claim order: priority DESC, run_at, id.
 # Lapsed rows come first; the ready arm takes what is left of ``limit``.
 # The ready arm never walks jobs of kinds the worker lacks, however many wait ahead of its
-# own (a rolling deploy's new kind, or a removed one): everything reads
-# ``jobq_job_kind_claim_idx`` (queue, kind, priority DESC, run_at, id; ready rows), in four
-# steps:
-#   - ``pairs``: the distinct (queue, kind) pairs of ready jobs (``_READY_PAIRS_TEMPLATE``);
+# own (a rolling deploy's new kind, or a removed one). First try, the common case:
+#   - ``front``: the first ``%(front)s`` due jobs of the queues in claim order, read without
+#     locks (``jobq_job_claim_idx`` for one queue, else ``jobq_job_claim_all_idx``; ``front``
+#     is ``limit`` times ``CLAIM_FRONT_FACTOR``), each marked whether the worker has its kind;
+#   - ``fast``: the first served ones of these, as many as ``limit`` minus lapsed, locked
+#     FOR UPDATE SKIP LOCKED; ``settled`` when it got them all, or when ``front`` held every
+#     due job (nothing further to find).
+# Otherwise (unserved jobs at the front, or rows another claimer holds) the walk over the
+# worker's kinds, which reads ``jobq_job_kind_claim_idx`` (queue, kind, priority DESC,
+# run_at, id; ready rows) and never the jobs of other kinds; its CTEs run only then:
+#   - ``pairs``: the distinct (queue, kind) pairs of ready jobs (``_READY_PAIRS_TEMPLATE``),
+#     each with its first ready job;
 #   - ``firsts``: for each pair whose kind the worker has, its first due job in claim order
-#     (the pair's row when that job is due, else one seek); only the pairs of the first ``limit`` of these can hold any of the first
-#     ``limit`` jobs of all (any other pair has ``limit`` jobs ahead of its every job);
+#     (the pair's row when that job is due, else one seek); only the pairs of the first
+#     ``limit`` of these can hold any of the first ``limit`` jobs of all (any other pair has
+#     ``limit`` jobs ahead of its every job);
 #   - ``heads``: for each of those pairs, its first ``limit`` due jobs in claim order (an
 #     ordered index range), merged, the first ``limit`` of all kept: the claim's
 #     candidates, read without locks;
 #   - ``shares``: how many of the first ``limit`` minus lapsed candidates each pair has;
-#   - ``ready``: per pair, that many rows locked in claim order FOR UPDATE SKIP LOCKED, so a
-#     candidate another claimer took in between is replaced by the pair's next row (never
+#   - ``walked``: per pair, that many rows locked in claim order FOR UPDATE SKIP LOCKED, so
+#     a candidate another claimer took in between is replaced by the pair's next row (never
 #     more rows locked than claimed, never an empty claim because of a concurrent one).
-# Costs: one seek per (queue, kind) pair of ready jobs (two for a served pair whose first job is not due),
-# plus up to ``limit`` index entries for each of at most ``limit`` pairs, and the locked rows
-# (docs/performance.md has the figures).
+# ``ready`` is ``fast`` when settled, else ``walked`` (the rows ``fast`` locked are walked
+# again: this transaction holds them). Costs: the front's ``2 * limit`` index entries; then,
+# only if unsettled, one seek per (queue, kind) pair of ready jobs (two for a served pair
+# whose first job is not due), up to ``limit`` index entries for each of at most ``limit``
+# pairs, and the locked rows (docs/performance.md has the figures).
 # Each selection is a MATERIALIZED CTE so it runs exactly once: as a plain subquery the
 # planner may re-run a LIMIT subquery inside a nested loop and lease more than ``limit``
 # rows. The UPDATE finds its rows with ``id = ANY(ARRAY(...))``, a primary-key lookup:
@@ -212,6 +223,22 @@ WITH RECURSIVE lapsed AS MATERIALIZED (
     ORDER BY lease_deadline
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), front AS MATERIALIZED (
+    SELECT id, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
+    WHERE status = 'ready' AND run_at <= now(){{queue_filter}}
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(front)s
+), fast AS MATERIALIZED (
+    SELECT id FROM jobq_job
+    WHERE id = ANY(ARRAY(
+        SELECT id FROM front WHERE served
+        LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    )) AND status = 'ready'
+    ORDER BY id
+    FOR UPDATE SKIP LOCKED
+), settled AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM fast) = %(limit)s - (SELECT count(*) FROM lapsed)
+           OR (SELECT count(*) FROM front) < %(front)s AS done
 ), {ready_pairs}, firsts AS MATERIALIZED (
     SELECT first.queue, first.kind, first.priority, first.run_at, first.id FROM pairs
     CROSS JOIN LATERAL (
@@ -245,7 +272,7 @@ WITH RECURSIVE lapsed AS MATERIALIZED (
         LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
     ) AS candidates
     GROUP BY queue, kind
-), ready AS MATERIALIZED (
+), walked AS MATERIALIZED (
     SELECT locked.id FROM shares
     CROSS JOIN LATERAL (
         SELECT job.id FROM jobq_job AS job
@@ -255,6 +282,10 @@ WITH RECURSIVE lapsed AS MATERIALIZED (
         LIMIT shares.share
         FOR UPDATE OF job SKIP LOCKED
     ) AS locked
+), ready AS MATERIALIZED (
+    SELECT id FROM fast WHERE (SELECT done FROM settled)
+    UNION ALL
+    SELECT id FROM walked WHERE NOT (SELECT done FROM settled)
 ), claimed AS (
     UPDATE jobq_job AS job
     SET status = 'running',
@@ -280,6 +311,9 @@ SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload, claimed.priorit
        claimed.poison
 FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
 """
+
+#: The claim's first try reads this many times ``limit`` jobs at the front of the queue.
+CLAIM_FRONT_FACTOR = 2
 
 _CLAIM = _CLAIM_TEMPLATE.format(
     lease_length=LEASE_LENGTH,

@@ -200,6 +200,7 @@ def explain(conn, statement, params, *, analyze=False):
     """The plan of a claim as a worker's connection would plan it (server-side parameters);
     with ``analyze``, run it (in a transaction rolled back) and return the JSON plan."""
     params = {"limit": 10, "worker_id": "w", "kinds": ["k"], **params}
+    params["front"] = params["limit"] * sql.CLAIM_FRONT_FACTOR  # as leases.claim passes it
     if not analyze:
         return "\n".join(row[0] for row in conn.execute("EXPLAIN " + statement, params))
     with conn.transaction(force_rollback=True):
