@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import math
 import multiprocessing
 import os
@@ -367,6 +368,10 @@ def claimer(
         configure_django(database_url)
         from django_jobq import db, leases
 
+        # The claimers register no handler: they claim ``KIND``. A django_jobq from before
+        # claims took ``kinds`` (a commit measured for comparison) claims every kind.
+        takes_kinds = "kinds" in inspect.signature(leases.claim).parameters
+        kinds: dict[str, Any] = {"kinds": [KIND]} if takes_kinds else {}
         worker_id = f"bench-{os.getpid()}-{index}"
         with db.connect(application_name=f"jobq-bench-claimer-{index}") as conn:
             cursor = conn.cursor()
@@ -375,7 +380,9 @@ def claimer(
             result.start = time.monotonic()
             while True:
                 t0 = time.perf_counter_ns()
-                jobs = leases.claim(cursor, worker_id=worker_id, limit=batch_size, queues=queues)
+                jobs = leases.claim(
+                    cursor, worker_id=worker_id, limit=batch_size, queues=queues, **kinds
+                )
                 elapsed = time.perf_counter_ns() - t0
                 result.claim_calls += 1
                 if not jobs:

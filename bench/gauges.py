@@ -38,6 +38,8 @@ from claims import prepare_database
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/jobq_bench_gauges"
 SIZES = (100_000, 1_000_000)
+#: The kinds of the loaded jobs (``LOAD_JOBS``), which the measured claim takes.
+GAUGE_KINDS = [f"bench.kind{n}" for n in range(20)]
 REPS = 5
 
 LOAD_JOBS = """
@@ -90,7 +92,9 @@ def measure(count: int, reps: int) -> list[tuple[str, float, float]]:
         cursor = conn.cursor()
 
         def claim_and_release() -> None:
-            jobs = leases.claim(cursor, worker_id="bench", limit=10, queues=["queue-2"])
+            jobs = leases.claim(
+                cursor, worker_id="bench", limit=10, queues=["queue-2"], kinds=GAUGE_KINDS
+            )
             leases.release(cursor, [job.lease for job in jobs])
 
         def flush_rollups() -> None:

@@ -100,7 +100,9 @@ def claim_loop(conn: psycopg.Connection[Any], iterations: int, batch: int) -> di
     started = time.perf_counter()
     for _ in range(iterations):
         t0 = time.perf_counter_ns()
-        jobs = leases.claim(cursor, worker_id="bench-million", limit=batch, queues=[QUEUE])
+        jobs = leases.claim(
+            cursor, worker_id="bench-million", limit=batch, queues=[QUEUE], kinds=[KIND]
+        )
         t1 = time.perf_counter_ns()
         if len(jobs) != batch:
             raise HarnessError(f"claim of {batch} returned {len(jobs)} jobs")

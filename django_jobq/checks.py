@@ -26,6 +26,7 @@ id                        meaning
 ``django_jobq.E015``      ``JOBQ['CONNECT_TIMEOUT']`` is not 2 to 3600 seconds
 ``django_jobq.E016``      ``JOBQ['STATEMENT_TIMEOUT']`` is not ``None`` or 0.1 to 3600 seconds
 ``django_jobq.E017``      ``JOBQ['ENQUEUE_UNREGISTERED_KINDS']`` is not a bool
+``django_jobq.E018``      ``JOBQ['UNKNOWN_KIND_GRACE']`` is not ``None`` or 1 s to 10 years
 ``django_jobq.W001``      a ``JOBQ['SCHEDULES']`` entry's kind has no handler in this process
 ``django_jobq.W002``      a ``@job`` is defined in a module that workers do not import (not an
                           installed app's ``jobs`` module, nor imported by one)

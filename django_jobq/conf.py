@@ -22,6 +22,7 @@ Users configure django-jobq with one dictionary in their settings module::
         "CONNECT_TIMEOUT": 10,        # seconds a worker's own connection may take to open
         "STATEMENT_TIMEOUT": None,    # seconds per worker statement; None: VISIBILITY_TIMEOUT / 3
         "ENQUEUE_UNREGISTERED_KINDS": False,  # True: enqueue kinds this process does not register
+        "UNKNOWN_KIND_GRACE": 600,    # seconds a job no live worker can run waits; None: forever
     }
 
 Durations are seconds (int or float) or ``datetime.timedelta``. ``SCHEDULES`` declares
@@ -41,6 +42,12 @@ kind that no ``@job`` registers in this process raise
 :class:`~django_jobq.exceptions.UnknownKind`; ``True`` accepts any valid kind name, for a
 project whose web processes enqueue the jobs of another service's workers (one call opts in
 with ``allow_unregistered=True`` instead).
+
+``UNKNOWN_KIND_GRACE`` is how long a due job waits when live workers serve its queue but none
+of them has registered its kind (a mixed fleet during a deploy, or a removed kind), counted
+from the moment it became due (``GREATEST(run_at, created_at)``); then the maintenance sweep
+makes it an "unknown kind" dead letter (docs/deploying.md). 1 s to 10 years, or ``None``:
+such jobs wait until a worker that has the kind comes (E018).
 
 ``TASKS`` entries whose backend is ``django_jobq.tasks_backend.JobqBackend`` are checked by
 :func:`validate_tasks_backend` (E010): their ``QUEUES`` must be queue names, and their
@@ -85,6 +92,8 @@ CONNECT_TIMEOUT_RANGE = (2.0, 3600.0)
 STATEMENT_TIMEOUT_RANGE = (0.1, 3600.0)
 #: The shortest statement timeout derived from ``VISIBILITY_TIMEOUT``, in seconds.
 MIN_DERIVED_STATEMENT_TIMEOUT = 1.0
+#: The range of ``JOBQ['UNKNOWN_KIND_GRACE']`` in seconds (``None`` is also allowed).
+UNKNOWN_KIND_GRACE_RANGE = (1.0, 10 * 365 * 24 * 3600.0)
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,7 @@ class JobqSettings:
     CONNECT_TIMEOUT: float = 10.0
     STATEMENT_TIMEOUT: float | None = None
     ENQUEUE_UNREGISTERED_KINDS: bool = False
+    UNKNOWN_KIND_GRACE: float | None = 600.0
 
 
 _KNOWN_KEYS = frozenset(f.name for f in fields(JobqSettings))
@@ -239,6 +249,7 @@ def validate(raw: Any) -> list[tuple[str, str]]:
             )
         )
     problems.extend(_connection_timeouts(durations))
+    problems.extend(_unknown_kind_grace(raw))
     problems.extend(_observability_values(raw))
     problems.extend(_schedules_shape(raw.get("SCHEDULES", {})))
     return problems
@@ -258,6 +269,25 @@ def _connection_timeouts(durations: dict[str, float]) -> list[tuple[str, str]]:
                 (check_id, f"JOBQ[{key!r}] must be {low:g} to {high:g} seconds, not {seconds:g}.")
             )
     return problems
+
+
+def _unknown_kind_grace(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """Problems in ``UNKNOWN_KIND_GRACE`` (E018): ``None``, or seconds (a timedelta) in
+    :data:`UNKNOWN_KIND_GRACE_RANGE`."""
+    value = raw.get("UNKNOWN_KIND_GRACE", JobqSettings.UNKNOWN_KIND_GRACE)
+    if value is None:
+        return []
+    seconds = duration_seconds(value)
+    low, high = UNKNOWN_KIND_GRACE_RANGE
+    if seconds is not None and low <= seconds <= high:
+        return []
+    return [
+        (
+            "django_jobq.E018",
+            f"JOBQ['UNKNOWN_KIND_GRACE'] = {value!r} must be None (wait forever) or "
+            f"{low:g} s to 10 years, as seconds or a timedelta.",
+        )
+    ]
 
 
 def statement_timeout(config: JobqSettings) -> float:
@@ -339,7 +369,7 @@ def get_settings() -> JobqSettings:
     if problems:
         raise ImproperlyConfigured("; ".join(f"{msg} ({check_id})" for check_id, msg in problems))
     values = dict(raw)
-    for key in _DURATION_KEYS:
+    for key in (*_DURATION_KEYS, "UNKNOWN_KIND_GRACE"):
         if values.get(key) is not None:
             values[key] = duration_seconds(values[key])
     resolved = JobqSettings(**values)

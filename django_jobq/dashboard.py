@@ -4,7 +4,9 @@ Per queue: ready, scheduled and running jobs, the oldest ready job's wait (red a
 ``JOBQ['ALERT_OLDEST_READY_AGE']``), the last hour's outcomes and p50/p99 durations, and four
 charts of the last hour minute by minute (ready depth, oldest ready age, succeeded, failed).
 Below: dead letters by queue and kind, linked to the filtered dead-letter list (shown to
-users who may view dead letters), and the registered workers, stale ones marked.
+users who may view dead letters), the jobs waiting for a worker that can run them (live
+workers serve their queue, none has their kind), and the registered workers with the kinds
+they claim (count and fingerprint; the list unfolds), stale ones marked.
 
 Linked from the app's index page and the Jobs list. Needs staff status and the permission to
 view jobs (``django_jobq.view_job`` or ``change_job``); it only reads.
@@ -116,6 +118,10 @@ def dashboard_view(request: HttpRequest, model_admin: JobAdmin) -> TemplateRespo
         "dead_letters_alert": limit is not None and total_dead > limit,
         "workers": [(worker, stats.format_seconds(worker.seen_ago)) for worker in taken.workers],
         "live_workers": sum(not worker.stale for worker in taken.workers),
+        "waiting": [(item, stats.format_seconds(item.oldest_age)) for item in taken.waiting],
+        "unknown_kind_grace": "forever"
+        if config.UNKNOWN_KIND_GRACE is None
+        else stats.format_seconds(config.UNKNOWN_KIND_GRACE),
         "alert_oldest_ready_age": stats.format_seconds(config.ALERT_OLDEST_READY_AGE),
         "history_minutes": stats.HISTORY_MINUTES,
     }

@@ -92,7 +92,12 @@ class ClaimedJob:
 
 
 def claim(
-    cursor: Cursor, *, worker_id: str, limit: int, queues: Collection[str] | None = None
+    cursor: Cursor,
+    *,
+    worker_id: str,
+    limit: int,
+    queues: Collection[str] | None = None,
+    kinds: Collection[str] | None = None,
 ) -> list[ClaimedJob]:
     """Lease up to ``limit`` due jobs, highest priority first, then oldest ``run_at``, then id.
 
@@ -100,6 +105,10 @@ def claim(
         worker_id: recorded on each claimed job (shown in the admin).
         limit: the most jobs to claim; ``limit <= 0`` returns ``[]`` without a query.
         queues: claim only from these queues; ``None`` means every queue.
+        kinds: claim only jobs of these kinds (a worker passes its registry); ``None``
+            means :func:`django_jobq.registry.claimable_kinds` of this process. Jobs of
+            other kinds are left ready for a worker that has them, and cost the claim one
+            index seek per (queue, kind), not a walk over them.
 
     Jobs whose lease lapsed (their worker died or stalled) are claimable again, before
     ready jobs; such a reclaim consumes an attempt. A reclaimed job whose lapsed attempt was
@@ -114,7 +123,16 @@ def claim(
     """
     if limit <= 0:
         return []
-    params: dict[str, Any] = {"limit": limit, "worker_id": worker_id}
+    if kinds is None:
+        from .registry import claimable_kinds  # here: registry loads the models
+
+        kinds = claimable_kinds()
+    params: dict[str, Any] = {
+        "limit": limit,
+        "worker_id": worker_id,
+        "kinds": list(kinds),
+        "front": limit * sql.CLAIM_FRONT_FACTOR,
+    }
     if queues is None:
         cursor.execute(sql.CLAIM_JOBS_ANY_QUEUE, params)
     elif len(queues) == 1:

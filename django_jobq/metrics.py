@@ -187,6 +187,11 @@ def observe_outcome(
         JOB_DURATION.labels(queue, kind, result).observe(duration)
 
 
+def observe_dead_lettered(queue: str, kind: str, reason: str, count: int) -> None:
+    """Count ``count`` jobs dead-lettered unrun by the maintenance sweep (no duration)."""
+    JOBS_DEAD_LETTERED.labels(queue, kind, reason_category(reason)).inc(count)
+
+
 def observe_refused(operation: str, count: int = 1) -> None:
     """Count fenced writes refused: ``operation`` is ``ack``, ``retry``, ``dead_letter`` or
     ``heartbeat``."""
@@ -275,6 +280,12 @@ class DatabaseCollector:
         dead = GaugeMetricFamily(
             "jobq_dead_letters", "Dead letters by queue and kind.", labels=("queue", "kind")
         )
+        waiting = GaugeMetricFamily(
+            "jobq_jobs_waiting_for_a_worker",
+            "Due jobs whose queue live workers serve but none of them has their kind: they "
+            "wait, then become 'unknown kind' dead letters after JOBQ['UNKNOWN_KIND_GRACE'].",
+            labels=("queue", "kind"),
+        )
         workers = GaugeMetricFamily(
             "jobq_workers",
             "Registered worker processes: live, or stale (not seen for a minute).",
@@ -288,10 +299,12 @@ class DatabaseCollector:
                 oldest.add_metric((queue.queue,), queue.oldest_ready_age)
             for group in snapshot.dead_letters:
                 dead.add_metric((group.queue, group.kind), group.count)
+            for kind in snapshot.waiting:
+                waiting.add_metric((kind.queue, kind.kind), kind.jobs)
             stale = sum(worker.stale for worker in snapshot.workers)
             workers.add_metric(("live",), len(snapshot.workers) - stale)
             workers.add_metric(("stale",), stale)
-        yield from (depth, oldest, dead, workers)
+        yield from (depth, oldest, dead, waiting, workers)
 
 
 def database_registry(cache_timeout: float | None = None) -> CollectorRegistry:

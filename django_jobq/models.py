@@ -131,6 +131,17 @@ class Job(models.Model):
                 name="jobq_job_claim_all_idx",
                 condition=models.Q(status="ready"),
             ),
+            # Serves the claim's kind filter (a worker claims only the kinds it has): per
+            # queue and kind, the claim order; and the walk of their distinct pairs.
+            models.Index(
+                "queue",
+                "kind",
+                models.F("priority").desc(),
+                "run_at",
+                "id",
+                name="jobq_job_kind_claim_idx",
+                condition=models.Q(status="ready"),
+            ),
             # Serves the reclaim of jobs whose lease has lapsed (few rows: the running ones).
             models.Index(
                 fields=["lease_deadline"],
@@ -389,6 +400,15 @@ class WorkerProcess(models.Model):
         null=True, blank=True, help_text="The queues it claims from; null: every queue."
     )
     concurrency = models.IntegerField()
+    kinds = models.JSONField(
+        default=list, blank=True, help_text="The kinds it claims (its registry), sorted."
+    )
+    kinds_fingerprint = models.CharField(
+        max_length=16,
+        default="",
+        blank=True,
+        help_text="Short hash of its kinds: workers with the same registry have the same one.",
+    )
     started_at = models.DateTimeField(db_default=Now())
     last_seen = models.DateTimeField(db_default=Now())
 

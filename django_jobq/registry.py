@@ -21,7 +21,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import hashlib
 import inspect
+import json
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -429,6 +431,13 @@ def closest(kind: str) -> str | None:
         return same_name[0]
     found = difflib.get_close_matches(kind, names, n=1, cutoff=0.6)
     return found[0] if found else None
+
+
+def kinds_fingerprint(kinds: Sequence[str]) -> str:
+    """A short hex digest (16 characters: the start of the SHA-256 of the sorted kinds as a
+    JSON list) of a set of kinds: two workers with the same kinds, in any order, have the
+    same fingerprint."""
+    return hashlib.sha256(json.dumps(sorted(kinds)).encode()).hexdigest()[:16]
 
 
 def definitions() -> list[JobDefinition]:

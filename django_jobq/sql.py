@@ -134,16 +134,76 @@ POISON_REASON = f"""CASE
 
 # -- claim ---------------------------------------------------------------------------------
 
-# One statement: lock up to ``limit`` claimable rows, skipping rows other claimers hold
-# (SKIP LOCKED: never waits, never double-claims), then lease them. Claimable means either
+# The distinct (queue, kind) pairs of ready jobs, in (queue, kind) order, as a recursive CTE
+# ``pairs`` (its statement starts ``WITH RECURSIVE``): a loose index scan of
+# ``jobq_job_kind_claim_idx``, one seek per pair (the first job of the next kind of the
+# queue, else of the next queue), however many jobs each pair holds. Each row is the pair's
+# first ready job in the index's order, which is claim order (``priority``, ``run_at``,
+# ``id``): when it is due, it is the pair's first due job. ``{queue_filter}`` narrows it to
+# some queues.
+_READY_PAIRS_TEMPLATE = """pairs AS (
+    (SELECT queue, kind, priority, run_at, id FROM jobq_job
+     WHERE status = 'ready'{queue_filter}
+     ORDER BY queue, kind, priority DESC, run_at, id
+     LIMIT 1)
+    UNION ALL
+    SELECT next.*
+    FROM pairs, LATERAL (
+        (SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+         WHERE job.status = 'ready' AND job.queue = pairs.queue AND job.kind > pairs.kind
+         ORDER BY job.queue, job.kind, job.priority DESC, job.run_at, job.id
+         LIMIT 1)
+        UNION ALL
+        (SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+         WHERE job.status = 'ready' AND job.queue > pairs.queue{queue_filter}
+         ORDER BY job.queue, job.kind, job.priority DESC, job.run_at, job.id
+         LIMIT 1)
+        LIMIT 1
+    ) AS next
+)"""
+
+# One statement: lock up to ``limit`` claimable rows of the kinds the worker can run
+# (``%(kinds)s``, its registry: a worker never claims a job it would have to refuse),
+# skipping rows other claimers hold (SKIP LOCKED: never waits, never double-claims), then
+# lease them. Claimable means either
 #   - lapsed: running, but its lease deadline has passed (the worker died or stalled), the
 #     oldest lapse first (served by ``jobq_job_lease_idx``); or
 #   - ready and due, in claim order: priority DESC, run_at, id.
-# Lapsed rows come first; the ready arm takes what is left of ``limit``. Each selection is
-# a MATERIALIZED CTE so it runs exactly once: as a plain subquery the planner may re-run a
-# LIMIT subquery inside a nested loop and lease more than ``limit`` rows. The UPDATE finds
-# its rows with ``id = ANY(ARRAY(...))``, a primary-key lookup: joined to the CTEs instead,
-# the planner cannot estimate the computed LIMIT and may scan the whole table.
+# Lapsed rows come first; the ready arm takes what is left of ``limit``.
+# The ready arm never walks jobs of kinds the worker lacks, however many wait ahead of its
+# own (a rolling deploy's new kind, or a removed one). First try, the common case:
+#   - ``front``: the first ``%(front)s`` due jobs of the queues in claim order, read without
+#     locks (``jobq_job_claim_idx`` for one queue, else ``jobq_job_claim_all_idx``; ``front``
+#     is ``limit`` times ``CLAIM_FRONT_FACTOR``), each marked whether the worker has its kind;
+#   - ``fast``: the first served ones of these, as many as ``limit`` minus lapsed, locked
+#     FOR UPDATE SKIP LOCKED; ``settled`` when it got them all, or when ``front`` held every
+#     due job (nothing further to find).
+# Otherwise (unserved jobs at the front, or rows another claimer holds) the walk over the
+# worker's kinds, which reads ``jobq_job_kind_claim_idx`` (queue, kind, priority DESC,
+# run_at, id; ready rows) and never the jobs of other kinds; its CTEs run only then:
+#   - ``pairs``: the distinct (queue, kind) pairs of ready jobs (``_READY_PAIRS_TEMPLATE``),
+#     each with its first ready job;
+#   - ``firsts``: for each pair whose kind the worker has, its first due job in claim order
+#     (the pair's row when that job is due, else one seek); only the pairs of the first
+#     ``limit`` of these can hold any of the first ``limit`` jobs of all (any other pair has
+#     ``limit`` jobs ahead of its every job);
+#   - ``heads``: for each of those pairs, its first ``limit`` due jobs in claim order (an
+#     ordered index range), merged, the first ``limit`` of all kept: the claim's
+#     candidates, read without locks;
+#   - ``shares``: how many of the first ``limit`` minus lapsed candidates each pair has;
+#   - ``walked``: per pair, that many rows locked in claim order FOR UPDATE SKIP LOCKED, so
+#     a candidate another claimer took in between is replaced by the pair's next row (never
+#     more rows locked than claimed, never an empty claim because of a concurrent one).
+# ``ready`` is ``fast`` when settled, else ``walked`` (the rows ``fast`` locked are walked
+# again: this transaction holds them). Costs: the front's ``2 * limit`` index entries; then,
+# only if unsettled, one seek per (queue, kind) pair of ready jobs (two for a served pair
+# whose first job is not due), up to ``limit`` index entries for each of at most ``limit``
+# pairs, and the locked rows (docs/performance.md has the figures).
+# Each selection is a MATERIALIZED CTE so it runs exactly once: as a plain subquery the
+# planner may re-run a LIMIT subquery inside a nested loop and lease more than ``limit``
+# rows. The UPDATE finds its rows with ``id = ANY(ARRAY(...))``, a primary-key lookup:
+# joined to the CTEs instead, the planner cannot estimate the computed LIMIT and may scan
+# the whole table.
 # Each claim consumes an attempt; the new attempt number is the lease's fencing token. A
 # reclaimed job whose lapsed attempt was its last comes back with attempts > max_attempts,
 # and a job past its ``expires_at`` comes back with ``expired``: the worker dead-letters
@@ -161,18 +221,76 @@ POISON_REASON = f"""CASE
 # back as JSON text, decoded by the caller row by row (``leases.claim``); ``poison`` names
 # what is wrong with a row whose times or lease length only the database can see.
 _CLAIM_TEMPLATE = """
-WITH lapsed AS MATERIALIZED (
+WITH RECURSIVE lapsed AS MATERIALIZED (
     SELECT id, lease_deadline FROM jobq_job
     WHERE status = 'running' AND lease_deadline < now(){{queue_filter}}
+      AND kind = ANY(%(kinds)s::text[])
     ORDER BY lease_deadline
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), ready AS MATERIALIZED (
-    SELECT id FROM jobq_job
+), front AS MATERIALIZED (
+    SELECT id, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
     WHERE status = 'ready' AND run_at <= now(){{queue_filter}}
     ORDER BY priority DESC, run_at, id
-    LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    LIMIT %(front)s
+), fast AS MATERIALIZED (
+    SELECT id FROM jobq_job
+    WHERE id = ANY(ARRAY(
+        SELECT id FROM front WHERE served
+        LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    )) AND status = 'ready'
+    ORDER BY id
     FOR UPDATE SKIP LOCKED
+), settled AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM fast) = %(limit)s - (SELECT count(*) FROM lapsed)
+           OR (SELECT count(*) FROM front) < %(front)s AS done
+), {ready_pairs}, firsts AS MATERIALIZED (
+    SELECT first.queue, first.kind, first.priority, first.run_at, first.id FROM pairs
+    CROSS JOIN LATERAL (
+        SELECT pairs.queue, pairs.kind, pairs.priority, pairs.run_at, pairs.id
+        WHERE pairs.run_at <= now()
+        UNION ALL
+        (SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+         WHERE pairs.run_at > now() AND job.status = 'ready' AND job.queue = pairs.queue
+           AND job.kind = pairs.kind AND job.run_at <= now()
+         ORDER BY job.priority DESC, job.run_at, job.id
+         LIMIT 1)
+    ) AS first
+    WHERE pairs.kind = ANY(%(kinds)s::text[])
+    ORDER BY first.priority DESC, first.run_at, first.id
+    LIMIT %(limit)s
+), heads AS MATERIALIZED (
+    SELECT head.* FROM firsts
+    CROSS JOIN LATERAL (
+        SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+        WHERE job.status = 'ready' AND job.queue = firsts.queue AND job.kind = firsts.kind
+          AND job.run_at <= now()
+        ORDER BY job.priority DESC, job.run_at, job.id
+        LIMIT %(limit)s
+    ) AS head
+    ORDER BY head.priority DESC, head.run_at, head.id
+    LIMIT %(limit)s
+), shares AS (
+    SELECT queue, kind, count(*) AS share FROM (
+        SELECT queue, kind FROM heads
+        ORDER BY priority DESC, run_at, id
+        LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    ) AS candidates
+    GROUP BY queue, kind
+), walked AS MATERIALIZED (
+    SELECT locked.id FROM shares
+    CROSS JOIN LATERAL (
+        SELECT job.id FROM jobq_job AS job
+        WHERE job.status = 'ready' AND job.queue = shares.queue AND job.kind = shares.kind
+          AND job.run_at <= now()
+        ORDER BY job.priority DESC, job.run_at, job.id
+        LIMIT shares.share
+        FOR UPDATE OF job SKIP LOCKED
+    ) AS locked
+), ready AS MATERIALIZED (
+    SELECT id FROM fast WHERE (SELECT done FROM settled)
+    UNION ALL
+    SELECT id FROM walked WHERE NOT (SELECT done FROM settled)
 ), claimed AS (
     UPDATE jobq_job AS job
     SET status = 'running',
@@ -199,21 +317,23 @@ SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload, claimed.priorit
 FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
 """
 
+#: The claim's first try reads this many times ``limit`` jobs at the front of the queue.
+CLAIM_FRONT_FACTOR = 2
+
 _CLAIM = _CLAIM_TEMPLATE.format(
     lease_length=LEASE_LENGTH,
     earliest=_EARLIEST,
     latest=_LATEST,
     poison_reason=POISON_REASON,
     queue_filter="{queue_filter}",
+    ready_pairs=_READY_PAIRS_TEMPLATE,
 )
 
-#: Claim from one queue: an equality on ``queue`` lets ``jobq_job_claim_idx`` (queue,
-#: priority DESC, run_at, id) deliver rows already in claim order.
+#: Claim from one queue (see above; ``%(queue)s``).
 CLAIM_JOBS_ONE_QUEUE = _CLAIM.format(queue_filter=" AND queue = %(queue)s")
-#: Claim from several queues. PostgreSQL 15 cannot read ``jobq_job_claim_idx`` in claim order
-#: for ``queue = ANY(...)``, so this walks ``jobq_job_claim_all_idx`` and filters by queue.
+#: Claim from several queues (``%(queues)s``): ``pairs`` seeks only into the named queues.
 CLAIM_JOBS_QUEUES = _CLAIM.format(queue_filter=" AND queue = ANY(%(queues)s::text[])")
-#: Claim from every queue (served by ``jobq_job_claim_all_idx``: priority DESC, run_at, id).
+#: Claim from every queue: ``pairs`` walks every queue's kinds.
 CLAIM_JOBS_ANY_QUEUE = _CLAIM.format(queue_filter="")
 
 # -- outcomes (all fenced by attempt) ------------------------------------------------------
@@ -333,18 +453,20 @@ _MOVE_LOCKED_JOB = """moved AS (
     RETURNING job.*
 )"""
 
-# The dead-letter copy of the job deleted by a ``moved`` CTE; returns its ``job_id``.
-_INSERT_DEAD_LETTER = """
+# The dead-letter copy of the job deleted by a ``moved`` CTE; returns its ``job_id``. The
+# reason is ``{reason}``: the parameter, or a column of ``moved``.
+_INSERT_DEAD_LETTER_TEMPLATE = """
 INSERT INTO jobq_dead_letter (job_id, queue, kind, payload, priority, attempts, max_attempts,
                               visibility_timeout, idempotency_key, created_at, reason,
                               last_error, traceback, died_at)
 SELECT id, queue, kind, payload, priority,
        CASE WHEN %(ran)s THEN attempts ELSE attempts - 1 END, max_attempts,
        visibility_timeout,
-       idempotency_key, created_at, %(reason)s, %(error)s, %(traceback)s, now()
+       idempotency_key, created_at, {reason}, %(error)s, %(traceback)s, now()
 FROM moved
 RETURNING job_id
 """.strip()
+_INSERT_DEAD_LETTER = _INSERT_DEAD_LETTER_TEMPLATE.format(reason="%(reason)s")
 
 #: Dead-letter: move a job to the dead letters (copy + reason + error) and delete it, in one
 #: statement and so one transaction: the job is in exactly one of the two tables. Locked as
@@ -516,6 +638,102 @@ RETURNING job.id
 #: transaction's ``SET LOCAL``): a dead letter's insert waits for no ``CREATE INDEX`` or
 #: ``LOCK TABLE`` on ``jobq_dead_letter``; the job's outcome is written again later.
 SET_SHORT_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '100ms'"
+
+# -- jobs no live worker can run (mixed fleets, removed kinds) -----------------------------
+#
+# A worker claims only the kinds it has (see the claim), so a job of a kind that no live
+# worker serving its queue has would wait forever. Live: seen within ``%(stale_after)s``
+# seconds (``django_jobq.stats.STALE_AFTER``); serving a queue: its ``queues`` is NULL (every
+# queue) or names it; having a kind: its ``kinds`` list names it. A queue no live worker
+# serves at all is an outage, not an unknown kind: its jobs are never named here.
+_LIVE_WORKERS = """live AS (
+    SELECT queues, kinds FROM jobq_worker_process
+    WHERE last_seen > now() - make_interval(secs => %(stale_after)s)
+)"""
+# Whether a live worker serves queue ``{queue}`` (``live`` rows as ``worker``).
+_SERVES = "(worker.queues IS NULL OR worker.queues ? {queue})"
+
+#: The (queue, kind) pairs of due ready jobs that wait for a worker that can run them: live
+#: workers serve the queue, none of them has the kind. Per pair: ``jobs``, the seconds the
+#: longest-waiting one has waited since it became due (``GREATEST(run_at, created_at)``, as
+#: the claim's pickup latency; infinite times left out), and ``known``, the kinds the live
+#: workers serving the queue have (a sorted jsonb list). Reads the registry (a few rows),
+#: one index seek per (queue, kind) pair of ready jobs (``pairs``) and the waiting jobs
+#: themselves (``jobq_job_kind_claim_idx``). Ordered by queue, kind.
+_WAITING_FOR_A_WORKER_TEMPLATE = """
+WITH RECURSIVE {live}, {pairs}
+SELECT pairs.queue, pairs.kind, counted.jobs,
+       EXTRACT(EPOCH FROM now() - counted.since)::float8 AS oldest_age,
+       (SELECT COALESCE(jsonb_agg(DISTINCT known.kind ORDER BY known.kind), '[]')
+        FROM live AS worker, jsonb_array_elements_text(worker.kinds) AS known(kind)
+        WHERE {serves}) AS known
+FROM pairs
+CROSS JOIN LATERAL (
+    SELECT count(*) AS jobs,
+           min(GREATEST(job.run_at, job.created_at))
+               FILTER (WHERE isfinite(GREATEST(job.run_at, job.created_at))) AS since
+    FROM jobq_job AS job
+    WHERE job.status = 'ready' AND job.queue = pairs.queue AND job.kind = pairs.kind
+      AND job.run_at <= now()
+) AS counted
+WHERE counted.jobs > 0
+  AND EXISTS (SELECT 1 FROM live AS worker WHERE {serves})
+  AND NOT EXISTS (SELECT 1 FROM live AS worker WHERE {serves} AND worker.kinds ? pairs.kind)
+ORDER BY pairs.queue, pairs.kind
+"""
+WAITING_FOR_A_WORKER = _WAITING_FOR_A_WORKER_TEMPLATE.format(
+    live=_LIVE_WORKERS,
+    pairs=_READY_PAIRS_TEMPLATE.format(queue_filter=""),
+    serves=_SERVES.format(queue="pairs.queue"),
+)
+
+#: Dead-letter the due ready jobs of the given (queue, kind) pairs (zipped arrays
+#: ``%(queue)s``, ``%(kind)s``, with each pair's dead letters' ``%(reason)s``) that have waited
+#: longer than ``%(grace)s`` seconds since they became due (``GREATEST(run_at,
+#: created_at)``), in one statement: the copy and the delete together (the job is in exactly
+#: one of the two tables); the caller fails a Django task's result in the same transaction
+#: (``FAIL_UNRUN_TASK_RESULTS``) and announces it after the commit. Each pair is checked again at the
+#: statement's snapshot (the caller read it with ``WAITING_FOR_A_WORKER`` a moment before):
+#: only while live workers serve the queue and none has the kind; a worker with the kind
+#: that registered in between saves them. At most ``%(limit)s`` jobs per pair, locked FOR
+#: UPDATE SKIP LOCKED (a row another transaction holds is left for the next round), found in
+#: claim order through ``jobq_job_kind_claim_idx``. ``attempts`` records the attempts that
+#: ran (pass ``%(ran)s`` true: a ready job's attempts all ran). Returns a ``(queue, kind,
+#: reason, payload)`` row per job dead-lettered, its payload cut to its ``result_id``.
+_DEAD_LETTER_UNKNOWN_KINDS_TEMPLATE = """
+WITH {live}, doomed AS (
+    SELECT input.queue, input.kind, input.reason
+    FROM unnest(%(queue)s::text[], %(kind)s::text[], %(reason)s::text[])
+         AS input(queue, kind, reason)
+    WHERE EXISTS (SELECT 1 FROM live AS worker WHERE {serves})
+      AND NOT EXISTS (SELECT 1 FROM live AS worker WHERE {serves} AND worker.kinds ? input.kind)
+), locked AS MATERIALIZED (
+    SELECT picked.id, doomed.reason FROM doomed
+    CROSS JOIN LATERAL (
+        SELECT job.id FROM jobq_job AS job
+        WHERE job.status = 'ready' AND job.queue = doomed.queue AND job.kind = doomed.kind
+          AND job.run_at <= now()
+          AND GREATEST(job.run_at, job.created_at) < now() - make_interval(secs => %(grace)s)
+        ORDER BY job.priority DESC, job.run_at, job.id
+        LIMIT %(limit)s
+        FOR UPDATE OF job SKIP LOCKED
+    ) AS picked
+), moved AS (
+    DELETE FROM jobq_job AS job USING locked
+    WHERE job.id = locked.id AND job.status = 'ready'
+    RETURNING job.*, locked.reason AS dead_reason
+), dead AS ({insert_dead_letter}
+)
+SELECT moved.queue, moved.kind, moved.dead_reason,
+       jsonb_build_object('result_id', moved.payload->'result_id') AS payload
+FROM moved
+ORDER BY moved.queue, moved.kind
+"""
+DEAD_LETTER_UNKNOWN_KINDS = _DEAD_LETTER_UNKNOWN_KINDS_TEMPLATE.format(
+    live=_LIVE_WORKERS,
+    serves=_SERVES.format(queue="input.queue"),
+    insert_dead_letter=_INSERT_DEAD_LETTER_TEMPLATE.format(reason="dead_reason"),
+)
 
 #: Maintenance runs on one worker at a time: a transaction-scoped advisory lock, taken
 #: without waiting (the other workers skip this round).
@@ -978,10 +1196,13 @@ SET succeeded = rollup.succeeded + EXCLUDED.succeeded,
     )
 """
 
-#: Register a starting worker; returns its row id (the key of its beats and deregistration).
+#: Register a starting worker, with the kinds it claims (a jsonb list) and their
+#: fingerprint; returns its row id (the key of its beats and deregistration).
 REGISTER_WORKER = """
-INSERT INTO jobq_worker_process (worker_id, host, pid, queues, concurrency)
-VALUES (%(worker_id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s)
+INSERT INTO jobq_worker_process (worker_id, host, pid, queues, concurrency, kinds,
+                                 kinds_fingerprint)
+VALUES (%(worker_id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, %(kinds)s::jsonb,
+        %(kinds_fingerprint)s)
 RETURNING id
 """
 

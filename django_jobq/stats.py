@@ -21,10 +21,12 @@ minute plus a worker's flush interval (5 s).
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connections
 from django.db.models import Count
@@ -64,16 +66,48 @@ class DeadLetterGroup:
 
 
 @dataclass(frozen=True)
+class WaitingKind:
+    """Due jobs of one kind on one queue that wait for a worker that can run them: live
+    workers serve the queue, none has registered the kind (``sql.WAITING_FOR_A_WORKER``).
+    ``oldest_age`` is the seconds the longest-waiting one has waited since it became due;
+    ``known`` the kinds the live workers serving the queue have, sorted. After
+    ``JOBQ['UNKNOWN_KIND_GRACE']`` they become "unknown kind" dead letters."""
+
+    queue: str
+    kind: str
+    jobs: int
+    oldest_age: float
+    known: list[str]
+
+
+def waiting_kinds(cursor: Any) -> list[WaitingKind]:
+    """The jobs waiting for a worker that can run them, by queue and kind, read on
+    ``cursor`` (a Django or psycopg cursor on the queue database; one statement)."""
+    cursor.execute(sql.WAITING_FOR_A_WORKER, {"stale_after": STALE_AFTER})
+    return [
+        # Django's cursor leaves jsonb as text; a plain psycopg one decodes it.
+        WaitingKind(
+            queue, kind, jobs, age or 0.0, json.loads(known) if isinstance(known, str) else known
+        )
+        for queue, kind, jobs, age, known in cursor.fetchall()
+    ]
+
+
+@dataclass(frozen=True)
 class WorkerState:
     """A registered worker process. ``seen_ago`` is the seconds since its last beat;
     ``stale`` means more than :data:`STALE_AFTER` (crashed, hung, or cut off from the
-    database). ``queues`` is ``None`` for a worker of every queue."""
+    database). ``queues`` is ``None`` for a worker of every queue; ``kinds`` are the kinds it
+    claims (sorted) and ``kinds_fingerprint`` their short hash (the same for workers with the
+    same registry, see :func:`django_jobq.registry.kinds_fingerprint`)."""
 
     worker_id: str
     host: str
     pid: int
     queues: list[str] | None
     concurrency: int
+    kinds: list[str]
+    kinds_fingerprint: str
     started_at: datetime
     last_seen: datetime
     seen_ago: float
@@ -137,6 +171,7 @@ class Snapshot:
     queues: list[QueueState]
     dead_letters: list[DeadLetterGroup]
     workers: list[WorkerState]
+    waiting: list[WaitingKind] = field(default_factory=list)
     activity: dict[str, QueueActivity] = field(default_factory=dict)
     history: dict[str, QueueHistory] = field(default_factory=dict)
 
@@ -238,6 +273,8 @@ def workers(now: datetime) -> list[WorkerState]:
                 pid=row.pid,
                 queues=row.queues,
                 concurrency=row.concurrency,
+                kinds=row.kinds if isinstance(row.kinds, list) else [],
+                kinds_fingerprint=row.kinds_fingerprint,
                 started_at=row.started_at,
                 last_seen=row.last_seen,
                 seen_ago=seen_ago,
@@ -311,8 +348,9 @@ def _activity_and_history(
 
 def snapshot(*, history: bool = True) -> Snapshot:
     """Read the queue's state now: queue depths and oldest ready ages, dead letters by
-    queue and kind, registered workers; with ``history``, also the last hour's activity and
-    per-minute history per queue (from the rollups and samples).
+    queue and kind, registered workers, jobs waiting for a worker that can run them; with
+    ``history``, also the last hour's activity and per-minute history per queue (from the
+    rollups and samples).
 
     Raises:
         django.db.DatabaseError: the queue database cannot be read.
@@ -321,7 +359,9 @@ def snapshot(*, history: bool = True) -> Snapshot:
     queues = queue_states()
     dead_letters = dead_letter_groups()
     registered = workers(now)
+    with connections[get_settings().DATABASE].cursor() as cursor:
+        waiting = waiting_kinds(cursor)
     if not history:
-        return Snapshot(now, queues, dead_letters, registered)
+        return Snapshot(now, queues, dead_letters, registered, waiting)
     activity, per_minute = _activity_and_history(now)
-    return Snapshot(now, queues, dead_letters, registered, activity, per_minute)
+    return Snapshot(now, queues, dead_letters, registered, waiting, activity, per_minute)

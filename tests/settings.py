@@ -44,6 +44,9 @@ TASKS = {
     },
 }
 
+if os.environ.get("JOBQ_TEST_UNKNOWN_KIND_GRACE"):  # a worker that gives up on kinds sooner
+    JOBQ = {**JOBQ, "UNKNOWN_KIND_GRACE": float(os.environ["JOBQ_TEST_UNKNOWN_KIND_GRACE"])}
+
 if os.environ.get("JOBQ_TEST_ROOT_LOGGING"):  # a project that logs everything through root
     LOGGING = {
         "version": 1,

@@ -68,6 +68,10 @@ def test_a_queue_database_that_is_not_postgresql_is_e001():
         ({"STATEMENT_TIMEOUT": 0.01}, ["django_jobq.E016"]),
         ({"STATEMENT_TIMEOUT": 7200}, ["django_jobq.E016"]),
         ({"STATEMENT_TIMEOUT": "5s"}, ["django_jobq.E003"]),
+        ({"UNKNOWN_KIND_GRACE": 0.5}, ["django_jobq.E018"]),
+        ({"UNKNOWN_KIND_GRACE": -1}, ["django_jobq.E018"]),
+        ({"UNKNOWN_KIND_GRACE": "10m"}, ["django_jobq.E018"]),
+        ({"UNKNOWN_KIND_GRACE": 1e12}, ["django_jobq.E018"]),
     ],
 )
 def test_invalid_settings_have_an_error_id(jobq, expected):
@@ -121,3 +125,13 @@ def test_a_multiprocess_directory_that_cannot_be_written_is_e012(monkeypatch, tm
     assert check_metrics() == []
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR")
     assert check_metrics() == []
+
+
+def test_the_unknown_kind_grace_takes_seconds_a_timedelta_or_none():
+    from datetime import timedelta
+
+    assert get_settings().UNKNOWN_KIND_GRACE == 600.0  # the documented default
+    for value, seconds in ((timedelta(minutes=2), 120.0), (1, 1.0), (None, None)):
+        with override_settings(JOBQ={"UNKNOWN_KIND_GRACE": value}):
+            assert check_ids() == []
+            assert seconds == get_settings().UNKNOWN_KIND_GRACE

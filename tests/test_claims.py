@@ -22,6 +22,15 @@ def enqueue_labels(count, **options):
     return enqueue_many([record.using(**options).prepare(f"job-{n}") for n in range(count)])
 
 
+def ack_all(cursor, claimed):
+    """Ack ``claimed``, again for the rows reported busy (a concurrent claim's lock on a row
+    it found just claimed lasts until that claim's statement ends), as the worker does."""
+    pending = {job.id: job.lease for job in claimed}
+    while pending:
+        written = leases.ack_many(cursor, list(pending.values()))
+        pending = {job_id: lease for job_id, lease in pending.items() if job_id in written.busy}
+
+
 def run_claimers(connect, count, *, limit, rounds=None):
     """Start ``count`` threads, each claiming with its own connection until the queue is empty.
     Returns the list of claim results (lists of job ids) per thread."""
@@ -37,7 +46,7 @@ def run_claimers(connect, count, *, limit, rounds=None):
             if not claimed:
                 return
             results[index].append([job.id for job in claimed])
-            leases.ack_many(cursor, [job.lease for job in claimed])
+            ack_all(cursor, claimed)
 
     threads = [threading.Thread(target=claimer, args=(n,)) for n in range(count)]
     for thread in threads:
@@ -168,39 +177,107 @@ def test_claim_takes_only_the_named_queues(queue_cursor):
     assert [job.id for job in claimed] == [other.pk]
 
 
-@pytest.mark.parametrize(
-    ("statement", "params", "index"),
-    [
-        (sql.CLAIM_JOBS_ONE_QUEUE, {"queue": "rare"}, "jobq_job_claim_idx"),
-        (sql.CLAIM_JOBS_ANY_QUEUE, {}, "jobq_job_claim_all_idx"),
-    ],
-)
-def test_claim_uses_its_partial_index_on_a_large_table(connect, statement, params, index):
-    # 20,000 ready jobs in a busy queue, 20 in a rare one, and 20,000 running jobs that the
-    # partial indexes leave out. Claiming the rare queue must not walk the busy one.
+CLAIM_STATEMENTS = [
+    (sql.CLAIM_JOBS_ONE_QUEUE, {"queue": "rare"}),
+    (sql.CLAIM_JOBS_QUEUES, {"queues": ["rare", "idle"]}),
+    (sql.CLAIM_JOBS_ANY_QUEUE, {}),
+]
+
+
+def insert_rows(select):
+    """Insert jobq_job rows from a SELECT of (queue, kind, run_at, status), then ANALYZE."""
     with connection.cursor() as cursor:
-        cursor.execute(
+        statement = (
             "INSERT INTO jobq_job (queue, kind, payload, run_at, max_attempts, "
             "visibility_timeout, status) "
-            "SELECT CASE WHEN n <= 40 THEN 'rare' ELSE 'busy' END, 'k', '{}', "
-            "now() - interval '1 hour', 5, interval '30 s', "
-            "CASE WHEN n % 2 = 0 THEN 'ready' ELSE 'running' END "
-            "FROM generate_series(1, 40000) AS n"
+            "SELECT queue, kind, '{}', run_at, 5, interval '30 s', status FROM (%s) AS r"
         )
+        cursor.execute(statement.replace("%s", select))
         cursor.execute("ANALYZE jobq_job")
-    conn = connect()
-    # Ask the planner as a worker's connection would (server-side parameters).
-    plan = "\n".join(
-        row[0]
-        for row in conn.execute(
-            "EXPLAIN " + statement, {"limit": 10, "worker_id": "w", **params}
-        ).fetchall()
+
+
+def explain(conn, statement, params, *, analyze=False):
+    """The plan of a claim as a worker's connection would plan it (server-side parameters);
+    with ``analyze``, run it (in a transaction rolled back) and return the JSON plan."""
+    params = {"limit": 10, "worker_id": "w", "kinds": ["k"], **params}
+    params["front"] = params["limit"] * sql.CLAIM_FRONT_FACTOR  # as leases.claim passes it
+    if not analyze:
+        return "\n".join(row[0] for row in conn.execute("EXPLAIN " + statement, params))
+    with conn.transaction(force_rollback=True):
+        return conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params).fetchone()[0]
+
+
+def index_rows_read(node):
+    """Index entries the scans of a JSON plan returned, over all their loops."""
+    own = node.get("Actual Rows", 0) * node.get("Actual Loops", 1)
+    read = own if "Index" in node["Node Type"] else 0
+    return read + sum(index_rows_read(child) for child in node.get("Plans", []))
+
+
+@pytest.mark.parametrize(("statement", "params"), CLAIM_STATEMENTS)
+def test_claim_uses_its_partial_index_on_a_large_table(connect, statement, params):
+    # 20,000 ready jobs in a busy queue, 20 in a rare one, and 20,000 running jobs that the
+    # partial indexes leave out. Claiming the rare queue must not walk the busy one.
+    insert_rows(
+        "SELECT CASE WHEN n <= 40 THEN 'rare' ELSE 'busy' END AS queue, 'k' AS kind, "
+        "now() - interval '1 hour' AS run_at, "
+        "CASE WHEN n % 2 = 0 THEN 'ready' ELSE 'running' END AS status "
+        "FROM generate_series(1, 40000) AS n"
     )
-    assert f"Index Scan using {index}" in plan, plan
-    assert "Sort" not in plan, plan
+    plan = explain(connect(), statement, params)
+    assert "Index Scan using jobq_job_kind_claim_idx" in plan, plan
     # The UPDATE finds the claimed rows by primary key, never by scanning the table.
     assert "Seq Scan" not in plan, plan
+    assert "Bitmap" not in plan, plan  # a bitmap scan reads every matching row first
     assert "Index Scan using jobq_job_pkey" in plan, plan
+
+
+@pytest.mark.parametrize(("statement", "params"), CLAIM_STATEMENTS)
+def test_claim_never_walks_the_jobs_of_kinds_it_does_not_have(connect, statement, params):
+    # 20,000 ready jobs of a kind nobody serves at the head of the rare queue (earlier
+    # run_at, higher priority), 200 other unserved kinds, then 30 jobs of the served kind.
+    insert_rows(
+        "SELECT 'rare' AS queue, CASE WHEN n <= 20000 THEN 'unserved' ELSE 'other-' || n % 200 "
+        "END AS kind, now() - interval '2 hours' AS run_at, 'ready' AS status "
+        "FROM generate_series(1, 20400) AS n "
+        "UNION ALL SELECT 'rare', 'k', now() - interval '1 hour', 'ready' "
+        "FROM generate_series(1, 30)"
+    )
+    conn = connect()
+    plan = explain(conn, statement, params)
+    assert "Seq Scan" not in plan, plan
+    assert "Bitmap" not in plan, plan
+    analyzed = explain(conn, statement, params, analyze=True)[0]["Plan"]
+    # One seek per (queue, kind) pair and the served kind's rows; never the 20,000.
+    assert index_rows_read(analyzed) < 1000, analyzed
+    claimed = leases.claim(conn.cursor(), worker_id="w", limit=10, kinds=["k"], **_queues(params))
+    assert [job.kind for job in claimed] == ["k"] * 10
+
+
+def _queues(params):
+    if "queue" in params:
+        return {"queues": [params["queue"]]}
+    return {"queues": params.get("queues")}
+
+
+def test_claim_with_two_hundred_kinds_reads_an_index_per_kind(connect):
+    # A worker with 200 registered kinds, 10,000 ready jobs spread over them and 10,000 of
+    # a kind it lacks: the claim reads each kind's head, never the table.
+    insert_rows(
+        "SELECT 'rare' AS queue, CASE WHEN n % 2 = 0 THEN 'kind-' || n % 200 ELSE 'unserved' "
+        "END AS kind, now() - interval '1 hour' AS run_at, 'ready' AS status "
+        "FROM generate_series(1, 20000) AS n"
+    )
+    kinds = [f"kind-{n}" for n in range(200)]
+    conn = connect()
+    params = {"queue": "rare", "kinds": kinds}
+    plan = explain(conn, sql.CLAIM_JOBS_ONE_QUEUE, params)
+    assert "Seq Scan" not in plan, plan
+    assert "Bitmap" not in plan, plan
+    analyzed = explain(conn, sql.CLAIM_JOBS_ONE_QUEUE, params, analyze=True)[0]["Plan"]
+    # 201 seeks walking the pairs; the first job of each of the 100 kinds with jobs; up to
+    # 10 rows of the 10 kinds whose first jobs come first; 10 locked, 10 leased.
+    assert index_rows_read(analyzed) < 201 + 100 + 10 * 10 + 50, analyzed
 
 
 def test_sql_names_the_model_tables():
@@ -243,18 +320,83 @@ def test_with_a_million_jobs_every_claim_is_an_index_scan(connect):
         (sql.CLAIM_JOBS_ONE_QUEUE, {"queue": "q3"}),
         (sql.CLAIM_JOBS_ANY_QUEUE, {}),
     ]:
-        plan = "\n".join(
-            row[0]
-            for row in conn.execute(
-                "EXPLAIN " + statement, {"limit": 100, "worker_id": "w", **params}
-            ).fetchall()
-        )
+        plan = explain(conn, statement, {"limit": 100, **params})
         assert "Seq Scan" not in plan, plan
         assert "Bitmap" not in plan, plan  # a bitmap scan reads every matching row first
         assert "Index Scan using jobq_job_lease_idx" in plan, plan
-        assert "Index Scan using jobq_job_claim" in plan, plan
+        assert "Scan using jobq_job_kind_claim_idx" in plan, plan  # the (queue, kind) walk
     # And it claims what it should: lapsed leases first, then ready jobs in claim order.
-    reclaimed = leases.claim(conn.cursor(), worker_id="w2", limit=100)
+    reclaimed = leases.claim(conn.cursor(), worker_id="w2", limit=100, kinds=["k"])
     assert [job.attempt for job in reclaimed] == [2] * 100
-    ready = leases.claim(conn.cursor(), worker_id="w2", limit=100, queues=["q3"])
+    ready = leases.claim(conn.cursor(), worker_id="w2", limit=100, queues=["q3"], kinds=["k"])
     assert [(job.attempt, job.priority) for job in ready] == [(1, 2)] * 100
+
+
+def test_claim_takes_only_the_kinds_given_and_leaves_the_others_ready(queue_cursor):
+    mine = JobFactory(kind="kinds.mine")
+    theirs = JobFactory(kind="kinds.theirs", priority=9)
+    claimed = leases.claim(queue_cursor, worker_id="w", limit=10, kinds=["kinds.mine"])
+    assert [job.id for job in claimed] == [mine.pk]
+    assert Job.objects.get(pk=theirs.pk).status == Job.Status.READY
+    assert leases.claim(queue_cursor, worker_id="w", limit=10, kinds=[]) == []
+
+
+def test_claim_order_holds_across_kinds_and_queues(queue_cursor):
+    now = timezone.now()
+    rows = [
+        ("a", "kinds.one", 0, 5),
+        ("b", "kinds.two", 5, 1),
+        ("a", "kinds.two", 5, 2),
+        ("b", "kinds.one", 5, 2),
+        ("a", "kinds.three", 3, 9),
+        ("b", "kinds.one", -1, 60),
+    ]
+    jobs = [
+        JobFactory(queue=queue, kind=kind, priority=priority, run_at=now - timedelta(minutes=ago))
+        for queue, kind, priority, ago in rows
+    ]
+    expected = [jobs[n].pk for n in (2, 3, 1, 4, 0, 5)]
+    kinds = ["kinds.one", "kinds.two", "kinds.three"]
+    for queues in (None, ["a", "b"]):
+        Job.objects.update(status=Job.Status.READY, attempts=0)
+        one_by_one = [
+            leases.claim(queue_cursor, worker_id="w", limit=1, queues=queues, kinds=kinds)[0].id
+            for _ in rows
+        ]
+        assert one_by_one == expected
+    Job.objects.update(status=Job.Status.READY, attempts=0)
+    claimed = leases.claim(queue_cursor, worker_id="w", limit=4, queues=None, kinds=kinds)
+    assert [job.id for job in claimed] == expected[:4]
+
+
+def test_a_locked_candidate_is_replaced_by_the_next_job_of_its_kind(connect):
+    first, second, third = (JobFactory(kind="kinds.mine").pk for _ in range(3))
+    other = JobFactory(kind="kinds.other", run_at=timezone.now() - timedelta(days=1)).pk
+    holder = connect(autocommit=False)
+    held = leases.claim(holder.cursor(), worker_id="holder", limit=1, kinds=["kinds.mine"])
+    assert [job.id for job in held] == [first]  # transaction left open: the row stays locked
+    claimer = connect()
+    claimer.execute("SET lock_timeout = '100ms'")  # a wait for the holder would fail
+    claimed = leases.claim(claimer.cursor(), worker_id="w", limit=2, kinds=["kinds.mine"])
+    assert sorted(job.id for job in claimed) == [second, third]
+    holder.rollback()
+    assert Job.objects.get(pk=other).status == Job.Status.READY
+
+
+def test_a_lapsed_lease_of_a_kind_the_worker_lacks_is_left_for_another(queue_cursor):
+    lapsed = JobFactory(
+        kind="kinds.theirs",
+        status=Job.Status.RUNNING,
+        attempts=1,
+        lease_deadline=timezone.now() - timedelta(seconds=5),
+    )
+    assert leases.claim(queue_cursor, worker_id="w", limit=5, kinds=["kinds.mine"]) == []
+    reclaimed = leases.claim(queue_cursor, worker_id="w", limit=5, kinds=["kinds.theirs"])
+    assert [(job.id, job.attempt) for job in reclaimed] == [(lapsed.pk, 2)]
+
+
+def test_a_kind_whose_first_job_is_not_due_yields_its_first_due_one(queue_cursor):
+    JobFactory(kind="kinds.mine", priority=9, run_at=timezone.now() + timedelta(hours=1))
+    due = JobFactory(kind="kinds.mine", priority=0, run_at=timezone.now() - timedelta(minutes=1))
+    claimed = leases.claim(queue_cursor, worker_id="w", limit=5, kinds=["kinds.mine"])
+    assert [job.id for job in claimed] == [due.pk]

@@ -129,3 +129,28 @@ def test_charts_escape_their_text_and_leave_gaps_for_missing_minutes():
     assert svg.count("<circle") == 2  # two one-point runs around the gap
     with pytest.raises(ValueError, match="style"):
         chart([1], title="x", style="pie")
+
+
+def test_the_dashboard_shows_each_workers_kinds_and_the_jobs_waiting_for_one(admin_client):
+    WorkerProcess.objects.create(
+        worker_id="old:1",
+        host="old",
+        pid=1,
+        queues=["emails"],
+        concurrency=1,
+        kinds=["shop.jobs.send_receipt"],
+        kinds_fingerprint="0123456789abcdef",
+    )
+    JobFactory.create_batch(
+        3,
+        queue="emails",
+        kind="shop.jobs.send_invoice",
+        run_at=database_now() - timedelta(minutes=1),
+    )
+    html = admin_client.get(URL).content.decode()
+    assert "<summary>1 <code>0123456789abcdef</code></summary>shop.jobs.send_receipt" in html
+    assert "Waiting for a worker that can run them" in html
+    assert (
+        '<td class="jobq-alert">shop.jobs.send_invoice</td>\n  <td class="jobq-num">3</td>' in html
+    )
+    assert "They wait 10 min" in html  # JOBQ['UNKNOWN_KIND_GRACE'], 600 s by default

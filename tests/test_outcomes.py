@@ -112,7 +112,7 @@ def refuse():
 
 
 def _completer():
-    observer = Observer(worker_id="test", queues=["outcomes"], concurrency=1)
+    observer = Observer(worker_id="test", queues=["outcomes"], concurrency=1, kinds=[])
     applied = []
     return Completer(on_applied=applied.append, observer=observer), applied
 

@@ -26,6 +26,7 @@ from django_jobq.models import JOB_INSERT_CONSTRAINTS, DeadLetter, Job
 from django_jobq.task_framework import TaskResultStatus
 from django_jobq.worker import Worker
 from tests.conftest import REPO_ROOT, wait_until
+from tests.factories import DeadLetterFactory
 from tests.poison import (
     ALL_ODD_ROWS,
     CLAIMED_POISON,
@@ -290,8 +291,8 @@ def test_the_documented_query_finds_the_rows_that_break_a_rule_then_validate_pas
 def test_a_poison_dead_letter_is_left_in_place_by_a_redrive_and_the_others_redriven():
     insert_row({"payload": "'[1]'"})
     insert_row({"visibility_timeout": "'300000 years'"})
-    insert_row({}, kind="tests.testapp.jobs.gone")  # well formed: dead as "unknown kind"
     Worker(burst=True, poll_interval=0.05).run()
+    DeadLetterFactory(kind="tests.testapp.jobs.gone", reason="unknown kind", payload={})
     assert DeadLetter.objects.count() == 3
     ids = sorted(DeadLetter.objects.values_list("id", flat=True))
 

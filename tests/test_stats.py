@@ -71,20 +71,18 @@ def test_a_worker_rolls_its_outcomes_up_per_minute_in_one_row_per_kind():
         record.using(queue=queue).enqueue(f"r{n}")
     always_fails.using(queue=queue, max_attempts=2).enqueue()
     always_fails.using(queue=queue, max_attempts=1).enqueue()
-    JobFactory(queue=queue, kind="removed.kind")  # dead-lettered unrun: no duration
+    record.using(queue=queue, expires_at=timezone.now() - timedelta(seconds=1)).enqueue("late")
 
     Worker(queues=[queue], burst=True, poll_interval=0.05).run()
 
     rows = {row.kind: row for row in OutcomeRollup.objects.filter(queue=queue)}
-    assert set(rows) == {RECORD, "tests.testapp.jobs.always_fails", "removed.kind"}
+    assert set(rows) == {RECORD, "tests.testapp.jobs.always_fails"}
     assert {kind: (r.succeeded, r.retried, r.dead_lettered) for kind, r in rows.items()} == {
-        RECORD: (4, 0, 0),
+        RECORD: (4, 0, 1),  # the expired one dead-lettered unrun: no duration
         "tests.testapp.jobs.always_fails": (0, 1, 1),
-        "removed.kind": (0, 0, 1),
     }
     assert sum(rows[RECORD].duration_buckets) == 4
     assert sum(rows["tests.testapp.jobs.always_fails"].duration_buckets) == 2
-    assert sum(rows["removed.kind"].duration_buckets) == 0
     assert rows[RECORD].duration_sum > 0
     minute = stats.current_minute(timezone.now())
     assert all(r.minute in (minute, minute - timedelta(minutes=1)) for r in rows.values())

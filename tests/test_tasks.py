@@ -332,19 +332,17 @@ def test_a_return_value_that_is_not_json_fails_the_task_at_once():
     assert DeadLetter.objects.get().reason.startswith("failed: tests.testapp.tasks.returns_a_set")
 
 
-def test_a_task_the_worker_does_not_know_is_an_unknown_kind_dead_letter_and_fails(monkeypatch):
+def test_a_task_the_worker_does_not_know_waits_ready_for_a_worker_that_does(monkeypatch):
     result = tasks.add.enqueue(1, 2)
     monkeypatch.delitem(registry._registry, "tests.testapp.tasks.add")  # a worker without it
     monkeypatch.setattr("django_jobq.task_results.discover", lambda: None)
     run_burst()
     monkeypatch.undo()
 
-    assert DeadLetter.objects.get().reason == "unknown kind"
+    assert not DeadLetter.objects.exists()
     result.refresh()
-    assert result.status == TaskResultStatus.FAILED
-    (error,) = result.errors
-    assert error.exception_class_path == "django_jobq.task_results.TaskNotRun"
-    assert "unknown kind: no handler is registered" in error.traceback
+    assert result.status == TaskResultStatus.READY  # after the grace: FAILED, see
+    assert run_until_finished(result).return_value == 3  # test_unknown_kinds.py
 
 
 def test_backend_options_set_the_jobs_attempts_and_lease():

@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_jobq import leases
+from django_jobq import leases, registry
 from django_jobq.models import DeadLetter, Job
 from django_jobq.worker import Worker
 from tests.conftest import wait_until
@@ -60,10 +60,26 @@ def test_the_last_failed_attempt_becomes_a_dead_letter_with_traceback():
     assert "raise RuntimeError(reason)" in dead.traceback
 
 
-def test_an_unknown_kind_becomes_a_dead_letter_and_the_worker_carries_on():
-    JobFactory(kind="removed.in.last.deploy", payload={"x": 1})
+def test_a_kind_the_worker_lacks_is_left_ready_for_a_worker_that_has_it():
+    waiting = JobFactory(kind="added.in.next.deploy", payload={"x": 1})
     record.enqueue("after")
     stats = run_burst()
+    assert Effect.objects.get().label == "after"
+    assert (stats.claimed, stats.tally.dead_lettered) == (1, 0)
+    waiting.refresh_from_db()
+    assert (waiting.status, waiting.attempts) == (Job.Status.READY, 0)
+    assert not DeadLetter.objects.exists()
+
+
+def test_a_claimed_job_whose_handler_is_gone_is_still_dead_lettered_at_once(monkeypatch):
+    # The safety net: the worker claims only the kinds of its registry, read when it is
+    # made; a handler removed from the registry afterwards is refused as an unknown kind.
+    JobFactory(kind="removed.in.last.deploy", payload={"x": 1})
+    record.enqueue("after")
+    monkeypatch.setitem(registry._registry, "removed.in.last.deploy", record)
+    worker = Worker(burst=True, poll_interval=0.05)
+    monkeypatch.delitem(registry._registry, "removed.in.last.deploy")
+    stats = worker.run()
     dead = DeadLetter.objects.get()
     assert (dead.kind, dead.reason, dead.payload) == (
         "removed.in.last.deploy",

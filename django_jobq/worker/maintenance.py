@@ -9,18 +9,27 @@ older than ``JOBQ['DEDUP_RETENTION']``, task results finished longer ago than
 ``JOBQ['TASK_RESULT_RETENTION']``, per-minute statistics (outcome rollups and queue samples)
 older than ``JOBQ['STATS_RETENTION']``, and the rows of workers not seen for an hour
 (:data:`.registration.PRUNE_AFTER`: crashed without deregistering).
+
+The unknown-kind sweep (:meth:`Maintenance.sweep_unknown_kinds`), under the same lock, runs
+more often (every quarter of ``JOBQ['UNKNOWN_KIND_GRACE']``, between 1 and 60 s): it
+dead-letters, as "unknown kind", the due ready jobs that have waited longer than the grace
+since they became due while live workers serve their queue and none of them has their kind
+(a worker claims only the kinds it has, so nobody else would). A queue no live worker
+serves is an outage: its jobs wait, whatever their kind.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from collections import Counter
+from typing import Any, NamedTuple
 
 import psycopg
 
-from .. import sql
+from .. import metrics, sql, task_results, text
 from ..conf import get_settings
+from ..stats import STALE_AFTER, WaitingKind, waiting_kinds
 from .registration import PRUNE_AFTER
 
 logger = logging.getLogger("django_jobq.worker")
@@ -40,14 +49,19 @@ class Maintenance:
     previous round was less than :data:`INTERVAL` seconds ago."""
 
     def __init__(self) -> None:
-        self._next_round = time.monotonic()
+        self._next_round = self._next_sweep = time.monotonic()
 
     def run_if_due(self, connection: psycopg.Connection[Any]) -> None:
-        """Run a round on ``connection`` (autocommit) if one is due.
+        """Run a round on ``connection`` (autocommit) if one is due, and the unknown-kind
+        sweep if it is due.
 
         Raises:
             psycopg.Error: a statement failed; the round is skipped until the next interval.
         """
+        grace = get_settings().UNKNOWN_KIND_GRACE
+        if grace is not None and time.monotonic() >= self._next_sweep:
+            self._next_sweep = time.monotonic() + min(INTERVAL, max(1.0, grace / 4))
+            self.sweep_unknown_kinds(connection, grace)
         if time.monotonic() < self._next_round:
             return
         self._next_round = time.monotonic() + INTERVAL
@@ -105,3 +119,74 @@ class Maintenance:
         if pruned:
             logger.info("maintenance: deleted %s %s past their retention", pruned, what)
         return True
+
+    def sweep_unknown_kinds(self, connection: psycopg.Connection[Any], grace: float) -> int:
+        """Dead-letter the jobs that waited ``grace`` seconds for a worker that can run them
+        (see the module docs; ``sql.DEAD_LETTER_UNKNOWN_KINDS``), at most
+        :data:`BATCH_SIZE` per queue and kind, in one transaction under the maintenance
+        lock. Their reason names the kinds the live workers of the queue know. Returns how
+        many were dead-lettered (0 if another worker holds the lock).
+
+        Raises:
+            psycopg.Error: a statement failed.
+        """
+        with connection.transaction():
+            cursor = connection.cursor()
+            cursor.execute(sql.TRY_MAINTENANCE_LOCK, {"key": LOCK_KEY})
+            row = cursor.fetchone()
+            if not (row and row[0]):
+                return 0
+            overdue = [w for w in waiting_kinds(cursor) if w.oldest_age > grace]
+            if not overdue:
+                return 0
+            cursor.execute(
+                sql.DEAD_LETTER_UNKNOWN_KINDS,
+                {
+                    "stale_after": STALE_AFTER,
+                    "queue": [w.queue for w in overdue],
+                    "kind": [w.kind for w in overdue],
+                    "reason": [unknown_kind_reason(w, grace) for w in overdue],
+                    "grace": grace,
+                    "limit": BATCH_SIZE,
+                    "ran": True,
+                    "error": "no live worker serving its queue has registered its kind",
+                    "traceback": "",
+                },
+            )
+            letters = [_SweptJob(*row) for row in cursor.fetchall()]
+            # A Django task's result fails with the dead letter, in the same transaction.
+            failed = task_results.fail_unrun(cursor, letters, announce=False)
+        task_results.announce_finished(failed)  # task_finished, once committed
+        swept = Counter((letter.queue, letter.kind) for letter in letters)
+        for (queue, kind), count in sorted(swept.items()):
+            metrics.observe_dead_lettered(queue, kind, "unknown kind", count)
+            logger.warning(
+                "maintenance: %s jobs of kind %s on queue %s became dead letters: no live "
+                "worker serving the queue has that kind after %g s",
+                count,
+                kind,
+                queue,
+                grace,
+            )
+        return len(letters)
+
+
+class _SweptJob(NamedTuple):
+    """A job the unknown-kind sweep dead-lettered, as ``task_results.fail_unrun`` reads it
+    (its payload only says which task result it has, if any)."""
+
+    queue: str
+    kind: str
+    reason: str
+    payload: dict[str, Any]
+    last_error: str = "no live worker serving its queue has registered its kind"
+
+
+def unknown_kind_reason(waiting: WaitingKind, grace: float) -> str:
+    """The dead-letter reason of a job that no live worker serving its queue can run,
+    naming the kinds they have (bounded like every reason, :func:`django_jobq.text.reason`)."""
+    known = ", ".join(waiting.known) or "none"
+    return text.reason(
+        f"unknown kind: no live worker of queue {waiting.queue} has registered "
+        f"{waiting.kind} (waited over {grace:g} s); the kinds they know: {known}"
+    )

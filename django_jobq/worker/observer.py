@@ -89,10 +89,17 @@ class Observer:
     """A worker's observability; the worker calls :meth:`start`, :meth:`claimed`,
     :meth:`tick` and :meth:`stop`, its completer :meth:`record`."""
 
-    def __init__(self, *, worker_id: str, queues: Sequence[str] | None, concurrency: int) -> None:
+    def __init__(
+        self,
+        *,
+        worker_id: str,
+        queues: Sequence[str] | None,
+        concurrency: int,
+        kinds: Sequence[str],
+    ) -> None:
         self._concurrency = concurrency
         self._registration = Registration(
-            worker_id=worker_id, queues=queues, concurrency=concurrency
+            worker_id=worker_id, queues=queues, concurrency=concurrency, kinds=kinds
         )
         self.rollups = OutcomeRollups()
         self._beat = _Every(BEAT_INTERVAL)

@@ -1,6 +1,7 @@
 """The worker registry: each running worker has a row in ``jobq_worker_process``.
 
-A worker registers when it starts (id, host, pid, queues, concurrency), refreshes its
+A worker registers when it starts (id, host, pid, queues, concurrency, and the kinds it
+claims with their fingerprint, see :func:`django_jobq.registry.claimable_kinds`), refreshes its
 ``last_seen`` every :data:`BEAT_INTERVAL` seconds from its main loop, and deletes its row when
 it stops. A worker that crashes cannot delete its row: once not seen for
 :data:`django_jobq.stats.STALE_AFTER` seconds it is shown as stale (the dashboard,
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 
 from .. import sql
 from ..leases import Cursor
+from ..registry import kinds_fingerprint
 
 #: Seconds between two beats of a worker.
 BEAT_INTERVAL = 10.0
@@ -27,13 +29,22 @@ PRUNE_AFTER = 3600.0
 class Registration:
     """One worker's row. Methods run one statement each on the given cursor."""
 
-    def __init__(self, *, worker_id: str, queues: Sequence[str] | None, concurrency: int) -> None:
+    def __init__(
+        self,
+        *,
+        worker_id: str,
+        queues: Sequence[str] | None,
+        concurrency: int,
+        kinds: Sequence[str],
+    ) -> None:
         self._params = {
             "worker_id": worker_id,
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "queues": None if queues is None else json.dumps(list(queues)),
             "concurrency": concurrency,
+            "kinds": json.dumps(sorted(kinds)),
+            "kinds_fingerprint": kinds_fingerprint(kinds),
         }
         self.row_id: int | None = None
 

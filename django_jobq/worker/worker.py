@@ -236,8 +236,10 @@ class Worker:
             extend=self._heartbeater.extend_one,
             name=self.worker_id,
         )
+        task_results.discover()
+        self.kinds = registry.claimable_kinds()
         self._observer = Observer(
-            worker_id=self.worker_id, queues=self.queues, concurrency=concurrency
+            worker_id=self.worker_id, queues=self.queues, concurrency=concurrency, kinds=self.kinds
         )
         self._observing = False  # registered (on the first connection)
         self._completer = Completer(on_applied=self._applied, observer=self._observer)
@@ -247,7 +249,6 @@ class Worker:
         self._outstanding = 0  # claimed and not yet recorded (prefetched, running, reported)
         self._to_release: list[HeldJob] = []
         self._claimed = self._released = self._abandoned = self._reconnects = 0
-        task_results.discover()
 
     def stop(self) -> None:
         """Ask the worker to stop: no new claims, prefetched jobs released, running jobs
@@ -391,7 +392,9 @@ class Worker:
         limit = min(self.batch_size, room) if room >= self._refill_at else 0
         if limit:
             faults.reached("before_claim")
-        jobs = leases.claim(cursor, worker_id=self.worker_id, limit=limit, queues=self.queues)
+        jobs = leases.claim(
+            cursor, worker_id=self.worker_id, limit=limit, queues=self.queues, kinds=self.kinds
+        )
         if jobs:
             faults.reached("after_claim")
         self._observer.claimed(jobs)
@@ -460,12 +463,15 @@ class Worker:
         """
         started = time.monotonic()
         logger.info(
-            "worker %s starting: queues=%s concurrency=%s batch_size=%s",
+            "worker %s starting: queues=%s concurrency=%s batch_size=%s kinds=%s (%s)",
             self.worker_id,
             ",".join(self.queues) if self.queues else "*",
             self.concurrency,
             self.batch_size,
+            len(self.kinds),
+            registry.kinds_fingerprint(self.kinds),
         )
+        logger.debug("worker %s claims kinds: %s", self.worker_id, ", ".join(self.kinds))
         connection: psycopg.Connection[Any] | None = None
         delays = reconnect_delays()
         busy_delays = _busy_retry_delays()

@@ -259,3 +259,14 @@ def mistakes_send_receipt(order_id: int) -> None:
 
 
 from . import mistakes_more_jobs  # noqa: E402, F401  (a module jobs.py imports counts as one)
+
+
+def kinds_new_release(label: str) -> None:
+    """A kind a new release adds: registered only in processes started with the environment
+    variable ``JOBQ_TEST_NEW_RELEASE`` set (a worker of the new release, beside old ones).
+    Writes ``"<label> by <pid>"``, naming the worker process that ran it."""
+    Effect.objects.create(label=f"{label} by {os.getpid()}")
+
+
+if os.environ.get("JOBQ_TEST_NEW_RELEASE"):
+    job(name="kinds.new_release", queue="kinds")(kinds_new_release)

@@ -32,7 +32,19 @@ _QUEUE_HEADER = (
     "P99",
 )
 _DEAD_HEADER = ("QUEUE", "KIND", "DEAD LETTERS")
-_WORKER_HEADER = ("WORKER", "HOST", "PID", "QUEUES", "THREADS", "STARTED", "LAST SEEN")
+_WORKER_HEADER = (
+    "WORKER",
+    "HOST",
+    "PID",
+    "QUEUES",
+    "THREADS",
+    "KINDS",
+    "STARTED",
+    "LAST SEEN",
+)
+_WAITING_HEADER = ("QUEUE", "KIND", "WAITING", "OLDEST", "LIVE WORKERS OF THE QUEUE KNOW")
+#: Kinds named in the waiting table's last column before "and N more".
+_KNOWN_SHOWN = 5
 
 
 def _outcomes(outcomes: Outcomes) -> dict[str, int]:
@@ -76,6 +88,8 @@ def as_json(taken: Snapshot, problems: list[str]) -> dict[str, Any]:
                 "pid": worker.pid,
                 "queues": worker.queues,
                 "concurrency": worker.concurrency,
+                "kinds": worker.kinds,
+                "kinds_fingerprint": worker.kinds_fingerprint,
                 "started_at": worker.started_at.isoformat(),
                 "last_seen": worker.last_seen.isoformat(),
                 "seen_ago": worker.seen_ago,
@@ -83,7 +97,18 @@ def as_json(taken: Snapshot, problems: list[str]) -> dict[str, Any]:
             }
             for worker in taken.workers
         ],
+        "waiting_for_a_worker": [
+            {
+                "queue": waiting.queue,
+                "kind": waiting.kind,
+                "jobs": waiting.jobs,
+                "oldest_age": waiting.oldest_age,
+                "known": waiting.known,
+            }
+            for waiting in taken.waiting
+        ],
         "problems": problems,
+        "warnings": find_warnings(taken),
     }
 
 
@@ -104,6 +129,24 @@ def find_problems(
     if max_dead_letters is not None and dead > max_dead_letters:
         problems.append(f"{dead} dead letters (threshold {max_dead_letters})")
     return problems
+
+
+def find_warnings(taken: Snapshot) -> list[str]:
+    """What ``--check`` warns about without failing: jobs that wait for a worker that can
+    run them (live workers serve their queue, none has their kind). They either get one (a
+    deploy in progress) or become dead letters after ``JOBQ['UNKNOWN_KIND_GRACE']``, which
+    the dead-letter threshold then reports; a long wait also trips the ready-age one."""
+    return [
+        f"{waiting.jobs} jobs of kind {waiting.kind} wait for a worker that can run them "
+        f"(queue {waiting.queue}, the oldest for {format_seconds(waiting.oldest_age)})"
+        for waiting in taken.waiting
+    ]
+
+
+def _known(kinds: list[str]) -> str:
+    shown = ", ".join(kinds[:_KNOWN_SHOWN]) or "no kinds"
+    more = len(kinds) - _KNOWN_SHOWN
+    return f"{shown} and {more} more" if more > 0 else shown
 
 
 def _local(moment: Any) -> str:
@@ -158,6 +201,7 @@ def write_tables(out: OutputWrapper, taken: Snapshot) -> None:
                     str(worker.pid),
                     ",".join(worker.queues) if worker.queues is not None else "*",
                     str(worker.concurrency),
+                    f"{len(worker.kinds)} ({worker.kinds_fingerprint or '-'})",
                     _local(worker.started_at),
                     f"{format_seconds(worker.seen_ago)} ago" + (" STALE" if worker.stale else ""),
                 )
@@ -167,6 +211,23 @@ def write_tables(out: OutputWrapper, taken: Snapshot) -> None:
         )
     else:
         out.write("No workers registered.")
+    if taken.waiting:
+        out.write("")
+        write_table(
+            out,
+            _WAITING_HEADER,
+            [
+                (
+                    waiting.queue,
+                    waiting.kind,
+                    str(waiting.jobs),
+                    format_seconds(waiting.oldest_age),
+                    _known(waiting.known),
+                )
+                for waiting in taken.waiting
+            ],
+            right_aligned={2, 3},
+        )
 
 
 class Command(BaseCommand):
@@ -175,7 +236,8 @@ class Command(BaseCommand):
         "outcomes over the last minute and hour, p50/p99 handler duration), the dead letters "
         "by kind and the registered workers. --json prints the same as JSON. --check exits "
         f"with status {CHECK_FAILED} when a queue's oldest ready job has waited longer than "
-        "the threshold or the dead letters exceed theirs."
+        "the threshold or the dead letters exceed theirs; it warns (without failing) about "
+        "jobs that wait for a worker that can run them."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -216,5 +278,8 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(as_json(taken, problems), indent=2))
         else:
             write_tables(self.stdout, taken)
+        if options["check"]:
+            for warning in find_warnings(taken):
+                self.stderr.write(f"warning: {warning}")
         if problems:
             raise CommandError("; ".join(problems), returncode=CHECK_FAILED)
