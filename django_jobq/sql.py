@@ -692,8 +692,9 @@ WAITING_FOR_A_WORKER = _WAITING_FOR_A_WORKER_TEMPLATE.format(
 #: longer than ``%(grace)s`` seconds since they became due (``GREATEST(run_at,
 #: created_at)``), in one statement: the copy and the delete together (the job is in exactly
 #: one of the two tables); the caller fails a Django task's result in the same transaction
-#: (``FAIL_UNRUN_TASK_RESULTS``) and announces it after the commit. Each pair is checked again at the
-#: statement's snapshot (the caller read it with ``WAITING_FOR_A_WORKER`` a moment before):
+#: (``FAIL_UNRUN_TASK_RESULTS``) and announces it after the commit. Each pair is checked
+#: again at the statement's snapshot (the caller read it with ``WAITING_FOR_A_WORKER`` a
+#: moment before):
 #: only while live workers serve the queue and none has the kind; a worker with the kind
 #: that registered in between saves them. At most ``%(limit)s`` jobs per pair, locked FOR
 #: UPDATE SKIP LOCKED (a row another transaction holds is left for the next round), found in
