@@ -7,6 +7,7 @@ import factory
 from django.utils import timezone
 
 from django_jobq.models import DeadLetter, Job
+from django_jobq.registry import kinds_fingerprint
 
 
 class JobFactory(factory.django.DjangoModelFactory):
@@ -58,6 +59,16 @@ def waiting_job(seconds, *, now=None, **fields):
     job = JobFactory(run_at=moment, **fields)
     Job.objects.filter(pk=job.pk).update(created_at=moment)
     return job
+
+
+#: The kinds the scene's workers have registered (all of the scene's jobs).
+SCENE_KINDS = [
+    "shop.jobs.award_loyalty_points",
+    "shop.jobs.generate_invoice",
+    "shop.jobs.notify_order_webhook",
+    "shop.jobs.send_reminder",
+    "shop.jobs.send_welcome_email",
+]
 
 
 def dashboard_scene(*, now=None, kind="shop.jobs.award_loyalty_points"):
@@ -117,8 +128,16 @@ def dashboard_scene(*, now=None, kind="shop.jobs.award_loyalty_points"):
         pid=4711,
         queues=["default", "webhooks"],
         concurrency=8,
+        kinds=SCENE_KINDS,
+        kinds_fingerprint=kinds_fingerprint(SCENE_KINDS),
     )
     gone = WorkerProcess.objects.create(
-        worker_id="web-2:802", host="web-2", pid=802, queues=["emails"], concurrency=4
+        worker_id="web-2:802",
+        host="web-2",
+        pid=802,
+        queues=["emails"],
+        concurrency=4,
+        kinds=SCENE_KINDS,
+        kinds_fingerprint=kinds_fingerprint(SCENE_KINDS),
     )
     WorkerProcess.objects.filter(pk=gone.pk).update(last_seen=now - timedelta(minutes=14))

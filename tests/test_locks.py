@@ -266,7 +266,7 @@ def test_a_table_lock_on_the_dead_letters_delays_only_that_jobs_dead_letter(conn
             lambda: DeadLetter.objects.filter(job_id=failing.pk).exists(),
             what="the pending dead letter to be written once the table is free",
         )
-        assert not Job.objects.exists()
+        wait_until(lambda: not Job.objects.exists(), what="every job recorded")
     finally:
         operator.rollback()
         worker.stop()
