@@ -65,6 +65,9 @@ MAX_WORKER_ID_LENGTH = text.MAX_WORKER_ID_LENGTH  # Job.worker_id's max_length
 #: (zero-width and bidirectional marks), surrogates, line and paragraph separators. They
 #: would split a log line, or make an id in the admin look like another.
 _REFUSED_IN_WORKER_ID = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+#: Seconds between two looks of a burst worker that has nothing left to claim but waits
+#: for jobs of its queues running elsewhere (another worker's, or a crashed one's lease).
+BURST_RECHECK_INTERVAL = 0.1
 #: Seconds a finished job's outcome may wait for others to share its ack statement (one
 #: commit for many jobs instead of one each). Short, so acks are still recorded promptly.
 ACK_FLUSH_DELAY = 0.005
@@ -410,8 +413,11 @@ class Worker:
         self._claimed += len(jobs)
         if jobs and len(jobs) == limit and self._outstanding < self._capacity:
             return 0.0  # more may be waiting: claim again at once
-        if not jobs and self._outstanding == 0 and self.burst and not self._any_running(cursor):
-            return None
+        if not jobs and self._outstanding == 0 and self.burst:
+            if not self._any_running(cursor):
+                return None
+            # Only other workers' jobs are left: look again soon (their acks notify nobody).
+            return min(self._idle_timeout(cursor), BURST_RECHECK_INTERVAL)
         # Wait for an outcome to free room, a notification, or the poll interval; when the
         # claim took every due job, at most until the next one falls due.
         return self._idle_timeout(cursor) if len(jobs) < limit else self.poll_interval
