@@ -85,9 +85,7 @@ class Maintenance:
         is at it."""
         with connection.transaction():
             cursor = connection.cursor()
-            cursor.execute(sql.TRY_MAINTENANCE_LOCK, {"key": LOCK_KEY})
-            row = cursor.fetchone()
-            if not (row and row[0]):
+            if not _took_the_lock(cursor):
                 return False
             cursor.execute(sql.RESCUE_STRANDED_LEASES)
             rescued = [job_id for (job_id,) in cursor.fetchall()]
@@ -108,9 +106,7 @@ class Maintenance:
         for _ in range(BATCHES_PER_ROUND):
             with connection.transaction():
                 cursor = connection.cursor()
-                cursor.execute(sql.TRY_MAINTENANCE_LOCK, {"key": LOCK_KEY})
-                row = cursor.fetchone()
-                if not (row and row[0]):
+                if not _took_the_lock(cursor):
                     return False
                 cursor.execute(statement, {"older_than": retention, "limit": BATCH_SIZE})
                 pruned += cursor.rowcount
@@ -132,9 +128,7 @@ class Maintenance:
         """
         with connection.transaction():
             cursor = connection.cursor()
-            cursor.execute(sql.TRY_MAINTENANCE_LOCK, {"key": LOCK_KEY})
-            row = cursor.fetchone()
-            if not (row and row[0]):
+            if not _took_the_lock(cursor):
                 return 0
             overdue = [w for w in waiting_kinds(cursor) if w.oldest_age > grace]
             if not overdue:
@@ -169,6 +163,14 @@ class Maintenance:
                 grace,
             )
         return len(letters)
+
+
+def _took_the_lock(cursor: psycopg.Cursor[Any]) -> bool:
+    """Try the maintenance lock for the cursor's transaction (``TRY_MAINTENANCE_LOCK``);
+    ``False``: another worker holds it this round."""
+    cursor.execute(sql.TRY_MAINTENANCE_LOCK, {"key": LOCK_KEY})
+    row = cursor.fetchone()
+    return bool(row and row[0])
 
 
 class _SweptJob(NamedTuple):
