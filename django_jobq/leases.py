@@ -117,6 +117,15 @@ def claim(
     A row no ``enqueue`` wrote (see ``ClaimedJob.poison``) never makes the claim fail: it is
     leased like the others and returned with ``poison`` set.
 
+    Cost: one small statement (``sql.CLAIM_JOBS_*``) reads the first ``limit *
+    sql.CLAIM_FRONT_FACTOR`` due jobs and leases the lapsed ones and those of the front
+    whose kind is in ``kinds``. Only when that claimed fewer than ``limit`` and the front
+    was full (jobs of other kinds, or rows other claimers hold, at the head of the queues)
+    does a second, larger statement (``sql.CLAIM_JOBS_WALK_*``: longer to plan, one index
+    seek per (queue, kind) of ready jobs) walk the worker's kinds for the rest. Each
+    statement is atomic on its own (in autocommit, each commits): should the second fail,
+    the jobs the first leased stay leased until their leases lapse, then are reclaimed.
+
     Returns:
         The claimed jobs in claim order. Rows locked by another claimer are skipped, never
         waited for, so concurrent claimers never receive the same job.
@@ -127,22 +136,40 @@ def claim(
         from .registry import claimable_kinds  # here: registry loads the models
 
         kinds = claimable_kinds()
-    params: dict[str, Any] = {
-        "limit": limit,
-        "worker_id": worker_id,
-        "kinds": list(kinds),
-        "front": limit * sql.CLAIM_FRONT_FACTOR,
-    }
+    params: dict[str, Any] = {"worker_id": worker_id, "kinds": list(kinds)}
     if queues is None:
-        cursor.execute(sql.CLAIM_JOBS_ANY_QUEUE, params)
+        statements = _ANY_QUEUE
     elif len(queues) == 1:
-        cursor.execute(sql.CLAIM_JOBS_ONE_QUEUE, {**params, "queue": next(iter(queues))})
+        statements, params["queue"] = _ONE_QUEUE, next(iter(queues))
     else:
-        cursor.execute(sql.CLAIM_JOBS_QUEUES, {**params, "queues": list(queues)})
-    jobs = [_claimed_job(*row) for row in cursor.fetchall()]
+        statements, params["queues"] = _QUEUES, list(queues)
+    cursor.execute(statements.front, {**params, **_limits(limit)})
+    rows = cursor.fetchall()
+    front_full = rows[0][0]
+    jobs = [_claimed_job(*row[1:]) for row in rows if row[1] is not None]
+    if front_full and len(jobs) < limit:
+        cursor.execute(statements.walk, {**params, **_limits(limit - len(jobs))})
+        jobs += [_claimed_job(*row) for row in cursor.fetchall()]
     # UPDATE ... RETURNING does not keep the CTEs' order; hand jobs out in claim order.
     jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
     return jobs
+
+
+class _ClaimStatements(NamedTuple):
+    """A queue mode's two claim statements: the front's, then the walk."""
+
+    front: str
+    walk: str
+
+
+_ANY_QUEUE = _ClaimStatements(sql.CLAIM_JOBS_ANY_QUEUE, sql.CLAIM_JOBS_WALK_ANY_QUEUE)
+_ONE_QUEUE = _ClaimStatements(sql.CLAIM_JOBS_ONE_QUEUE, sql.CLAIM_JOBS_WALK_ONE_QUEUE)
+_QUEUES = _ClaimStatements(sql.CLAIM_JOBS_QUEUES, sql.CLAIM_JOBS_WALK_QUEUES)
+
+
+def _limits(limit: int) -> dict[str, int]:
+    """A claim statement's ``limit`` and ``front`` parameters."""
+    return {"limit": limit, "front": limit * sql.CLAIM_FRONT_FACTOR}
 
 
 class LeaseBusy(Exception):
@@ -194,8 +221,9 @@ def _claimed_job(
     pickup_latency: float,
     poison: str | None,
 ) -> ClaimedJob:
-    """One row of ``sql.CLAIM_JOBS_*`` as a job, its payload decoded; never raises for the
-    row's values (``poison`` says what is wrong with them)."""
+    """One row of ``sql.CLAIM_JOBS_WALK_*`` (or of ``sql.CLAIM_JOBS_*``, its first column
+    dropped) as a job, its payload decoded; never raises for the row's values (``poison``
+    says what is wrong with them)."""
     payload, problem = _decode_payload(payload_text)
     if not poison and problem:
         poison = problem

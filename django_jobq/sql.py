@@ -162,7 +162,7 @@ _READY_PAIRS_TEMPLATE = """pairs AS (
     ) AS next
 )"""
 
-# One statement: lock up to ``limit`` claimable rows of the kinds the worker can run
+# The claim: lock up to ``limit`` claimable rows of the kinds the worker can run
 # (``%(kinds)s``, its registry: a worker never claims a job it would have to refuse),
 # skipping rows other claimers hold (SKIP LOCKED: never waits, never double-claims), then
 # lease them. Claimable means either
@@ -171,16 +171,109 @@ _READY_PAIRS_TEMPLATE = """pairs AS (
 #   - ready and due, in claim order: priority DESC, run_at, id.
 # Lapsed rows come first; the ready arm takes what is left of ``limit``.
 # The ready arm never walks jobs of kinds the worker lacks, however many wait ahead of its
-# own (a rolling deploy's new kind, or a removed one). First try, the common case:
+# own (a rolling deploy's new kind, or a removed one). It comes as two statements, each
+# one atomic: ``leases.claim`` runs ``CLAIM_JOBS_*``, small and cheap to plan, and only
+# when it may have missed claimable jobs the walk, ``CLAIM_JOBS_WALK_*``, for the rest.
+# django-jobq uses no prepared statements (PgBouncer), so every claim pays its statement's
+# planning, which grows with the statement. Both statements start with
+#   - ``lapsed``: the lapsed rows, locked FOR UPDATE SKIP LOCKED;
 #   - ``front``: the first ``%(front)s`` due jobs of the queues in claim order, read without
 #     locks (``jobq_job_claim_idx`` for one queue, else ``jobq_job_claim_all_idx``; ``front``
 #     is ``limit`` times ``CLAIM_FRONT_FACTOR``), each marked whether the worker has its kind;
-#   - ``fast``: the first served ones of these, as many as ``limit`` minus lapsed, locked
-#     FOR UPDATE SKIP LOCKED; ``settled`` when it got them all, or when ``front`` held every
-#     due job (nothing further to find).
-# Otherwise (unserved jobs at the front, or rows another claimer holds) the walk over the
-# worker's kinds, which reads ``jobq_job_kind_claim_idx`` (queue, kind, priority DESC,
-# run_at, id; ready rows) and never the jobs of other kinds; its CTEs run only then:
+#   - ``fast``: the first served ones of these in claim order that no other claimer holds,
+#     as many as ``limit`` minus lapsed, locked FOR UPDATE SKIP LOCKED (the LIMIT counts
+#     the rows locked, not the rows skipped).
+# When ``front`` held fewer than ``%(front)s`` rows it held every due job, and ``fast``
+# took all it could; otherwise jobs of other kinds or rows another claimer holds may fill
+# the front while claimable jobs wait behind it, which only the walk finds.
+# Each selection is a MATERIALIZED CTE so it runs exactly once: as a plain subquery the
+# planner may re-run a LIMIT subquery inside a nested loop and lease more than ``limit``
+# rows. The UPDATE finds its rows with ``id = ANY(ARRAY(...))``, a primary-key lookup:
+# joined to the CTEs instead, the planner cannot estimate the computed LIMIT and may scan
+# the whole table.
+_CLAIM_START = """lapsed AS MATERIALIZED (
+    SELECT id, lease_deadline FROM jobq_job
+    WHERE status = 'running' AND lease_deadline < now(){queue_filter}
+      AND kind = ANY(%(kinds)s::text[])
+    ORDER BY lease_deadline
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), front AS MATERIALIZED (
+    SELECT id, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
+    WHERE status = 'ready' AND run_at <= now(){queue_filter}
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(front)s
+), fast AS MATERIALIZED (
+    SELECT id FROM jobq_job
+    WHERE id = ANY(ARRAY(SELECT id FROM front WHERE served)) AND status = 'ready'
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    FOR UPDATE SKIP LOCKED
+)"""
+
+# The lease of the ``lapsed`` rows and the ``{ready}`` rows, which ends both statements.
+# Each claim consumes an attempt; the new attempt number is the lease's fencing token. A
+# reclaimed job whose lapsed attempt was its last comes back with attempts > max_attempts,
+# and a job past its ``expires_at`` comes back with ``expired``: the worker dead-letters
+# either without running it.
+# For the metrics, each row also says whether it was ``reclaimed`` (its lease had lapsed)
+# and its ``pickup_latency``: seconds from the moment it became claimable to this claim,
+# on the database clock. A waiting job became claimable at ``GREATEST(run_at, created_at)``
+# (``run_at`` may name a moment before the enqueue, e.g. a schedule's missed tick); a
+# reclaimed one when its lease lapsed. The join to the few ``lapsed`` rows is the only cost
+# this adds to the claim.
+# Rows not written by ``enqueue`` (see ``POISON_REASON``) never make the claim fail: the
+# lease is ``LEASE_LENGTH`` (cannot overflow), the attempt count stops at the integer
+# maximum, times are returned clamped to what Python can hold and ages are computed from
+# epoch seconds (an infinite time gives an infinite age, not an error). The payload comes
+# back as JSON text, decoded by the caller row by row (``leases.claim``); ``poison`` names
+# what is wrong with a row whose times or lease length only the database can see.
+# ``leased`` is the claimed rows joined to ``lapsed``; the statement selects
+# ``_CLAIMED_COLUMNS`` from it.
+_CLAIM_LEASE = """claimed AS (
+    UPDATE jobq_job AS job
+    SET status = 'running',
+        attempts = job.attempts + (job.attempts < 2147483647)::integer,
+        worker_id = %(worker_id)s,
+        started_at = now(),
+        lease_deadline = now() + {lease_length}
+    WHERE job.id = ANY(ARRAY(SELECT id FROM lapsed UNION ALL SELECT id FROM {ready}))
+    RETURNING job.id, job.queue, job.kind, job.payload::text AS payload, job.priority,
+              LEAST(GREATEST(job.run_at, {earliest}), {latest}) AS run_at, job.attempts,
+              job.max_attempts, {lease_length} AS visibility_timeout, job.lease_deadline,
+              COALESCE(job.expires_at <= now(), false) AS expired,
+              GREATEST(job.run_at, job.created_at) AS waiting_since,
+              {poison_reason} AS poison
+)"""
+_LEASED = "claimed LEFT JOIN lapsed ON lapsed.id = claimed.id"
+_CLAIMED_COLUMNS = """claimed.id, claimed.queue, claimed.kind, claimed.payload,
+       claimed.priority, claimed.run_at, claimed.attempts, claimed.max_attempts,
+       claimed.visibility_timeout, claimed.lease_deadline, claimed.expired,
+       lapsed.id IS NOT NULL AS reclaimed,
+       (EXTRACT(EPOCH FROM now())
+        - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
+           AS pickup_latency,
+       claimed.poison"""
+
+# The claim's first statement: ``lapsed`` and ``fast`` leased, nothing else. Its first
+# column, ``front_full``, says whether ``front`` held ``%(front)s`` rows (so jobs may wait
+# behind it); the other columns are those of ``_CLAIMED_COLUMNS``. A one-row ``flag`` is
+# LEFT JOINed to the leased rows, so the statement returns at least one row: with nothing
+# claimed, one row whose job columns are all NULL. Costs: the lapsed rows, the front's
+# ``2 * limit`` index entries, the locked rows.
+_CLAIM_FRONT_TEMPLATE = """
+WITH {start}, {lease}
+SELECT flag.front_full, {columns}
+FROM (SELECT (SELECT count(*) FROM front) = %(front)s AS front_full) AS flag
+LEFT JOIN ({leased}) ON true
+"""
+
+# The claim's second statement, the walk, run by ``leases.claim`` only when the first one
+# claimed fewer than ``limit`` and its front was full. It first tries as the first
+# statement does (another claimer may have taken the front meanwhile): ``settled`` when
+# ``fast`` got ``limit`` minus lapsed rows, or when ``front`` held every due job. Otherwise
+# it walks the worker's kinds, reading ``jobq_job_kind_claim_idx`` (queue, kind, priority
+# DESC, run_at, id; ready rows) and never the jobs of other kinds; its CTEs run only then:
 #   - ``pairs``: the distinct (queue, kind) pairs of ready jobs (``_READY_PAIRS_TEMPLATE``),
 #     each with its first ready job;
 #   - ``firsts``: for each pair whose kind the worker has, its first due job in claim order
@@ -195,53 +288,12 @@ _READY_PAIRS_TEMPLATE = """pairs AS (
 #     a candidate another claimer took in between is replaced by the pair's next row (never
 #     more rows locked than claimed, never an empty claim because of a concurrent one).
 # ``ready`` is ``fast`` when settled, else ``walked`` (the rows ``fast`` locked are walked
-# again: this transaction holds them). Costs: the front's ``2 * limit`` index entries; then,
-# only if unsettled, one seek per (queue, kind) pair of ready jobs (two for a served pair
-# whose first job is not due), up to ``limit`` index entries for each of at most ``limit``
+# again: this transaction holds them). Costs: those of the first statement; then, only if
+# unsettled, one seek per (queue, kind) pair of ready jobs (two for a served pair whose
+# first job is not due), up to ``limit`` index entries for each of at most ``limit``
 # pairs, and the locked rows (docs/performance.md has the figures).
-# Each selection is a MATERIALIZED CTE so it runs exactly once: as a plain subquery the
-# planner may re-run a LIMIT subquery inside a nested loop and lease more than ``limit``
-# rows. The UPDATE finds its rows with ``id = ANY(ARRAY(...))``, a primary-key lookup:
-# joined to the CTEs instead, the planner cannot estimate the computed LIMIT and may scan
-# the whole table.
-# Each claim consumes an attempt; the new attempt number is the lease's fencing token. A
-# reclaimed job whose lapsed attempt was its last comes back with attempts > max_attempts,
-# and a job past its ``expires_at`` comes back with ``expired``: the worker dead-letters
-# either without running it.
-# For the metrics, each row also says whether it was ``reclaimed`` (its lease had lapsed)
-# and its ``pickup_latency``: seconds from the moment it became claimable to this claim,
-# on the database clock. A waiting job became claimable at ``GREATEST(run_at, created_at)``
-# (``run_at`` may name a moment before the enqueue, e.g. a schedule's missed tick); a
-# reclaimed one when its lease lapsed. The final join to the few ``lapsed`` rows is the
-# only cost this adds to the claim.
-# Rows not written by ``enqueue`` (see ``POISON_REASON``) never make the claim fail: the
-# lease is ``LEASE_LENGTH`` (cannot overflow), the attempt count stops at the integer
-# maximum, times are returned clamped to what Python can hold and ages are computed from
-# epoch seconds (an infinite time gives an infinite age, not an error). The payload comes
-# back as JSON text, decoded by the caller row by row (``leases.claim``); ``poison`` names
-# what is wrong with a row whose times or lease length only the database can see.
-_CLAIM_TEMPLATE = """
-WITH RECURSIVE lapsed AS MATERIALIZED (
-    SELECT id, lease_deadline FROM jobq_job
-    WHERE status = 'running' AND lease_deadline < now(){{queue_filter}}
-      AND kind = ANY(%(kinds)s::text[])
-    ORDER BY lease_deadline
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), front AS MATERIALIZED (
-    SELECT id, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
-    WHERE status = 'ready' AND run_at <= now(){{queue_filter}}
-    ORDER BY priority DESC, run_at, id
-    LIMIT %(front)s
-), fast AS MATERIALIZED (
-    SELECT id FROM jobq_job
-    WHERE id = ANY(ARRAY(
-        SELECT id FROM front WHERE served
-        LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
-    )) AND status = 'ready'
-    ORDER BY id
-    FOR UPDATE SKIP LOCKED
-), settled AS MATERIALIZED (
+_CLAIM_WALK_TEMPLATE = """
+WITH RECURSIVE {start}, settled AS MATERIALIZED (
     SELECT (SELECT count(*) FROM fast) = %(limit)s - (SELECT count(*) FROM lapsed)
            OR (SELECT count(*) FROM front) < %(front)s AS done
 ), {ready_pairs}, firsts AS MATERIALIZED (
@@ -291,50 +343,48 @@ WITH RECURSIVE lapsed AS MATERIALIZED (
     SELECT id FROM fast WHERE (SELECT done FROM settled)
     UNION ALL
     SELECT id FROM walked WHERE NOT (SELECT done FROM settled)
-), claimed AS (
-    UPDATE jobq_job AS job
-    SET status = 'running',
-        attempts = job.attempts + (job.attempts < 2147483647)::integer,
-        worker_id = %(worker_id)s,
-        started_at = now(),
-        lease_deadline = now() + {lease_length}
-    WHERE job.id = ANY(ARRAY(SELECT id FROM lapsed UNION ALL SELECT id FROM ready))
-    RETURNING job.id, job.queue, job.kind, job.payload::text AS payload, job.priority,
-              LEAST(GREATEST(job.run_at, {earliest}), {latest}) AS run_at, job.attempts,
-              job.max_attempts, {lease_length} AS visibility_timeout, job.lease_deadline,
-              COALESCE(job.expires_at <= now(), false) AS expired,
-              GREATEST(job.run_at, job.created_at) AS waiting_since,
-              {poison_reason} AS poison
-)
-SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload, claimed.priority,
-       claimed.run_at, claimed.attempts, claimed.max_attempts, claimed.visibility_timeout,
-       claimed.lease_deadline, claimed.expired,
-       lapsed.id IS NOT NULL AS reclaimed,
-       (EXTRACT(EPOCH FROM now())
-        - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
-           AS pickup_latency,
-       claimed.poison
-FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
+), {lease}
+SELECT {columns}
+FROM {leased}
 """
 
-#: The claim's first try reads this many times ``limit`` jobs at the front of the queue.
+#: The claim's first statement reads this many times ``limit`` jobs at the front of the queue.
 CLAIM_FRONT_FACTOR = 2
 
-_CLAIM = _CLAIM_TEMPLATE.format(
-    lease_length=LEASE_LENGTH,
-    earliest=_EARLIEST,
-    latest=_LATEST,
-    poison_reason=POISON_REASON,
-    queue_filter="{queue_filter}",
-    ready_pairs=_READY_PAIRS_TEMPLATE,
-)
 
-#: Claim from one queue (see above; ``%(queue)s``).
-CLAIM_JOBS_ONE_QUEUE = _CLAIM.format(queue_filter=" AND queue = %(queue)s")
-#: Claim from several queues (``%(queues)s``): ``pairs`` seeks only into the named queues.
-CLAIM_JOBS_QUEUES = _CLAIM.format(queue_filter=" AND queue = ANY(%(queues)s::text[])")
-#: Claim from every queue: ``pairs`` walks every queue's kinds.
-CLAIM_JOBS_ANY_QUEUE = _CLAIM.format(queue_filter="")
+def _claim(template: str, ready: str, queue_filter: str) -> str:
+    """``template`` (``_CLAIM_FRONT_TEMPLATE`` or ``_CLAIM_WALK_TEMPLATE``) for some queues."""
+    lease = _CLAIM_LEASE.format(
+        ready=ready,
+        lease_length=LEASE_LENGTH,
+        earliest=_EARLIEST,
+        latest=_LATEST,
+        poison_reason=POISON_REASON,
+    )
+    return template.format(
+        start=_CLAIM_START.format(queue_filter=queue_filter),
+        ready_pairs=_READY_PAIRS_TEMPLATE.format(queue_filter=queue_filter),
+        lease=lease,
+        leased=_LEASED,
+        columns=_CLAIMED_COLUMNS,
+    )
+
+
+_ONE_QUEUE = " AND queue = %(queue)s"
+_QUEUES = " AND queue = ANY(%(queues)s::text[])"
+
+#: The claim's first statement from one queue (see above; ``%(queue)s``).
+CLAIM_JOBS_ONE_QUEUE = _claim(_CLAIM_FRONT_TEMPLATE, "fast", _ONE_QUEUE)
+#: The same from several queues (``%(queues)s``).
+CLAIM_JOBS_QUEUES = _claim(_CLAIM_FRONT_TEMPLATE, "fast", _QUEUES)
+#: The same from every queue.
+CLAIM_JOBS_ANY_QUEUE = _claim(_CLAIM_FRONT_TEMPLATE, "fast", "")
+#: The walk from one queue (see above; ``%(queue)s``).
+CLAIM_JOBS_WALK_ONE_QUEUE = _claim(_CLAIM_WALK_TEMPLATE, "ready", _ONE_QUEUE)
+#: The walk from several queues (``%(queues)s``): ``pairs`` seeks only into the named queues.
+CLAIM_JOBS_WALK_QUEUES = _claim(_CLAIM_WALK_TEMPLATE, "ready", _QUEUES)
+#: The walk from every queue: ``pairs`` walks every queue's kinds.
+CLAIM_JOBS_WALK_ANY_QUEUE = _claim(_CLAIM_WALK_TEMPLATE, "ready", "")
 
 # -- outcomes (all fenced by attempt) ------------------------------------------------------
 #

@@ -177,10 +177,15 @@ def test_claim_takes_only_the_named_queues(queue_cursor):
     assert [job.id for job in claimed] == [other.pk]
 
 
-CLAIM_STATEMENTS = [
+FRONT_STATEMENTS = [
     (sql.CLAIM_JOBS_ONE_QUEUE, {"queue": "rare"}),
     (sql.CLAIM_JOBS_QUEUES, {"queues": ["rare", "idle"]}),
     (sql.CLAIM_JOBS_ANY_QUEUE, {}),
+]
+WALK_STATEMENTS = [
+    (sql.CLAIM_JOBS_WALK_ONE_QUEUE, {"queue": "rare"}),
+    (sql.CLAIM_JOBS_WALK_QUEUES, {"queues": ["rare", "idle"]}),
+    (sql.CLAIM_JOBS_WALK_ANY_QUEUE, {}),
 ]
 
 
@@ -214,8 +219,7 @@ def index_rows_read(node):
     return read + sum(index_rows_read(child) for child in node.get("Plans", []))
 
 
-@pytest.mark.parametrize(("statement", "params"), CLAIM_STATEMENTS)
-def test_claim_uses_its_partial_index_on_a_large_table(connect, statement, params):
+def insert_busy_and_rare_queues():
     # 20,000 ready jobs in a busy queue, 20 in a rare one, and 20,000 running jobs that the
     # partial indexes leave out. Claiming the rare queue must not walk the busy one.
     insert_rows(
@@ -224,6 +228,24 @@ def test_claim_uses_its_partial_index_on_a_large_table(connect, statement, param
         "CASE WHEN n % 2 = 0 THEN 'ready' ELSE 'running' END AS status "
         "FROM generate_series(1, 40000) AS n"
     )
+
+
+@pytest.mark.parametrize(("statement", "params"), FRONT_STATEMENTS)
+def test_the_front_claim_reads_the_claim_order_index(connect, statement, params):
+    insert_busy_and_rare_queues()
+    plan = explain(connect(), statement, params)
+    if "queues" not in params:  # for some queues, the planner may read any ready index
+        index = "jobq_job_claim_idx" if "queue" in params else "jobq_job_claim_all_idx"
+        assert f"Index Scan using {index}" in plan, plan
+    assert "Index Scan using jobq_job_lease_idx" in plan, plan
+    assert "Seq Scan" not in plan, plan
+    assert "Bitmap" not in plan, plan
+    assert "Index Scan using jobq_job_pkey" in plan, plan
+
+
+@pytest.mark.parametrize(("statement", "params"), WALK_STATEMENTS)
+def test_claim_uses_its_partial_index_on_a_large_table(connect, statement, params):
+    insert_busy_and_rare_queues()
     plan = explain(connect(), statement, params)
     assert "Index Scan using jobq_job_kind_claim_idx" in plan, plan
     # The UPDATE finds the claimed rows by primary key, never by scanning the table.
@@ -232,7 +254,7 @@ def test_claim_uses_its_partial_index_on_a_large_table(connect, statement, param
     assert "Index Scan using jobq_job_pkey" in plan, plan
 
 
-@pytest.mark.parametrize(("statement", "params"), CLAIM_STATEMENTS)
+@pytest.mark.parametrize(("statement", "params"), WALK_STATEMENTS)
 def test_claim_never_walks_the_jobs_of_kinds_it_does_not_have(connect, statement, params):
     # 20,000 ready jobs of a kind nobody serves at the head of the rare queue (earlier
     # run_at, higher priority), 200 other unserved kinds, then 30 jobs of the served kind.
@@ -271,10 +293,10 @@ def test_claim_with_two_hundred_kinds_reads_an_index_per_kind(connect):
     kinds = [f"kind-{n}" for n in range(200)]
     conn = connect()
     params = {"queue": "rare", "kinds": kinds}
-    plan = explain(conn, sql.CLAIM_JOBS_ONE_QUEUE, params)
+    plan = explain(conn, sql.CLAIM_JOBS_WALK_ONE_QUEUE, params)
     assert "Seq Scan" not in plan, plan
     assert "Bitmap" not in plan, plan
-    analyzed = explain(conn, sql.CLAIM_JOBS_ONE_QUEUE, params, analyze=True)[0]["Plan"]
+    analyzed = explain(conn, sql.CLAIM_JOBS_WALK_ONE_QUEUE, params, analyze=True)[0]["Plan"]
     # 201 seeks walking the pairs; the first job of each of the 100 kinds with jobs; up to
     # 10 rows of the 10 kinds whose first jobs come first; 10 locked, 10 leased.
     assert index_rows_read(analyzed) < 201 + 100 + 10 * 10 + 50, analyzed
@@ -319,12 +341,15 @@ def test_with_a_million_jobs_every_claim_is_an_index_scan(connect):
     for statement, params in [
         (sql.CLAIM_JOBS_ONE_QUEUE, {"queue": "q3"}),
         (sql.CLAIM_JOBS_ANY_QUEUE, {}),
+        (sql.CLAIM_JOBS_WALK_ONE_QUEUE, {"queue": "q3"}),
+        (sql.CLAIM_JOBS_WALK_ANY_QUEUE, {}),
     ]:
         plan = explain(conn, statement, {"limit": 100, **params})
         assert "Seq Scan" not in plan, plan
         assert "Bitmap" not in plan, plan  # a bitmap scan reads every matching row first
         assert "Index Scan using jobq_job_lease_idx" in plan, plan
-        assert "Scan using jobq_job_kind_claim_idx" in plan, plan  # the (queue, kind) walk
+        if "WITH RECURSIVE" in statement:
+            assert "Scan using jobq_job_kind_claim_idx" in plan, plan  # the (queue, kind) walk
     # And it claims what it should: lapsed leases first, then ready jobs in claim order.
     reclaimed = leases.claim(conn.cursor(), worker_id="w2", limit=100, kinds=["k"])
     assert [job.attempt for job in reclaimed] == [2] * 100
@@ -400,3 +425,63 @@ def test_a_kind_whose_first_job_is_not_due_yields_its_first_due_one(queue_cursor
     due = JobFactory(kind="kinds.mine", priority=0, run_at=timezone.now() - timedelta(minutes=1))
     claimed = leases.claim(queue_cursor, worker_id="w", limit=5, kinds=["kinds.mine"])
     assert [job.id for job in claimed] == [due.pk]
+
+
+class CountingCursor:
+    """A real cursor that records the statements it runs."""
+
+    def __init__(self, cursor):
+        self.cursor = cursor
+        self.statements = []
+
+    def execute(self, query, params=None, /):
+        self.statements.append(query)
+        return self.cursor.execute(query, params)
+
+    def fetchall(self):
+        return self.cursor.fetchall()
+
+    @property
+    def description(self):
+        return self.cursor.description
+
+
+def create_jobs(count, **fields):
+    """``count`` ready jobs (one INSERT), in id order."""
+    return Job.objects.bulk_create(JobFactory.build_batch(count, **fields))
+
+
+@pytest.mark.parametrize("jobs", [0, 3, 30])
+def test_a_claim_served_at_the_front_is_one_small_statement(queue_cursor, jobs):
+    # Unserved jobs that leave the front short of full, or that wait behind a front of
+    # served ones, never cost the walk.
+    create_jobs(jobs, kind="kinds.mine")
+    create_jobs(15, kind="kinds.other", priority=-1)  # the front of 20 holds them all
+    cursor = CountingCursor(queue_cursor)
+    claimed = leases.claim(cursor, worker_id="w", limit=10, kinds=["kinds.mine"])
+    assert len(claimed) == min(jobs, 10)
+    assert cursor.statements == [sql.CLAIM_JOBS_ANY_QUEUE]
+
+
+def test_the_walk_claims_the_served_jobs_behind_a_thousand_unserved_ones(queue_cursor):
+    unserved = create_jobs(1000, kind="kinds.other")
+    served = create_jobs(15, kind="kinds.mine", priority=-1)
+    cursor = CountingCursor(queue_cursor)
+    claimed = leases.claim(
+        cursor, worker_id="w", limit=10, queues=["default"], kinds=["kinds.mine"]
+    )
+    assert [job.id for job in claimed] == [job.pk for job in served[:10]]
+    assert cursor.statements == [sql.CLAIM_JOBS_ONE_QUEUE, sql.CLAIM_JOBS_WALK_ONE_QUEUE]
+    assert Job.objects.filter(pk__in=[job.pk for job in unserved], status="ready").count() == 1000
+
+
+def test_a_front_claim_short_of_its_limit_is_topped_up_by_the_walk(queue_cursor):
+    # 4 served jobs and 16 unserved fill the front of 20; more served ones wait behind.
+    create_jobs(4, kind="kinds.mine", priority=2)
+    create_jobs(16, kind="kinds.other", priority=1)
+    behind = create_jobs(10, kind="kinds.mine")
+    cursor = CountingCursor(queue_cursor)
+    claimed = leases.claim(cursor, worker_id="w", limit=10, kinds=["kinds.mine"])
+    assert [job.priority for job in claimed] == [2] * 4 + [0] * 6
+    assert [job.id for job in claimed[4:]] == [job.pk for job in behind[:6]]
+    assert cursor.statements == [sql.CLAIM_JOBS_ANY_QUEUE, sql.CLAIM_JOBS_WALK_ANY_QUEUE]
