@@ -67,7 +67,13 @@ def explain_claim(conn: psycopg.Connection[Any], limit: int) -> dict[str, Any]:
     from django_jobq import sql
 
     statement = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql.CLAIM_JOBS_ONE_QUEUE
-    params = {"limit": limit, "queue": QUEUE, "worker_id": "bench-explain"}
+    params = {
+        "limit": limit,
+        "queue": QUEUE,
+        "worker_id": "bench-explain",
+        "kinds": [KIND],
+        "front": limit * sql.CLAIM_FRONT_FACTOR,
+    }
     with conn.transaction(force_rollback=True):
         row = conn.execute(statement, params).fetchone()
     assert row is not None
