@@ -694,11 +694,14 @@ SET_SHORT_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '100ms'"
 # A worker claims only the kinds it has (see the claim), so a job of a kind that no live
 # worker serving its queue has would wait forever. Live: seen within ``%(stale_after)s``
 # seconds (``django_jobq.stats.STALE_AFTER``); serving a queue: its ``queues`` is NULL (every
-# queue) or names it; having a kind: its ``kinds`` list names it. A queue no live worker
-# serves at all is an outage, not an unknown kind: its jobs are never named here.
+# queue) or names it; having a kind: its ``kinds`` list names it. A worker with no kinds at
+# all (a misconfigured process that imported no ``jobs`` module) serves nothing: it would
+# otherwise turn every queue's outage into dead letters. A queue no live worker serves at
+# all is an outage, not an unknown kind: its jobs are never named here.
 _LIVE_WORKERS = """live AS (
     SELECT queues, kinds FROM jobq_worker_process
     WHERE last_seen > now() - make_interval(secs => %(stale_after)s)
+      AND jsonb_array_length(kinds) > 0
 )"""
 # Whether a live worker serves queue ``{queue}`` (``live`` rows as ``worker``).
 _SERVES = "(worker.queues IS NULL OR worker.queues ? {queue})"

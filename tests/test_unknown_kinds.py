@@ -44,6 +44,31 @@ def jobs_of(kind, count, *, queue="kinds", waited=0, **fields):
     return [JobFactory(queue=queue, kind=kind, **fields) for _ in range(count)]
 
 
+class Clock:
+    """A simulated ``time.monotonic()`` for :class:`Maintenance`."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def sweep(conn, grace=60):
+    """What a worker's sweeps do over one grace: look (the grace starts), then look again
+    a whole grace later, within two sweep intervals of each look. Returns the second
+    sweep's count (the first dead-letters nothing)."""
+    clock = Clock()
+    maintenance = Maintenance(clock=clock)
+    assert maintenance.sweep_unknown_kinds(conn, grace) == 0  # seen waiting: the grace starts
+    for _ in range(4):
+        clock.now += grace / 4  # one sweep interval
+        dead = maintenance.sweep_unknown_kinds(conn, grace)
+        if dead or clock.now - 1000.0 >= grace:
+            return dead
+    return dead
+
+
 def test_jobs_wait_for_a_worker_only_while_live_workers_of_their_queue_lack_the_kind():
     jobs_of(NEW, 3)
     jobs_of(OLD, 2)
@@ -64,7 +89,7 @@ def test_the_sweep_dead_letters_after_the_grace_naming_the_kinds_the_queue_knows
     served = jobs_of(OLD, 1, waited=120)
     before = metrics.JOBS_DEAD_LETTERED.labels("kinds", NEW, "unknown kind")._value.get()
 
-    assert Maintenance().sweep_unknown_kinds(connect(), grace=60) == 3
+    assert sweep(connect()) == 3
 
     dead = DeadLetter.objects.order_by("job_id")
     assert [d.job_id for d in dead] == [job.pk for job in late]
@@ -82,7 +107,7 @@ def test_the_sweep_dead_letters_after_the_grace_naming_the_kinds_the_queue_knows
 def test_the_sweep_leaves_jobs_alone_while_no_live_worker_serves_their_queue(connect):
     jobs_of(NEW, 2, waited=3600)
     register("stale", kinds=[OLD], seen_ago=stats.STALE_AFTER + 5)
-    assert Maintenance().sweep_unknown_kinds(connect(), grace=60) == 0
+    assert sweep(connect()) == 0
     assert Job.objects.count() == 2 and not DeadLetter.objects.exists()
 
 
@@ -121,10 +146,10 @@ def test_the_sweep_skips_a_locked_row_and_takes_it_next_round(connect):
     holder.execute("SELECT 1 FROM jobq_job WHERE id = %s FOR UPDATE", [first.pk])
     sweeper = connect()
     sweeper.execute("SET lock_timeout = '100ms'")  # a wait for the holder would fail
-    assert Maintenance().sweep_unknown_kinds(sweeper, grace=60) == 1
+    assert sweep(sweeper) == 1
     assert list(DeadLetter.objects.values_list("job_id", flat=True)) == [second.pk]
     holder.rollback()
-    assert Maintenance().sweep_unknown_kinds(sweeper, grace=60) == 1
+    assert sweep(sweeper) == 1
 
 
 def test_a_task_of_an_unknown_kind_fails_its_result_when_swept(connect):
@@ -132,7 +157,7 @@ def test_a_task_of_an_unknown_kind_fails_its_result_when_swept(connect):
     Job.objects.update(created_at=timezone.now() - timedelta(hours=1))
     Job.objects.update(run_at=timezone.now() - timedelta(hours=1))
     register("old", kinds=[OLD], queues=["tasks"])
-    assert Maintenance().sweep_unknown_kinds(connect(), grace=60) == 1
+    assert sweep(connect()) == 1
     stored = StoredTaskResult.objects.get(pk=result.id)
     assert stored.status == "FAILED" and stored.finished_at is not None
     (error,) = stored.errors
@@ -149,3 +174,56 @@ def test_jobq_stats_check_warns_about_waiting_jobs_without_failing(capsys):
     assert "warning: 4 jobs of kind kinds.new_handler wait for a worker that can run them" in err
     assert "kinds.new_handler" in out and "kinds.old_handler" in out  # the waiting table
     assert "1 (" in out  # the worker's kinds: a count and its fingerprint
+
+
+def test_the_grace_counts_from_the_first_sweep_that_saw_the_jobs_wait(connect):
+    # A backlog far older than the grace: the new release's worker restarts (a gap of a few
+    # seconds) and nothing is dead-lettered, since the grace starts when a sweep sees it.
+    register("old", kinds=[OLD])
+    new = WorkerProcess.objects.create(
+        worker_id="new", host="h", pid=2, concurrency=1, queues=["kinds"], kinds=[NEW]
+    )
+    backlog = jobs_of(NEW, 3, waited=3600)
+    clock = Clock()
+    maintenance = Maintenance(clock=clock)
+    conn = connect()
+    assert maintenance.sweep_unknown_kinds(conn, grace=60) == 0  # served: nothing waits
+    new.delete()  # the restart's gap
+    clock.now += 15
+    assert maintenance.sweep_unknown_kinds(conn, grace=60) == 0  # the grace starts here
+    clock.now += 15
+    assert maintenance.sweep_unknown_kinds(conn, grace=60) == 0
+    register("new again", kinds=[NEW])  # back within the grace
+    clock.now += 15
+    assert maintenance.sweep_unknown_kinds(conn, grace=60) == 0  # served: the clock resets
+    WorkerProcess.objects.filter(worker_id="new again").delete()  # gone for good
+    for _ in range(4):
+        clock.now += 15
+        assert maintenance.sweep_unknown_kinds(conn, grace=60) == 0  # a new grace runs
+    clock.now += 15
+    assert maintenance.sweep_unknown_kinds(conn, grace=60) == len(backlog)
+
+
+def test_a_sweep_that_stopped_looking_starts_the_grace_again(connect):
+    # A worker that did not win the maintenance lock for a while has not watched: it may
+    # have missed a worker with the kind coming and going. Its grace starts again.
+    register("old", kinds=[OLD])
+    jobs_of(NEW, 2, waited=3600)
+    clock = Clock()
+    maintenance = Maintenance(clock=clock)
+    conn = connect()
+    assert maintenance.sweep_unknown_kinds(conn, grace=60) == 0
+    clock.now += 61  # more than two sweep intervals (15 s) without a look
+    assert maintenance.sweep_unknown_kinds(conn, grace=60) == 0
+    clock.now += 15
+    assert maintenance.sweep_unknown_kinds(conn, grace=60) == 0
+
+
+def test_a_worker_with_no_kinds_serves_no_queue(connect):
+    # A misconfigured worker (its settings import no app's jobs module) would otherwise turn
+    # every queue's outage into dead letters.
+    register("empty", kinds=[], queues=None)
+    jobs_of(NEW, 2, waited=3600)
+    assert waiting() == []
+    assert sweep(connect()) == 0
+    assert Job.objects.count() == 2

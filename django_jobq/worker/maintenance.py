@@ -12,10 +12,14 @@ older than ``JOBQ['STATS_RETENTION']``, and the rows of workers not seen for an 
 
 The unknown-kind sweep (:meth:`Maintenance.sweep_unknown_kinds`), under the same lock, runs
 more often (every quarter of ``JOBQ['UNKNOWN_KIND_GRACE']``, between 1 and 60 s): it
-dead-letters, as "unknown kind", the due ready jobs that have waited longer than the grace
-since they became due while live workers serve their queue and none of them has their kind
-(a worker claims only the kinds it has, so nobody else would). A queue no live worker
-serves is an outage: its jobs wait, whatever their kind.
+dead-letters, as "unknown kind", the due ready jobs of a (queue, kind) that live workers
+serve but none of them has (a worker claims only the kinds it has, so nobody else would).
+The grace is counted from the first sweep that saw the pair so, and starts again whenever a
+sweep finds a live worker with the kind (or this worker has not looked for two sweep
+intervals): a worker restart shorter than the grace never dead-letters a backlog, however
+old its jobs. Only jobs due for longer than the grace are taken. A queue no live worker
+serves is an outage: its jobs wait, whatever their kind; a worker with no kinds at all
+serves nothing (``sql.WAITING_FOR_A_WORKER``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import psycopg
@@ -46,10 +51,14 @@ BATCHES_PER_ROUND = 10
 
 class Maintenance:
     """Call :meth:`run_if_due` from the worker's main loop; it returns at once if the
-    previous round was less than :data:`INTERVAL` seconds ago."""
+    previous round was less than :data:`INTERVAL` seconds ago. ``clock`` gives
+    ``time.monotonic()`` seconds (tests pass a simulated one)."""
 
-    def __init__(self) -> None:
-        self._next_round = self._next_sweep = time.monotonic()
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._next_round = self._next_sweep = clock()
+        # (queue, kind) -> [first, last] clock times a sweep of this worker saw its jobs wait.
+        self._seen_waiting: dict[tuple[str, str], list[float]] = {}
 
     def run_if_due(self, connection: psycopg.Connection[Any]) -> None:
         """Run a round on ``connection`` (autocommit) if one is due, and the unknown-kind
@@ -59,8 +68,8 @@ class Maintenance:
             psycopg.Error: a statement failed; the round is skipped until the next interval.
         """
         grace = get_settings().UNKNOWN_KIND_GRACE
-        if grace is not None and time.monotonic() >= self._next_sweep:
-            self._next_sweep = time.monotonic() + min(INTERVAL, max(1.0, grace / 4))
+        if grace is not None and self._clock() >= self._next_sweep:
+            self._next_sweep = self._clock() + sweep_interval(grace)
             self.sweep_unknown_kinds(connection, grace)
         if time.monotonic() < self._next_round:
             return
@@ -116,9 +125,29 @@ class Maintenance:
             logger.info("maintenance: deleted %s %s past their retention", pruned, what)
         return True
 
+    def _overdue(self, waiting: list[WaitingKind], grace: float) -> list[WaitingKind]:
+        """The pairs of ``waiting`` (read now) whose jobs this worker has seen wait for a
+        worker for ``grace`` seconds, in sweeps no further apart than two sweep intervals,
+        and that have jobs due for longer than the grace; forget the pairs no longer
+        waiting."""
+        now = self._clock()
+        gap = 2 * sweep_interval(grace)
+        seen: dict[tuple[str, str], list[float]] = {}
+        for pair in waiting:
+            key = (pair.queue, pair.kind)
+            first, last = self._seen_waiting.get(key, (now, now))
+            seen[key] = [first if now - last <= gap else now, now]
+        self._seen_waiting = seen
+        return [
+            pair
+            for pair in waiting
+            if pair.oldest_age > grace and now - seen[(pair.queue, pair.kind)][0] >= grace
+        ]
+
     def sweep_unknown_kinds(self, connection: psycopg.Connection[Any], grace: float) -> int:
-        """Dead-letter the jobs that waited ``grace`` seconds for a worker that can run them
-        (see the module docs; ``sql.DEAD_LETTER_UNKNOWN_KINDS``), at most
+        """Dead-letter the jobs that waited ``grace`` seconds for a worker that can run them,
+        counted from this worker's first sweep that saw them wait (see the module docs and
+        :meth:`_overdue`; ``sql.DEAD_LETTER_UNKNOWN_KINDS``), at most
         :data:`BATCH_SIZE` per queue and kind, in one transaction under the maintenance
         lock. Their reason names the kinds the live workers of the queue know. Returns how
         many were dead-lettered (0 if another worker holds the lock).
@@ -130,7 +159,7 @@ class Maintenance:
             cursor = connection.cursor()
             if not _took_the_lock(cursor):
                 return 0
-            overdue = [w for w in waiting_kinds(cursor) if w.oldest_age > grace]
+            overdue = self._overdue(waiting_kinds(cursor), grace)
             if not overdue:
                 return 0
             cursor.execute(
@@ -155,7 +184,7 @@ class Maintenance:
         for (queue, kind), count in sorted(swept.items()):
             metrics.observe_dead_lettered(queue, kind, "unknown kind", count)
             logger.warning(
-                "maintenance: %s jobs of kind %s on queue %s became dead letters: no live "
+                "maintenance: %s jobs of kind %r on queue %r became dead letters: no live "
                 "worker serving the queue has that kind after %g s",
                 count,
                 kind,
@@ -163,6 +192,12 @@ class Maintenance:
                 grace,
             )
         return len(letters)
+
+
+def sweep_interval(grace: float) -> float:
+    """Seconds between two unknown-kind sweeps of a worker: a quarter of the grace, 1 to
+    :data:`INTERVAL`."""
+    return min(INTERVAL, max(1.0, grace / 4))
 
 
 def _took_the_lock(cursor: psycopg.Cursor[Any]) -> bool:

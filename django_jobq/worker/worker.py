@@ -478,6 +478,12 @@ class Worker:
             registry.kinds_fingerprint(self.kinds),
         )
         logger.debug("worker %s claims kinds: %s", self.worker_id, ", ".join(self.kinds))
+        if not self.kinds:
+            logger.warning(
+                "worker %s has no job kinds registered: it will claim nothing. Are the apps "
+                "with jobs.py (or tasks.py) in INSTALLED_APPS of these settings?",
+                self.worker_id,
+            )
         connection: psycopg.Connection[Any] | None = None
         delays = reconnect_delays()
         busy_delays = _busy_retry_delays()
