@@ -194,8 +194,9 @@ def _stray_warning(is_task: bool, module: str, kinds: list[str]) -> CheckMessage
     return Warning(
         f"{module} defines {what} that workers do not import: {listed}. Workers import "
         f"each installed app's jobs module{' and tasks module' if is_task else ''}, and "
-        f"{module} is not one of them nor imported by one, so a worker dead-letters these "
-        f"jobs as 'unknown kind'.",
+        f"{module} is not one of them nor imported by one, so no worker has these kinds: "
+        f"their jobs wait for one, then become 'unknown kind' dead letters after "
+        f"JOBQ['UNKNOWN_KIND_GRACE'].",
         hint=f"Move them to {where}.",
         id="django_jobq.W003" if is_task else "django_jobq.W002",
     )
