@@ -438,7 +438,8 @@ def declared() -> tuple[list[ScheduledJob], list[tuple[str, str]]]:
                     (
                         "django_jobq.W001",
                         f"{origin}: no handler of kind {kind!r} is registered in this process; "
-                        f"workers without it dead-letter its jobs as 'unknown kind'.",
+                        "its jobs wait for a worker that has it, then become 'unknown kind' "
+                        "dead letters after JOBQ['UNKNOWN_KIND_GRACE'].",
                     )
                 )
             if bound.name in names:
