@@ -39,6 +39,8 @@ id                        meaning
 from __future__ import annotations
 
 import os
+import sys
+import types
 from typing import Any
 
 from django.apps import apps
@@ -152,12 +154,15 @@ def check_definitions(app_configs: Any = None, **kwargs: Any) -> list[CheckMessa
         with_tasks = False
     names = ("jobs", "tasks") if with_tasks else ("jobs",)
     imported = {f"{config.name}.{name}" for config in apps.get_app_configs() for name in names}
+    reached = _reached_from(imported)
     stray: dict[tuple[bool, str], list[str]] = {}
     for definition in registry.definitions():
         module = str(getattr(definition.func, "__module__", ""))
         # django_jobq's own handlers (the chaos run's) are imported by its own workers.
-        if module.startswith("django_jobq.") or imported.intersection(
-            registry.imported_by(definition)
+        if (
+            module.startswith("django_jobq.")
+            or module in reached
+            or imported.intersection(registry.imported_by(definition))
         ):
             continue
         is_task = isinstance(definition.func, task_results.TaskJobHandler)
@@ -165,6 +170,38 @@ def check_definitions(app_configs: Any = None, **kwargs: Any) -> list[CheckMessa
     return [
         _stray_warning(is_task, module, kinds) for (is_task, module), kinds in sorted(stray.items())
     ]
+
+
+#: Top-level packages whose modules never define a project's jobs: not walked.
+_NOT_A_PROJECTS = frozenset(sys.stdlib_module_names) | {"django", "django_jobq", "psycopg"}
+
+
+def _reached_from(roots: set[str]) -> set[str]:
+    """The modules that the already imported ``roots`` import, directly or through each
+    other: those named by their globals (a module, or an object's ``__module__``). This
+    catches a module that something else (``models.py``, ``AppConfig.ready``) imported
+    first, so that ``jobs.py``'s own import of it did not run its body again."""
+    reached: set[str] = set()
+    todo = [name for name in roots if name in sys.modules]
+    while todo:
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        for value in list(vars(sys.modules[name]).values()):
+            target: object = (
+                value.__name__
+                if isinstance(value, types.ModuleType)
+                else getattr(getattr(value, "func", value), "__module__", None)
+            )
+            if (
+                isinstance(target, str)
+                and target in sys.modules
+                and target not in reached
+                and target.partition(".")[0] not in _NOT_A_PROJECTS
+            ):
+                todo.append(target)
+    return reached
 
 
 def _import_urlconf() -> None:
