@@ -329,3 +329,15 @@ def test_the_documented_report_has_the_commands_rows(monkeypatch):
     assert checks(documented) == checks(out.getvalue())
     for point in faults.POINTS:
         assert re.search(rf"^{point} +\d+ +\d+$", documented, re.MULTILINE)
+
+
+def test_every_test_the_faults_table_names_exists():
+    table = DOC.split("## Faults and what the worker does\n", 1)[1].split("\n## ", 1)[0]
+    named = re.findall(r"`(tests/[\w/]+\.py)::(\w+)", table)
+    assert len(named) >= 30
+    missing = [
+        f"{path}::{name}"
+        for path, name in named
+        if not re.search(rf"^def {name}\(", (REPO_ROOT / path).read_text(), re.MULTILINE)
+    ]
+    assert missing == []
