@@ -16,6 +16,7 @@ from django.db import connection
 
 from django_jobq import db
 from tests import cluster
+from tests.proxy import Proxy
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,6 +125,22 @@ def run_together(count: int, action: Callable[[int], Any]) -> list[Any]:
     for thread in threads:
         thread.join()
     return results
+
+
+@pytest.fixture
+def proxy() -> Iterator[Proxy]:
+    """A TCP proxy (tests/proxy.py) in front of the test database, that the test can freeze
+    or make refuse (:func:`through` gives the test database's URL through it)."""
+    settings = connection.settings_dict
+    own = Proxy(settings["HOST"] or "127.0.0.1", int(settings["PORT"] or 5432))
+    yield own
+    own.close()
+
+
+def through(proxy: Proxy) -> str:
+    """The test database's URL through ``proxy`` (for a worker connected through it)."""
+    settings = connection.settings_dict
+    return proxy.url(database_url(), f"{settings['HOST'] or '127.0.0.1'}:{settings['PORT']}")
 
 
 @pytest.fixture

@@ -19,30 +19,16 @@ from django_jobq.worker.held import HeldJob, HeldJobs, Progress
 from django_jobq.worker.outage import OutageLog
 from django_jobq.worker.supervisor import Supervisor
 from django_jobq.worker.watchdog import Watchdog
-from tests.conftest import database_url, wait_until
-from tests.proxy import Proxy
+from tests.conftest import through, wait_until
 from tests.testapp.jobs import record
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def proxy():
-    settings = connection.settings_dict
-    own = Proxy(settings["HOST"] or "127.0.0.1", int(settings["PORT"] or 5432))
-    yield own
-    own.close()
-
-
-def proxied_url(proxy):
-    settings = connection.settings_dict
-    return proxy.url(database_url(), f"{settings['HOST'] or '127.0.0.1'}:{settings['PORT']}")
-
-
 def test_the_watchdog_cuts_a_statement_hung_on_a_silent_connection(proxy):
     watchdog = Watchdog(bound=0.5, name="test")
     watchdog.start()
-    conn = db.WatchedConnection.connect(proxied_url(proxy), autocommit=True)
+    conn = db.WatchedConnection.connect(through(proxy), autocommit=True)
     watchdog.watch(conn, "test connection")
     try:
         assert conn.execute("SELECT 1").fetchone() == (1,)
@@ -73,7 +59,7 @@ def test_the_watchdog_cuts_a_guarded_block_on_a_connection_the_worker_does_not_o
     # The scheduler enqueues on Django's connection: its statements are guarded as a block.
     watchdog = Watchdog(bound=0.5, name="test")
     watchdog.start()
-    conn = psycopg.connect(proxied_url(proxy), autocommit=True)
+    conn = psycopg.connect(through(proxy), autocommit=True)
     try:
         with watchdog.guard("scheduler", lambda: conn):
             assert conn.execute("SELECT 1").fetchone() == (1,)  # quick: not cut
@@ -92,7 +78,7 @@ def test_the_watchdog_cuts_at_the_deadline_and_never_an_idle_connection(proxy):
     deadline = time.monotonic()
     watchdog = Watchdog(bound=3600, name="test", deadline=lambda: deadline)
     watchdog.start()
-    conn = db.WatchedConnection.connect(proxied_url(proxy), autocommit=True)
+    conn = db.WatchedConnection.connect(through(proxy), autocommit=True)
     watchdog.watch(conn, "test connection")
     try:
         assert watchdog.check(time.monotonic(), deadline) == 0  # idle: nothing to cut

@@ -9,28 +9,13 @@ from django.db import connection
 
 from django_jobq.models import DeadLetter, Job
 from django_jobq.worker.worker import SHUTDOWN_SLACK
-from tests.conftest import database_url, wait_until
-from tests.proxy import Proxy
+from tests.conftest import through, wait_until
 from tests.testapp.jobs import connections_wait_for_file, hold_lock, record
 from tests.testapp.models import Effect
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
 LOCK = 151
-
-
-@pytest.fixture
-def proxy():
-    settings = connection.settings_dict
-    own = Proxy(settings["HOST"] or "127.0.0.1", int(settings["PORT"] or 5432))
-    yield own
-    own.close()
-
-
-def through(proxy):
-    """The DATABASE_URL of a worker connected through ``proxy``."""
-    settings = connection.settings_dict
-    return proxy.url(database_url(), f"{settings['HOST'] or '127.0.0.1'}:{settings['PORT']}")
 
 
 @pytest.fixture
