@@ -397,10 +397,16 @@ def claimer(
                 result.claim_latencies_ns.append(elapsed)
                 result.claimed_ids.extend(job.id for job in jobs)
                 t0 = time.perf_counter_ns()
-                acked = leases.ack_many(cursor, [job.lease for job in jobs])
+                # A row another claimer's statement has just locked is busy, not lost: the
+                # worker acks it again a moment later, and so does this loop.
+                pending = jobs
+                while pending:
+                    acked = leases.ack_many(cursor, [job.lease for job in pending])
+                    result.ack_refused.extend(
+                        job.id for job in pending if job.id not in acked | acked.busy
+                    )
+                    pending = [job for job in pending if job.id in acked.busy]
                 result.ack_latencies_ns.append(time.perf_counter_ns() - t0)
-                if len(acked) != len(jobs):
-                    result.ack_refused.extend(job.id for job in jobs if job.id not in acked)
             result.end = time.monotonic()
     except BaseException as exc:  # report every failure to the parent, then exit
         result.error = f"{type(exc).__name__}: {exc}"
