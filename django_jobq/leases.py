@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
 from . import sql, text
+from .claim_positions import FROM_THE_START, ClaimPositions, Probe
 
 
 class Cursor(Protocol):
@@ -98,6 +100,7 @@ def claim(
     limit: int,
     queues: Collection[str] | None = None,
     kinds: Collection[str] | None = None,
+    positions: ClaimPositions | None = None,
 ) -> list[ClaimedJob]:
     """Lease up to ``limit`` due jobs, highest priority first, then oldest ``run_at``, then id.
 
@@ -109,6 +112,9 @@ def claim(
             means :func:`django_jobq.registry.claimable_kinds` of this process. Jobs of
             other kinds are left ready for a worker that has them, and cost the claim one
             index seek per (queue, kind), not a walk over them.
+        positions: where to start reading (a worker's :class:`ClaimPositions`, moved on
+            by this claim; see :mod:`django_jobq.claim_positions`); ``None`` reads the
+            queues from the start and keeps no positions.
 
     Jobs whose lease lapsed (their worker died or stalled) are claimable again, before
     ready jobs; such a reclaim consumes an attempt. A reclaimed job whose lapsed attempt was
@@ -132,44 +138,112 @@ def claim(
     """
     if limit <= 0:
         return []
-    if kinds is None:
-        from .registry import claimable_kinds  # here: registry loads the models
-
-        kinds = claimable_kinds()
-    params: dict[str, Any] = {"worker_id": worker_id, "kinds": list(kinds)}
-    if queues is None:
-        statements = _ANY_QUEUE
-    elif len(queues) == 1:
-        statements, params["queue"] = _ONE_QUEUE, next(iter(queues))
-    else:
-        statements, params["queues"] = _QUEUES, list(queues)
-    cursor.execute(statements.front, {**params, **_limits(limit)})
-    rows = cursor.fetchall()
-    front_full = rows[0][0]
-    jobs = [_claimed_job(*row[1:]) for row in rows if row[1] is not None]
-    if front_full and len(jobs) < limit:
-        cursor.execute(statements.walk, {**params, **_limits(limit - len(jobs))})
-        jobs += [_claimed_job(*row) for row in cursor.fetchall()]
+    statements, params = _queue_params(queues, kinds)
+    params["worker_id"] = worker_id
+    jobs: list[ClaimedJob] = []
+    for _ in range(CLAIM_FRONT_TRIES):
+        scan = FROM_THE_START if positions is None else positions.params()
+        cursor.execute(statements.front, {**params, **scan, **_limits(limit - len(jobs))})
+        rows = cursor.fetchall()
+        front_full, front_unserved, claimed_at, priorities, run_ats, ids = rows[0][:6]
+        claimed = [_claimed_job(*row[6:]) for row in rows if row[6] is not None]
+        if positions is not None:
+            positions.advance(
+                claimed_at=claimed_at,
+                seen=zip(priorities or (), run_ats or (), ids or (), strict=True),
+                lapsed_seen_all=sum(job.reclaimed for job in claimed) < limit - len(jobs),
+            )
+        jobs += claimed
+        if not front_full or len(jobs) >= limit:
+            break
+        if front_unserved or positions is None:
+            # Jobs of other kinds at the front, or rows other claimers hold and no positions
+            # to read on from: the walk finds the worker's jobs behind them.
+            cursor.execute(statements.walk, {**params, **scan, **_limits(limit - len(jobs))})
+            jobs += [_claimed_job(*row) for row in cursor.fetchall()]
+            break
+        # Every job of the front was the worker's, and other claimers held the rest: the
+        # positions moved past the front; read on from there.
     # UPDATE ... RETURNING does not keep the CTEs' order; hand jobs out in claim order.
     jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
     return jobs
 
 
 class _ClaimStatements(NamedTuple):
-    """A queue mode's two claim statements: the front's, then the walk."""
+    """A queue mode's claim statements: the front's, the walk, and the positions' probe."""
 
     front: str
     walk: str
+    probe: str
 
 
-_ANY_QUEUE = _ClaimStatements(sql.CLAIM_JOBS_ANY_QUEUE, sql.CLAIM_JOBS_WALK_ANY_QUEUE)
-_ONE_QUEUE = _ClaimStatements(sql.CLAIM_JOBS_ONE_QUEUE, sql.CLAIM_JOBS_WALK_ONE_QUEUE)
-_QUEUES = _ClaimStatements(sql.CLAIM_JOBS_QUEUES, sql.CLAIM_JOBS_WALK_QUEUES)
+_ANY_QUEUE = _ClaimStatements(
+    sql.CLAIM_JOBS_ANY_QUEUE, sql.CLAIM_JOBS_WALK_ANY_QUEUE, sql.PROBE_CLAIM_POSITIONS_ANY_QUEUE
+)
+_ONE_QUEUE = _ClaimStatements(
+    sql.CLAIM_JOBS_ONE_QUEUE, sql.CLAIM_JOBS_WALK_ONE_QUEUE, sql.PROBE_CLAIM_POSITIONS_ONE_QUEUE
+)
+_QUEUES = _ClaimStatements(
+    sql.CLAIM_JOBS_QUEUES, sql.CLAIM_JOBS_WALK_QUEUES, sql.PROBE_CLAIM_POSITIONS_QUEUES
+)
+
+
+#: How many times one claim reads a front (``sql.CLAIM_JOBS_*``) when other claimers hold the
+#: rest of the one before.
+CLAIM_FRONT_TRIES = 3
 
 
 def _limits(limit: int) -> dict[str, int]:
     """A claim statement's ``limit`` and ``front`` parameters."""
     return {"limit": limit, "front": limit * sql.CLAIM_FRONT_FACTOR}
+
+
+def _queue_params(
+    queues: Collection[str] | None, kinds: Collection[str] | None
+) -> tuple[_ClaimStatements, dict[str, Any]]:
+    """The claim statements for ``queues`` and their ``queue(s)`` and ``kinds`` parameters
+    (``kinds=None``: :func:`django_jobq.registry.claimable_kinds`)."""
+    if kinds is None:
+        from .registry import claimable_kinds  # here: registry loads the models
+
+        kinds = claimable_kinds()
+    params: dict[str, Any] = {"kinds": list(kinds)}
+    if queues is None:
+        return _ANY_QUEUE, params
+    if len(queues) == 1:
+        params["queue"] = next(iter(queues))
+        return _ONE_QUEUE, params
+    params["queues"] = list(queues)
+    return _QUEUES, params
+
+
+def probe_claim_positions(
+    cursor: Cursor,
+    positions: ClaimPositions,
+    *,
+    queues: Collection[str] | None = None,
+    kinds: Collection[str] | None = None,
+) -> bool:
+    """Look for claimable rows before ``positions`` from the start of the claim order
+    (``sql.PROBE_CLAIM_POSITIONS_*``, read without locks) and move the positions back to
+    them (see :mod:`django_jobq.claim_positions`).
+
+    Args:
+        queues, kinds: as for :func:`claim` (the same worker's).
+
+    Returns:
+        Whether a position moved back (a job waits behind it: claim again).
+    """
+    statements, params = _queue_params(queues, kinds)
+    started = time.monotonic()
+    cursor.execute(statements.probe, params)
+    priority, run_at, job_id, lapsed, lapsed_since = cursor.fetchall()[0]
+    found = Probe(
+        ready=None if job_id is None else (priority, run_at, job_id),
+        lapsed=lapsed,
+        lapsed_since=lapsed_since,
+    )
+    return positions.lower(found, seconds=time.monotonic() - started)
 
 
 class LeaseBusy(Exception):

@@ -193,14 +193,41 @@ _READY_PAIRS_TEMPLATE = """pairs AS (
 # the whole table.
 _CLAIM_START = """lapsed AS MATERIALIZED (
     SELECT id, lease_deadline FROM jobq_job
-    WHERE status = 'running' AND lease_deadline < now(){queue_filter}
+    WHERE status = 'running' AND lease_deadline < now()
+      AND lease_deadline >= COALESCE(%(lapsed_from)s, '-infinity'::timestamptz){queue_filter}
       AND kind = ANY(%(kinds)s::text[])
     ORDER BY lease_deadline
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), front AS MATERIALIZED (
-    SELECT id, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
-    WHERE status = 'ready' AND run_at <= now(){queue_filter}
+    SELECT * FROM (
+        (SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
+         WHERE status = 'ready' AND run_at <= now(){queue_filter}
+           AND priority > %(above)s::bigint
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(front)s)
+        UNION ALL
+        SELECT candidate.* FROM unnest(%(level_priorities)s::integer[],
+                                       %(level_after_run_ats)s::timestamptz[],
+                                       %(level_after_ids)s::bigint[])
+            AS level(priority, after_run_at, after_id)
+        CROSS JOIN LATERAL (
+            SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served
+            FROM jobq_job
+            WHERE status = 'ready' AND run_at <= now(){queue_filter}
+              AND priority = level.priority
+              AND (run_at, id) > (COALESCE(level.after_run_at, '-infinity'::timestamptz),
+                                  level.after_id)
+            ORDER BY priority DESC, run_at, id
+            LIMIT %(front)s
+        ) AS candidate
+        UNION ALL
+        (SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
+         WHERE status = 'ready' AND run_at <= now(){queue_filter}
+           AND priority < %(below)s::bigint
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(front)s)
+    ) AS candidates
     ORDER BY priority DESC, run_at, id
     LIMIT %(front)s
 ), fast AS MATERIALIZED (
@@ -263,8 +290,33 @@ _CLAIMED_COLUMNS = """claimed.id, claimed.queue, claimed.kind, claimed.payload,
 # ``2 * limit`` index entries, the locked rows.
 _CLAIM_FRONT_TEMPLATE = """
 WITH {start}, {lease}
-SELECT flag.front_full, {columns}
-FROM (SELECT (SELECT count(*) FROM front) = %(front)s AS front_full) AS flag
+SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_priorities,
+       flag.position_run_ats, flag.position_ids, {columns}
+FROM (
+    SELECT (SELECT count(*) FROM front) = %(front)s AS front_full,
+           EXISTS (SELECT FROM front WHERE NOT served) AS front_unserved,
+           now() AS claimed_at,
+           array_agg(position.priority ORDER BY position.priority DESC)
+               AS position_priorities,
+           array_agg(position.run_at ORDER BY position.priority DESC) AS position_run_ats,
+           array_agg(position.id ORDER BY position.priority DESC) AS position_ids
+    FROM (
+        SELECT DISTINCT ON (seen.priority) seen.priority,
+               CASE WHEN seen.run_at BETWEEN {earliest} AND {latest} THEN seen.run_at END
+                   AS run_at,
+               CASE WHEN seen.passed THEN seen.id ELSE seen.id - 1 END AS id
+        FROM (
+            SELECT front.*,
+                   (SELECT count(*) FROM fast) < %(limit)s - (SELECT count(*) FROM lapsed)
+                   OR front.id IN (SELECT id FROM fast) AS passed
+            FROM front
+        ) AS seen
+        ORDER BY seen.priority DESC, seen.passed DESC,
+                 CASE WHEN seen.passed THEN seen.run_at END DESC,
+                 CASE WHEN seen.passed THEN seen.id END DESC,
+                 seen.run_at, seen.id
+    ) AS position
+) AS flag
 LEFT JOIN ({leased}) ON true
 """
 
@@ -362,6 +414,8 @@ def _claim(template: str, ready: str, queue_filter: str) -> str:
         poison_reason=POISON_REASON,
     )
     return template.format(
+        earliest=_EARLIEST,
+        latest=_LATEST,
         start=_CLAIM_START.format(queue_filter=queue_filter),
         ready_pairs=_READY_PAIRS_TEMPLATE.format(queue_filter=queue_filter),
         lease=lease,
@@ -386,6 +440,56 @@ CLAIM_JOBS_WALK_QUEUES = _claim(_CLAIM_WALK_TEMPLATE, "ready", _QUEUES)
 #: The walk from every queue: ``pairs`` walks every queue's kinds.
 CLAIM_JOBS_WALK_ANY_QUEUE = _claim(_CLAIM_WALK_TEMPLATE, "ready", "")
 
+# -- the probe of the claim positions -------------------------------------------------------
+#
+# The claim reads each priority level from the worker's position in it, and lapsed leases
+# from the last lapse it saw (``%(range_*)s`` and ``%(lapsed_from)s`` above; see
+# :mod:`django_jobq.claim_positions`). A row that sorts before a position once the position
+# is set (a job whose enqueueing transaction committed long after its insert, a job enqueued
+# with a past ``run_at``, a row an operator's lock hid from a claim) is found by this probe,
+# which reads from the start of the claim order: the worker's first claimable ready job
+# (``jobq_job_claim_idx`` / ``jobq_job_claim_all_idx``) and its earliest lapsed lease
+# (``jobq_job_lease_idx``). Both read without locks and stop at the first row they find; while
+# the xmin horizon is held back each walks the index entries of the rows claimed or acked
+# since, which is why the worker runs it only every so often, never in the claim.
+# Returns one row: the first claimable ready job's ``priority``, ``run_at`` (NULL when
+# outside what Python holds, ``-infinity`` say) and ``id`` (all NULL when there is none),
+# then whether a lapsed lease was found and its deadline (NULL when outside what Python
+# holds).
+_PROBE_CLAIM_POSITIONS_TEMPLATE = """
+SELECT ready.priority,
+       CASE WHEN ready.run_at BETWEEN {earliest} AND {latest} THEN ready.run_at END, ready.id,
+       lapsed.id IS NOT NULL,
+       CASE WHEN lapsed.lease_deadline BETWEEN {earliest} AND {latest}
+           THEN lapsed.lease_deadline END
+FROM (VALUES (1)) AS one (row)
+LEFT JOIN LATERAL (
+    SELECT priority, run_at, id FROM jobq_job
+    WHERE status = 'ready' AND run_at <= now(){queue_filter} AND kind = ANY(%(kinds)s::text[])
+    ORDER BY priority DESC, run_at, id
+    LIMIT 1
+) AS ready ON true
+LEFT JOIN LATERAL (
+    SELECT id, lease_deadline FROM jobq_job
+    WHERE status = 'running' AND lease_deadline < now(){queue_filter}
+      AND kind = ANY(%(kinds)s::text[])
+    ORDER BY lease_deadline
+    LIMIT 1
+) AS lapsed ON true
+"""
+#: The probe for one queue (``%(queue)s``, ``%(kinds)s``).
+PROBE_CLAIM_POSITIONS_ONE_QUEUE = _PROBE_CLAIM_POSITIONS_TEMPLATE.format(
+    queue_filter=_ONE_QUEUE, earliest=_EARLIEST, latest=_LATEST
+)
+#: The probe for several queues (``%(queues)s``, ``%(kinds)s``).
+PROBE_CLAIM_POSITIONS_QUEUES = _PROBE_CLAIM_POSITIONS_TEMPLATE.format(
+    queue_filter=_QUEUES, earliest=_EARLIEST, latest=_LATEST
+)
+#: The probe for every queue (``%(kinds)s``).
+PROBE_CLAIM_POSITIONS_ANY_QUEUE = _PROBE_CLAIM_POSITIONS_TEMPLATE.format(
+    queue_filter="", earliest=_EARLIEST, latest=_LATEST
+)
+
 # -- outcomes (all fenced by attempt) ------------------------------------------------------
 #
 # Each write about running jobs below first locks its rows in a ``locked`` CTE
@@ -401,6 +505,15 @@ CLAIM_JOBS_WALK_ANY_QUEUE = _claim(_CLAIM_WALK_TEMPLATE, "ready", "")
 # statement is rechecked against the fence by the lock and may be reported busy although
 # its lease is lost: the next try says so.
 
+# A fenced write finds its rows by primary key. Its test that the row is running is spelt
+# ``(status = 'running') IS TRUE``: the same test, but one the planner cannot match to the
+# predicate of ``jobq_job_lease_idx`` (``WHERE status = 'running'``). Spelt plainly, a
+# planner whose statistics say that few rows run (the table analysed while idle, or not
+# since, autovacuum being off) reads that whole index instead of one primary-key entry per
+# job; and while the xmin horizon is held back the index keeps an entry for every job
+# claimed since, so the write slows with every claim (docs/performance.md, "Large backlogs").
+_IS_RUNNING = "(status = 'running') IS TRUE"
+
 # The fence of a batch: zipped arrays of job ids and attempts.
 _FENCE_MANY = "unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS fence(id, attempt)"
 # The fence of one job.
@@ -409,7 +522,7 @@ _FENCE_ONE = "(VALUES (%(id)s::bigint, %(attempt)s::integer)) AS fence(id, attem
 _LOCK_FENCED = """locked AS MATERIALIZED (
     SELECT job.id FROM jobq_job AS job
     JOIN {fence} ON fence.id = job.id
-    WHERE job.attempts = fence.attempt AND job.status = 'running'{condition}
+    WHERE job.attempts = fence.attempt AND {is_running}{condition}
     ORDER BY job.id
     FOR UPDATE OF job SKIP LOCKED
 ), busy AS (
@@ -418,11 +531,11 @@ _LOCK_FENCED = """locked AS MATERIALIZED (
       AND EXISTS (
           SELECT 1 FROM jobq_job AS job
           WHERE job.id = fence.id AND job.attempts = fence.attempt
-            AND job.status = 'running'{condition}
+            AND {is_running}{condition}
       )
 )"""
-_LOCK_MANY = _LOCK_FENCED.format(fence=_FENCE_MANY, condition="")
-_LOCK_ONE = _LOCK_FENCED.format(fence=_FENCE_ONE, condition="")
+_LOCK_MANY = _LOCK_FENCED.format(fence=_FENCE_MANY, is_running=_IS_RUNNING, condition="")
+_LOCK_ONE = _LOCK_FENCED.format(fence=_FENCE_ONE, is_running=_IS_RUNNING, condition="")
 # The rows of a statement whose CTE ``{written}`` returns the ids it wrote.
 _WRITTEN_OR_BUSY = """SELECT id, false AS busy FROM {written}
 UNION ALL
@@ -442,9 +555,9 @@ ACK_JOBS = _ACK_JOBS_TEMPLATE.format(lock=_LOCK_MANY, rows=_WRITTEN_OR_BUSY.form
 #: ``ACK_JOBS`` it waits for a row lock another transaction holds: the handler's
 #: transaction must know whether its ack applies before it commits (it runs on the
 #: handler's connection, so the wait stalls that job only). Returns the id if acked.
-ACK_JOB_IN_TRANSACTION = """
+ACK_JOB_IN_TRANSACTION = f"""
 DELETE FROM jobq_job
-WHERE id = %(id)s AND attempts = %(attempt)s AND status = 'running'
+WHERE id = %(id)s AND attempts = %(attempt)s AND {_IS_RUNNING}
 RETURNING id
 """
 
@@ -466,7 +579,9 @@ UNION ALL
 SELECT id, true, NULL FROM busy
 """
 HEARTBEAT_JOBS = _HEARTBEAT_JOBS_TEMPLATE.format(
-    lock=_LOCK_FENCED.format(fence=_FENCE_MANY, condition=" AND job.lease_deadline > now()"),
+    lock=_LOCK_FENCED.format(
+        fence=_FENCE_MANY, is_running=_IS_RUNNING, condition=" AND job.lease_deadline > now()"
+    ),
     lease_length=LEASE_LENGTH,
 )
 
@@ -984,7 +1099,7 @@ INSERT_TASK_JOBS = _INSERT_JOBS_TEMPLATE.format(
 _START_TASK_ATTEMPT_TEMPLATE = """
 WITH job AS (
     SELECT id, kind, queue, priority, payload, created_at, worker_id FROM jobq_job
-    WHERE id = %(job_id)s AND attempts = %(attempt)s AND status = 'running'
+    WHERE id = %(job_id)s AND attempts = %(attempt)s AND {is_running}
 ), commit_mode AS (
     SELECT set_config('synchronous_commit', 'off', true)
 )
@@ -1002,7 +1117,7 @@ SET status = 'RUNNING',
 RETURNING result.*
 """
 START_TASK_ATTEMPT = _START_TASK_ATTEMPT_TEMPLATE.format(
-    columns=_TASK_RESULT_COLUMNS, values=_TASK_RESULT_VALUES
+    columns=_TASK_RESULT_COLUMNS, values=_TASK_RESULT_VALUES, is_running=_IS_RUNNING
 )
 
 # The rows locked as above but busy, after a statement's written rows, for the statements

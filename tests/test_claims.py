@@ -9,6 +9,7 @@ from django.db import connection
 from django.utils import timezone
 
 from django_jobq import enqueue_many, leases, sql
+from django_jobq.claim_positions import FROM_THE_START
 from django_jobq.models import Job
 from django_jobq.worker import Worker
 from tests.factories import JobFactory
@@ -204,7 +205,7 @@ def insert_rows(select):
 def explain(conn, statement, params, *, analyze=False):
     """The plan of a claim as a worker's connection would plan it (server-side parameters);
     with ``analyze``, run it (in a transaction rolled back) and return the JSON plan."""
-    params = {"limit": 10, "worker_id": "w", "kinds": ["k"], **params}
+    params = {"limit": 10, "worker_id": "w", "kinds": ["k"], **FROM_THE_START, **params}
     params["front"] = params["limit"] * sql.CLAIM_FRONT_FACTOR  # as leases.claim passes it
     if not analyze:
         return "\n".join(row[0] for row in conn.execute("EXPLAIN " + statement, params))

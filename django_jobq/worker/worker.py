@@ -42,6 +42,7 @@ from django.db import connections
 from django.utils import timezone
 
 from .. import db, faults, leases, registry, sql, task_results, text
+from ..claim_positions import ClaimPositions
 from ..conf import get_settings, statement_timeout
 from .completer import Completer, Tally
 from .executor import ExecutorPool, Outcome, refusal
@@ -245,6 +246,8 @@ class Worker:
             worker_id=self.worker_id, queues=self.queues, concurrency=concurrency, kinds=self.kinds
         )
         self._observing = False  # registered (on the first connection)
+        # Where this process's claims start reading (see django_jobq.claim_positions).
+        self._positions = ClaimPositions()
         self._completer = Completer(on_applied=self._applied, observer=self._observer)
         self._maintenance = Maintenance()
         self._capacity = self.concurrency + self.batch_size
@@ -395,8 +398,15 @@ class Worker:
         limit = min(self.batch_size, room) if room >= self._refill_at else 0
         if limit:
             faults.reached("before_claim")
+            if self._positions.seconds_until_probe() == 0:
+                self._probe(cursor)
         jobs = leases.claim(
-            cursor, worker_id=self.worker_id, limit=limit, queues=self.queues, kinds=self.kinds
+            cursor,
+            worker_id=self.worker_id,
+            limit=limit,
+            queues=self.queues,
+            kinds=self.kinds,
+            positions=self._positions,
         )
         if jobs:
             faults.reached("after_claim")
@@ -413,6 +423,14 @@ class Worker:
         self._claimed += len(jobs)
         if jobs and len(jobs) == limit and self._outstanding < self._capacity:
             return 0.0  # more may be waiting: claim again at once
+        if limit and not jobs and self._positions.is_set():
+            # The claim read from this process's positions: before waiting (or stopping),
+            # look from the start once the probe is due, and claim again if it found a job.
+            if self.burst or self._positions.seconds_until_probe() == 0:
+                if self._probe(cursor):
+                    return 0.0
+            else:
+                return min(self._idle_timeout(cursor), self._positions.seconds_until_probe())
         if not jobs and self._outstanding == 0 and self.burst:
             if not self._any_running(cursor):
                 return None
@@ -421,6 +439,12 @@ class Worker:
         # Wait for an outcome to free room, a notification, or the poll interval; when the
         # claim took every due job, at most until the next one falls due.
         return self._idle_timeout(cursor) if len(jobs) < limit else self.poll_interval
+
+    def _probe(self, cursor: leases.Cursor) -> bool:
+        """Run the claim positions' probe; whether a job waits behind a position."""
+        return leases.probe_claim_positions(
+            cursor, self._positions, queues=self.queues, kinds=self.kinds
+        )
 
     def _any_running(self, cursor: leases.Cursor) -> bool:
         """Whether a job of this worker's queues is running, its lease live or lapsed."""
