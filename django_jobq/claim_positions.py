@@ -160,7 +160,7 @@ class ClaimPositions:
         claimed_at: datetime,
         seen: Iterable[tuple[int, datetime | None, int]],
         lapsed_seen_all: bool,
-    ) -> None:
+    ) -> bool:
         """Move the positions after a claim.
 
         Args:
@@ -171,17 +171,24 @@ class ClaimPositions:
                 from the level's start).
             lapsed_seen_all: whether the claim took fewer lapsed leases than it could, so
                 it saw every lease that had lapsed by ``claimed_at``.
+
+        Returns:
+            Whether a level's position moved past the rows this claim read (a claim from
+            the new positions reads other rows).
         """
         cap = Position(claimed_at - timedelta(seconds=COMMIT_LAG), 0)
+        moved = False
         for priority, run_at, job_id in seen:
             candidate = Position(NEGATIVE_INFINITY if run_at is None else run_at, job_id)
             old = self._levels.pop(priority, None)
-            moved = candidate if old is None else max(old, candidate)
-            self._levels[priority] = min(moved, cap)
+            self._levels[priority] = min(candidate if old is None else max(old, candidate), cap)
+            # Moved past what this claim read only where the commit lag does not hold it back.
+            moved = moved or (candidate <= cap and (old is None or candidate > old))
         while len(self._levels) > LEVELS:
             del self._levels[next(iter(self._levels))]
         if lapsed_seen_all:
             self._lapsed_from = claimed_at
+        return moved
 
     def probe_interval(self) -> float:
         """Seconds between probes: :data:`PROBE_COST_FACTOR` times the last probe's

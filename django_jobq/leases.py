@@ -147,23 +147,23 @@ def claim(
         rows = cursor.fetchall()
         front_full, front_unserved, claimed_at, priorities, run_ats, ids = rows[0][:6]
         claimed = [_claimed_job(*row[6:]) for row in rows if row[6] is not None]
-        if positions is not None:
-            positions.advance(
-                claimed_at=claimed_at,
-                seen=zip(priorities or (), run_ats or (), ids or (), strict=True),
-                lapsed_seen_all=sum(job.reclaimed for job in claimed) < limit - len(jobs),
-            )
+        moved = positions is not None and positions.advance(
+            claimed_at=claimed_at,
+            seen=zip(priorities or (), run_ats or (), ids or (), strict=True),
+            lapsed_seen_all=sum(job.reclaimed for job in claimed) < limit - len(jobs),
+        )
         jobs += claimed
         if not front_full or len(jobs) >= limit:
             break
-        if front_unserved or positions is None:
-            # Jobs of other kinds at the front, or rows other claimers hold and no positions
-            # to read on from: the walk finds the worker's jobs behind them.
+        if front_unserved or not moved:
+            # Jobs of other kinds at the front, or rows other claimers hold where the
+            # positions cannot pass them (none kept; jobs of the last COMMIT_LAG seconds):
+            # the walk finds the worker's jobs behind them.
             cursor.execute(statements.walk, {**params, **scan, **_limits(limit - len(jobs))})
             jobs += [_claimed_job(*row) for row in cursor.fetchall()]
             break
-        # Every job of the front was the worker's, and other claimers held the rest: the
-        # positions moved past the front; read on from there.
+        # Every job of the front was the worker's, other claimers held the rest, and the
+        # positions moved past them: read on from there.
     # UPDATE ... RETURNING does not keep the CTEs' order; hand jobs out in claim order.
     jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
     return jobs

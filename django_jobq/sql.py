@@ -162,6 +162,18 @@ _READY_PAIRS_TEMPLATE = """pairs AS (
     ) AS next
 )"""
 
+# Statements that find their rows by primary key (the claim's lock of the rows it chose,
+# every fenced write) spell their status test ``(status = 'ready') IS TRUE`` or
+# ``(status = 'running') IS TRUE``: the same test, but one the planner cannot match to the
+# predicate of a partial index (``WHERE status = 'ready'``, ``WHERE status = 'running'``).
+# Spelt plainly, a planner whose statistics say that few rows match (the table analysed
+# while idle, or not since, autovacuum being off) reads that whole index instead of one
+# primary-key entry per job; and while the xmin horizon is held back the index keeps an
+# entry for every job claimed since, so the statement slows with every claim
+# (docs/performance.md, "Large backlogs").
+_IS_READY = "(status = 'ready') IS TRUE"
+_IS_RUNNING = "(status = 'running') IS TRUE"
+
 # The claim: lock up to ``limit`` claimable rows of the kinds the worker can run
 # (``%(kinds)s``, its registry: a worker never claims a job it would have to refuse),
 # skipping rows other claimers hold (SKIP LOCKED: never waits, never double-claims), then
@@ -232,7 +244,7 @@ _CLAIM_START = """lapsed AS MATERIALIZED (
     LIMIT %(front)s
 ), fast AS MATERIALIZED (
     SELECT id FROM jobq_job
-    WHERE id = ANY(ARRAY(SELECT id FROM front WHERE served)) AND status = 'ready'
+    WHERE id = ANY(ARRAY(SELECT id FROM front WHERE served)) AND {is_ready}
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
     FOR UPDATE SKIP LOCKED
@@ -416,7 +428,7 @@ def _claim(template: str, ready: str, queue_filter: str) -> str:
     return template.format(
         earliest=_EARLIEST,
         latest=_LATEST,
-        start=_CLAIM_START.format(queue_filter=queue_filter),
+        start=_CLAIM_START.format(queue_filter=queue_filter, is_ready=_IS_READY),
         ready_pairs=_READY_PAIRS_TEMPLATE.format(queue_filter=queue_filter),
         lease=lease,
         leased=_LEASED,
@@ -505,15 +517,6 @@ PROBE_CLAIM_POSITIONS_ANY_QUEUE = _PROBE_CLAIM_POSITIONS_TEMPLATE.format(
 # statement is rechecked against the fence by the lock and may be reported busy although
 # its lease is lost: the next try says so.
 
-# A fenced write finds its rows by primary key. Its test that the row is running is spelt
-# ``(status = 'running') IS TRUE``: the same test, but one the planner cannot match to the
-# predicate of ``jobq_job_lease_idx`` (``WHERE status = 'running'``). Spelt plainly, a
-# planner whose statistics say that few rows run (the table analysed while idle, or not
-# since, autovacuum being off) reads that whole index instead of one primary-key entry per
-# job; and while the xmin horizon is held back the index keeps an entry for every job
-# claimed since, so the write slows with every claim (docs/performance.md, "Large backlogs").
-_IS_RUNNING = "(status = 'running') IS TRUE"
-
 # The fence of a batch: zipped arrays of job ids and attempts.
 _FENCE_MANY = "unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS fence(id, attempt)"
 # The fence of one job.
@@ -555,11 +558,12 @@ ACK_JOBS = _ACK_JOBS_TEMPLATE.format(lock=_LOCK_MANY, rows=_WRITTEN_OR_BUSY.form
 #: ``ACK_JOBS`` it waits for a row lock another transaction holds: the handler's
 #: transaction must know whether its ack applies before it commits (it runs on the
 #: handler's connection, so the wait stalls that job only). Returns the id if acked.
-ACK_JOB_IN_TRANSACTION = f"""
+_ACK_JOB_IN_TRANSACTION_TEMPLATE = """
 DELETE FROM jobq_job
-WHERE id = %(id)s AND attempts = %(attempt)s AND {_IS_RUNNING}
+WHERE id = %(id)s AND attempts = %(attempt)s AND {is_running}
 RETURNING id
 """
+ACK_JOB_IN_TRANSACTION = _ACK_JOB_IN_TRANSACTION_TEMPLATE.format(is_running=_IS_RUNNING)
 
 #: Heartbeat: extend the leases a worker holds to ``now() + visibility_timeout`` (absolute,
 #: so missed beats do not accumulate credit; clamped like the claim's, ``LEASE_LENGTH``).

@@ -270,3 +270,12 @@ def kinds_new_release(label: str) -> None:
 
 if os.environ.get("JOBQ_TEST_NEW_RELEASE"):
     job(name="kinds.new_release", queue="kinds")(kinds_new_release)
+
+
+@job
+def enqueue_behind(label: str) -> None:
+    """Enqueue ``record(label)`` with a ``run_at`` a day in the past: behind the claim
+    position of the worker running this job (see test_claim_positions)."""
+    from django.utils import timezone
+
+    record.using(run_at=timezone.now() - timedelta(days=1)).enqueue(label)

@@ -1,0 +1,299 @@
+"""Claim positions: claims read on from where the worker's last claim got to, so the dead
+index entries of jobs already claimed are not walked again while the xmin horizon is held
+back; the probe finds what sorts before a position (django_jobq/claim_positions.py)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.utils import timezone
+
+from django_jobq import claim_positions, enqueue_many, leases, sql
+from django_jobq.claim_positions import (
+    FROM_THE_START,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    ClaimPositions,
+    Position,
+    Probe,
+)
+from django_jobq.models import Job
+from django_jobq.worker import Worker
+from tests.conftest import wait_until
+from tests.poison import insert_row
+from tests.testapp.jobs import enqueue_behind, record
+from tests.testapp.models import Effect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def labels():
+    return sorted(Effect.objects.values_list("label", flat=True))
+
+
+def claim(cursor, positions, limit=10):
+    return leases.claim(cursor, worker_id="w", limit=limit, positions=positions)
+
+
+def ack(cursor, jobs):
+    pending = [job.lease for job in jobs]
+    while pending:
+        busy = leases.ack_many(cursor, pending).busy
+        pending = [lease for lease in pending if lease.job_id in busy]
+
+
+def enqueue(count, **options):
+    return enqueue_many([record.using(**options).prepare(f"job-{n}") for n in range(count)])
+
+
+# -- the positions themselves (no database) ------------------------------------------------
+
+
+def test_without_positions_a_claim_reads_everything():
+    positions = ClaimPositions()
+    assert not positions.is_set()
+    assert positions.params() == FROM_THE_START
+    assert positions.seconds_until_probe() == float("inf")  # nothing can hide
+
+
+def test_a_level_is_read_after_its_position_and_the_levels_around_it_from_their_start():
+    positions = ClaimPositions()
+    positions.advance(
+        claimed_at=T0, seen=[(5, T0 - timedelta(hours=1), 40), (0, None, 9)], lapsed_seen_all=True
+    )
+    params = positions.params()
+    assert params["above"] == 5 and params["below"] == 0  # above 5 and below 0: everything
+    assert params["level_priorities"] == [5, 0]
+    assert params["level_after_run_ats"] == [T0 - timedelta(hours=1), None]  # None: -infinity
+    assert params["level_after_ids"] == [40, 9]
+    assert params["lapsed_from"] == T0
+
+
+def test_a_position_stays_the_commit_lag_behind_the_claim():
+    # A job inserted just before the claim but committed after it must still be read.
+    positions = ClaimPositions()
+    positions.advance(claimed_at=T0, seen=[(0, T0, 100)], lapsed_seen_all=False)
+    lag = timedelta(seconds=claim_positions.COMMIT_LAG)
+    assert positions.levels == {0: Position(T0 - lag, 0)}
+    assert positions.lapsed_from is None  # the lapsed arm was full: it did not see them all
+
+
+def test_positions_only_move_forward_in_claims_and_back_in_probes():
+    positions = ClaimPositions()
+    old = T0 - timedelta(hours=2)
+    positions.advance(claimed_at=T0, seen=[(0, old, 50)], lapsed_seen_all=True)
+    positions.advance(claimed_at=T0, seen=[(0, old, 20)], lapsed_seen_all=True)
+    assert positions.levels[0] == Position(old, 50)
+    lowered = positions.lower(Probe(ready=(0, old, 10), lapsed=False, lapsed_since=None), seconds=0)
+    assert lowered and positions.levels[0] == Position(old, 9)  # just before the straggler
+    assert not positions.lower(
+        Probe(ready=(0, old, 30), lapsed=False, lapsed_since=None), seconds=0
+    )
+
+
+def test_the_probe_gives_a_level_between_two_known_ones_a_position():
+    positions = ClaimPositions()
+    positions.advance(claimed_at=T0, seen=[(9, None, 1), (1, None, 1)], lapsed_seen_all=True)
+    found = Probe(ready=(5, T0 - timedelta(days=1), 77), lapsed=False, lapsed_since=None)
+    assert positions.lower(found, seconds=0)
+    assert positions.params()["level_priorities"] == [9, 5, 1]
+    assert positions.levels[5] == Position(T0 - timedelta(days=1), 76)
+
+
+def test_a_lapse_found_before_the_lapse_time_moves_it_back():
+    positions = ClaimPositions()
+    positions.advance(claimed_at=T0, seen=[], lapsed_seen_all=True)
+    since = T0 - timedelta(minutes=5)
+    assert positions.lower(Probe(ready=None, lapsed=True, lapsed_since=since), seconds=0)
+    assert positions.lapsed_from == since
+
+
+def test_the_probe_interval_follows_the_probe_cost_within_bounds():
+    positions = ClaimPositions()
+    positions.lower(Probe(ready=None, lapsed=False, lapsed_since=None), seconds=0.0001)
+    assert positions.probe_interval() == claim_positions.MIN_PROBE_INTERVAL
+    positions.lower(Probe(ready=None, lapsed=False, lapsed_since=None), seconds=0.2)
+    assert positions.probe_interval() == pytest.approx(0.2 * claim_positions.PROBE_COST_FACTOR)
+    positions.lower(Probe(ready=None, lapsed=False, lapsed_since=None), seconds=60)
+    assert positions.probe_interval() == claim_positions.MAX_PROBE_INTERVAL
+
+
+def test_at_most_so_many_levels_keep_a_position():
+    positions = ClaimPositions()
+    for priority in range(claim_positions.LEVELS + 3):
+        positions.advance(claimed_at=T0, seen=[(priority, None, 1)], lapsed_seen_all=True)
+    assert len(positions.levels) == claim_positions.LEVELS
+    assert min(positions.levels) == 3  # the least recently moved went first
+    assert min(positions.levels) > MIN_PRIORITY and max(positions.levels) < MAX_PRIORITY
+
+
+# -- claims with positions ---------------------------------------------------------------
+
+
+def front_buffers(connect, positions):
+    """Shared buffers the claim's ``front`` CTE reads (EXPLAIN ANALYZE, rolled back)."""
+    conn = connect()
+    params = {"worker_id": "explain", "kinds": [record.kind], "queue": "default"}
+    params.update(limit=10, front=10 * sql.CLAIM_FRONT_FACTOR)
+    params.update(FROM_THE_START if positions is None else positions.params())
+    with conn.transaction(force_rollback=True):
+        (document,) = conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql.CLAIM_JOBS_ONE_QUEUE, params
+        ).fetchone()
+    plan = document if isinstance(document, list) else json.loads(document)
+
+    def nodes(node):
+        yield node
+        for child in node.get("Plans", []):
+            yield from nodes(child)
+
+    (front,) = [node for node in nodes(plan[0]["Plan"]) if node.get("Subplan Name") == "CTE front"]
+    return front["Shared Hit Blocks"] + front["Shared Read Blocks"]
+
+
+def test_with_the_horizon_held_back_a_positioned_claim_skips_the_jobs_already_claimed(connect):
+    holder = connect(autocommit=False)  # a pg_dump: one snapshot, held throughout
+    holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT count(*) FROM jobq_job")
+    enqueue(5000, run_at=timezone.now() - timedelta(hours=1))  # a backlog
+    cursor = connect().cursor()
+    positions = ClaimPositions()
+    claimed = 0
+    while claimed < 4500:  # claimed and acked: dead rows nothing can remove
+        jobs = claim(cursor, positions, limit=100)
+        ack(cursor, jobs)
+        claimed += len(jobs)
+    positioned, from_the_start = front_buffers(connect, positions), front_buffers(connect, None)
+    # From the start, the front visits the 4,500 dead rows' index entries and heap pages.
+    assert from_the_start > 10 * positioned, (from_the_start, positioned)
+    assert len(claim(cursor, positions, limit=1000)) == 500  # and still takes every job left
+    holder.rollback()
+
+
+def test_a_job_enqueued_behind_the_position_waits_for_the_probe(queue_cursor):
+    enqueue(5)
+    positions = ClaimPositions()
+    ack(queue_cursor, claim(queue_cursor, positions))
+    (straggler,) = enqueue(1, run_at=timezone.now() - timedelta(days=1))  # behind the position
+    assert claim(queue_cursor, positions) == []
+    assert leases.probe_claim_positions(queue_cursor, positions, queues=["default"])
+    assert [job.id for job in claim(queue_cursor, positions)] == [straggler.pk]
+    assert not leases.probe_claim_positions(queue_cursor, positions)  # nothing behind now
+
+
+def test_a_transaction_that_commits_within_the_commit_lag_is_claimed_without_the_probe(
+    connect, monkeypatch
+):
+    monkeypatch.setattr(claim_positions, "COMMIT_LAG", 3600.0)  # the test may run slowly
+    late = connect(autocommit=False)
+    (late_id,) = late.execute(
+        "INSERT INTO jobq_job (queue, kind, payload, max_attempts, visibility_timeout) "
+        "VALUES ('default', %s, '{\"label\": \"late\"}', 5, interval '30 s') RETURNING id",
+        [record.kind],
+    ).fetchone()
+    (early,) = enqueue(1)  # inserted after the late one, committed first
+    cursor = connect().cursor()
+    positions = ClaimPositions()
+    assert [job.id for job in claim(cursor, positions)] == [early.pk]
+    late.commit()
+    assert [job.id for job in claim(cursor, positions)] == [late_id]
+
+
+def test_a_higher_priority_job_is_claimed_at_once_without_the_probe(queue_cursor):
+    enqueue(30)
+    positions = ClaimPositions()
+    claim(queue_cursor, positions)
+    (urgent,) = enqueue(1, priority=10, run_at=timezone.now() - timedelta(days=1))
+    assert claim(queue_cursor, positions, limit=1)[0].id == urgent.pk
+    lower = enqueue(1, priority=-10, run_at=timezone.now() - timedelta(days=1))
+    assert {job.id for job in claim(queue_cursor, positions, limit=100)} >= {lower[0].pk}
+
+
+def test_a_lapsed_lease_hidden_by_a_lock_is_reclaimed_after_the_probe(connect, queue_cursor):
+    (job,) = enqueue(1, visibility_timeout=1)
+    (held,) = leases.claim(queue_cursor, worker_id="dead", limit=1)
+    Job.objects.filter(pk=job.pk).update(lease_deadline=timezone.now() - timedelta(minutes=1))
+    locker = connect(autocommit=False)
+    locker.execute("SELECT id FROM jobq_job WHERE id = %s FOR UPDATE", [job.pk])
+    positions = ClaimPositions()
+    assert claim(queue_cursor, positions) == []  # the claim skipped the locked lapse ...
+    assert positions.lapsed_from is not None  # ... and now looks only at later lapses
+    locker.rollback()
+    assert claim(queue_cursor, positions) == []
+    assert leases.probe_claim_positions(queue_cursor, positions)
+    (reclaimed,) = claim(queue_cursor, positions)
+    assert (reclaimed.id, reclaimed.reclaimed, reclaimed.attempt) == (
+        job.pk,
+        True,
+        held.attempt + 1,
+    )
+
+
+@pytest.mark.parametrize("age", [timedelta(hours=1), timedelta(0)], ids=["backlog", "fresh"])
+def test_a_claim_reads_past_a_front_that_other_transactions_hold(connect, queue_cursor, age):
+    # A backlog: the positions move past the held front. Fresh jobs (within the commit
+    # lag): they cannot, and the walk reads past it.
+    jobs = enqueue(60, run_at=timezone.now() - age)
+    locker = connect(autocommit=False)  # holds the first 20 rows: the whole front of 10 * 2
+    locker.execute(
+        "SELECT id FROM jobq_job WHERE id = ANY(%s) FOR UPDATE", [[job.pk for job in jobs[:20]]]
+    )
+    positions = ClaimPositions()
+    claimed = claim(queue_cursor, positions, limit=10)
+    assert [job.id for job in claimed] == [job.pk for job in jobs[20:30]]
+    locker.rollback()
+    ack(queue_cursor, claimed)
+    taken = drain(queue_cursor, positions)
+    # In the backlog, the held rows sort before the positions now: only the probe finds
+    # them. Fresh ones are within the commit lag: the claims read them again.
+    assert leases.probe_claim_positions(queue_cursor, positions) == (age > timedelta(0))
+    taken += drain(queue_cursor, positions)
+    assert not Job.objects.exists()
+    assert len(taken) == 50
+
+
+def drain(cursor, positions):
+    taken = []
+    while batch := claim(cursor, positions, limit=10):
+        taken += batch
+        ack(cursor, batch)
+    return taken
+
+
+def test_a_poison_row_before_year_one_does_not_break_the_positions(queue_cursor):
+    # The only job of its level: its run_at, which Python cannot hold, is the position's.
+    poison = insert_row({"run_at": "'4000-01-01 BC'", "priority": "7"}, label="ancient")
+    enqueue(3)
+    positions = ClaimPositions()
+    claimed = claim(queue_cursor, positions)
+    assert poison in {job.id for job in claimed} and len(claimed) == 4
+    assert positions.levels[7] == Position(claim_positions.NEGATIVE_INFINITY, poison)
+
+
+# -- the worker ---------------------------------------------------------------------------
+
+
+def test_a_burst_worker_probes_before_it_stops():
+    # The first job enqueues a job a day in the past: behind the worker's position.
+    enqueue_behind.enqueue("straggler")
+    enqueue(20)
+    Worker(concurrency=2, batch_size=4, burst=True, poll_interval=0.05, scheduler=False).run()
+    assert "straggler" in labels() and len(labels()) == 21
+    assert not Job.objects.exists()
+
+
+def test_a_running_worker_claims_a_straggler_within_the_probe_interval():
+    from tests.test_poison import RunningWorker
+
+    running = RunningWorker()
+    try:
+        enqueue(10)
+        wait_until(lambda: len(labels()) == 10, what="the first jobs")
+        enqueue_behind.enqueue("straggler")  # behind the worker's position: the probe's
+        wait_until(lambda: "straggler" in labels(), what="the straggler")
+    finally:
+        running.stop()
