@@ -368,45 +368,52 @@ def _backend_remedy(holder: Holder, role: str) -> str:
     return f"End its transaction, or the session (SELECT pg_terminate_backend({pid}))."
 
 
+def _transactions(count: int | None) -> str:
+    return "1 transaction" if count == 1 else f"{count} transactions"
+
+
 def _age(holder: Holder) -> str:
-    """``"for 2.1 h (1523 transactions)"``, or the transactions alone."""
-    transactions = f"{holder.xmin_age} transactions"
+    """``"has held the xmin horizon back for 2.1 h (1523 transactions)"``, or by the
+    transactions alone when the age in seconds is unknown."""
+    transactions = _transactions(holder.xmin_age)
     if holder.transaction_age is None:
-        return f"by {transactions}"
-    return f"for {format_seconds(holder.transaction_age)} ({transactions} ago)"
+        return f"holds the xmin horizon back by {transactions}"
+    seconds = format_seconds(holder.transaction_age)
+    return f"has held the xmin horizon back for {seconds} ({transactions})"
 
 
 def _horizon_finding(holder: Holder, role: str, severity: str) -> Finding:
     subject = holder.subject
     if holder.holder == "backend":
         text = (
-            f"{subject} ({_who(holder)}) has held the xmin horizon {_age(holder)}: vacuum can "
-            f"remove no row version that died since, in the jobq tables or any other. "
+            f"{subject} ({_who(holder)}) {_age(holder)}: vacuum can remove no row version "
+            f"that died since, in the jobq tables or any other. "
             f"{_backend_remedy(holder, role)}"
         )
         return Finding("long-transaction", severity, subject, text)
     if holder.holder == "prepared_transaction":
         gid = _literal(holder.name or "")
         text = (
-            f"{subject} (owner {holder.user_name}, database {holder.database}) has waited "
-            f"{_age(holder).removeprefix('for ')} for COMMIT PREPARED or ROLLBACK PREPARED, "
-            f"holding the xmin horizon and its locks until one comes. Let its transaction "
+            f"{subject} (owner {holder.user_name}, database {holder.database}) {_age(holder)}, "
+            f"waiting for COMMIT PREPARED or ROLLBACK PREPARED, and holds its locks until one "
+            f"comes. Let its transaction "
             f"manager finish it, or in database {holder.database}: COMMIT PREPARED {gid} "
             f"(or ROLLBACK PREPARED {gid})."
         )
         return Finding("prepared-transaction", severity, subject, text)
     if holder.holder == "replication_slot":
         text = (
-            f"{subject} ({holder.state}) holds the xmin horizon back by {holder.xmin_age} "
-            f"transactions for its standby's hot_standby_feedback: vacuum can remove no row "
-            f"version that died since, in any database. If the standby is gone for good, drop "
+            f"{subject} ({holder.state}) holds the xmin horizon back by "
+            f"{_transactions(holder.xmin_age)} for its standby's hot_standby_feedback: vacuum "
+            f"can remove no row version that died since, in any database. If the standby is "
+            f"gone for good, drop "
             f"the slot: SELECT pg_drop_replication_slot({_literal(holder.name or '')}); if it "
             f"is alive, end its long query (a statement_timeout there)."
         )
         return Finding("replication-slot", severity, subject, text)
     text = (
         f"{subject} ({holder.client_addr or 'client hidden'}) holds the xmin horizon back by "
-        f"{holder.xmin_age} transactions through hot_standby_feedback: a long query on the "
+        f"{_transactions(holder.xmin_age)} through hot_standby_feedback: a long query on the "
         f"standby keeps the primary's dead rows. Give queries there a statement_timeout, or turn "
         f"hot_standby_feedback off and let the standby cancel them (max_standby_streaming_delay)."
     )
@@ -417,7 +424,7 @@ def _catalog_finding(holder: Holder) -> Finding:
     subject = holder.subject
     text = (
         f"{subject} ({holder.state}, database {holder.database}) holds catalog_xmin back by "
-        f"{holder.catalog_xmin_age} transactions: the system catalogs bloat (not the jobq "
+        f"{_transactions(holder.catalog_xmin_age)}: the system catalogs bloat (not the jobq "
         f"tables) and the server keeps WAL for it. If its consumer is gone for good, drop it: "
         f"SELECT pg_drop_replication_slot({_literal(holder.name or '')})."
     )

@@ -30,6 +30,9 @@ from tests.factories import JobFactory
 HOLDER_APPLICATION = f"jobq mvcc test {os.getpid()}"
 #: A comment in the holder's statement: the dashboard must not show queries.
 SECRET = "not-for-the-dashboard"
+HOLDER_QUERY = "SELECT count(*) FROM jobq_job /* not-for-the-dashboard */"
+#: The statement of the session that holds a snapshot on the throwaway cluster.
+REPORT_QUERY = "SELECT 1 /* not-for-the-dashboard */"
 
 
 def server_settings() -> tuple[bool, bool]:
@@ -49,7 +52,7 @@ def holder(transactional_db: None) -> Iterator[psycopg.Connection[Any]]:
     report or a forgotten psql session does), until the test ends."""
     session = db.connect(application_name=HOLDER_APPLICATION)
     session.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-    session.execute(f"SELECT count(*) FROM jobq_job /* {SECRET} */")
+    session.execute(HOLDER_QUERY)
     yield session
     session.close()
 
@@ -120,7 +123,7 @@ def test_w005_names_a_transaction_older_than_the_alert_threshold(holder, setting
 
 def test_w006_says_when_the_queue_database_cannot_be_read(manage):
     process = manage("check", "--database", "default", DATABASE_URL="postgres://u@127.0.0.1:1/x")
-    stdout, stderr = process.communicate(timeout=60)
+    _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr  # a warning, not an error
     assert "django_jobq.W006" in stderr and "could not be read" in stderr
 
@@ -254,9 +257,12 @@ def test_prepared_transactions_and_replication_slots_hold_the_horizon(primary):
             codes = {(f.code, f.severity): f for f in found}
             text = codes[("prepared-transaction", mvcc.PROBLEM)].text
             assert "ROLLBACK PREPARED 'doctor-test''s'" in text  # a literal that works
-            assert "pg_drop_replication_slot('doctor_slot')" in codes[
-                ("replication-slot", mvcc.WARNING)  # catalog_xmin: catalogs, not jobq tables
-            ].text
+            assert (
+                "pg_drop_replication_slot('doctor_slot')"
+                in codes[
+                    ("replication-slot", mvcc.WARNING)  # catalog_xmin: catalogs, not jobq tables
+                ].text
+            )
         finally:
             admin.execute("ROLLBACK PREPARED 'doctor-test''s'")
             admin.execute("SELECT pg_drop_replication_slot('doctor_slot')")
@@ -266,7 +272,7 @@ def test_prepared_transactions_and_replication_slots_hold_the_horizon(primary):
 def test_a_role_without_pg_read_all_stats_sees_holders_without_details(primary):
     with session(primary, application_name="nightly report") as report:
         report.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        report.execute(f"SELECT 1 /* {SECRET} */")
+        report.execute(REPORT_QUERY)
         pid = report.info.backend_pid
         new_transactions(primary)
         with session(primary, "doctor_reader") as reader:
@@ -315,9 +321,7 @@ def test_a_standby_with_hot_standby_feedback_holds_the_horizon(primary):
                 fed = wait_until(fed_back, timeout=60, what="the standby's feedback")
                 assert fed.client_addr == "127.0.0.1" and fed.state == "streaming"
                 assert fed.transaction_age is None  # unknown: the query runs elsewhere
-                found = mvcc.horizon_findings(
-                    [fed], "postgres", max_age=None, max_transactions=0
-                )
+                found = mvcc.horizon_findings([fed], "postgres", max_age=None, max_transactions=0)
                 (finding,) = found
                 assert finding.code == "standby-feedback" and finding.problem
                 assert "hot_standby_feedback" in finding.text

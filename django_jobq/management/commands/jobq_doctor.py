@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
+from django.template.defaultfilters import pluralize
 
 from ... import mvcc
 from ...conf import get_settings
@@ -44,6 +45,8 @@ _TABLE_HEADER = (
     "SIZE",
 )
 _INDEX_HEADER = ("INDEX", "TABLE", "SIZE", "BYTES/LIVE ROW")
+#: The report lists the indexes of at least this many bytes (``--json`` lists them all).
+INDEX_LISTED_FROM = 1024 * 1024
 
 
 def _when(moment: datetime | None) -> str | None:
@@ -156,10 +159,13 @@ def _autovacuum(health: mvcc.Health, table: mvcc.TableHealth) -> str:
 
 def write_report(out: OutputWrapper, health: mvcc.Health, found: list[mvcc.Finding]) -> None:
     """The human-readable report: findings, the server, the horizon holders, the tables,
-    the indexes."""
+    the indexes of at least :data:`INDEX_LISTED_FROM` bytes."""
     problems = sum(finding.problem for finding in found)
     if found:
-        out.write(f"Findings ({problems} over a threshold, {len(found) - problems} warnings):")
+        warnings = len(found) - problems
+        out.write(
+            f"Findings ({problems} over a threshold, {warnings} warning{pluralize(warnings)}):"
+        )
         for finding in found:
             out.write(f"{finding.severity.upper():8} {finding.text}")
     else:
@@ -224,20 +230,28 @@ def write_report(out: OutputWrapper, health: mvcc.Health, found: list[mvcc.Findi
         right_aligned={1, 2, 3, 7},
     )
     out.write("")
-    write_table(
-        out,
-        _INDEX_HEADER,
-        [
-            (
-                index.index,
-                index.table,
-                mvcc.format_bytes(index.index_bytes),
-                "-" if index.bytes_per_live_row is None else f"{index.bytes_per_live_row:.0f}",
-            )
-            for index in health.indexes
-        ],
-        right_aligned={2, 3},
-    )
+    listed = [index for index in health.indexes if index.index_bytes >= INDEX_LISTED_FROM]
+    if listed:
+        write_table(
+            out,
+            _INDEX_HEADER,
+            [
+                (
+                    index.index,
+                    index.table,
+                    mvcc.format_bytes(index.index_bytes),
+                    "-" if index.bytes_per_live_row is None else f"{index.bytes_per_live_row:.0f}",
+                )
+                for index in listed
+            ],
+            right_aligned={2, 3},
+        )
+    smaller = len(health.indexes) - len(listed)
+    if smaller:
+        out.write(
+            f"{smaller} index{'es' if smaller != 1 else ''} under "
+            f"{mvcc.format_bytes(INDEX_LISTED_FROM)} not listed (--json lists every index)."
+        )
 
 
 class Command(BaseCommand):
