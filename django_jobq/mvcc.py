@@ -44,7 +44,7 @@ from django.apps import apps
 from django.db import connections
 
 from . import sql
-from .conf import get_settings
+from .conf import JobqSettings, get_settings
 from .stats import format_seconds
 from .text import first_line
 
@@ -181,13 +181,14 @@ class Health:
 @dataclass(frozen=True)
 class Thresholds:
     """When a reading becomes a finding. ``horizon_age``: seconds a holder's transaction
-    may stay open; ``horizon_transactions``: transactions a holder may hold the horizon back
-    by (what judges slots, standbys and hidden sessions, whose age in seconds is unknown);
-    ``None`` judges neither. A table's dead rows are a finding above ``dead_rows`` and above
-    ``dead_ratio`` times its live rows; an index of at least ``index_bytes`` bytes, above
-    ``index_bytes_per_row`` bytes per live row (a healthy ``jobq_job`` index takes 20 to 90)."""
+    may stay open (default: ``JOBQ['ALERT_HORIZON_AGE']``'s default); ``horizon_transactions``:
+    transactions a holder may hold the horizon back by (what judges slots, standbys and
+    hidden sessions, whose age in seconds is unknown); ``None`` judges neither. A table's
+    dead rows are a finding above ``dead_rows`` and above ``dead_ratio`` times its live rows;
+    an index of at least ``index_bytes`` bytes, above ``index_bytes_per_row`` bytes per live
+    row (a healthy ``jobq_job`` index takes 20 to 90)."""
 
-    horizon_age: float | None = 600.0
+    horizon_age: float | None = JobqSettings.ALERT_HORIZON_AGE
     horizon_transactions: int | None = 1_000_000
     dead_rows: int = 100_000
     dead_ratio: float = 1.0
@@ -228,26 +229,31 @@ def _named(cursor: Any) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
-def printable_line(text: str | None, limit: int = QUERY_LENGTH) -> str | None:
-    """The first line of ``text`` (see :func:`django_jobq.text.first_line`), its control
-    characters replaced by ``?`` so that it cannot move a terminal's cursor; ``None`` stays."""
-    if text is None:
-        return None
-    return _CONTROL.sub("?", first_line(text.replace("\t", " "), limit))
+def printable(text: str | None) -> str | None:
+    """``text`` with its control characters replaced by ``?``, so that printing it cannot
+    move a terminal's cursor or forge a line (names and queries come from other sessions);
+    ``None`` stays ``None``."""
+    return None if text is None else _CONTROL.sub("?", text.replace("\t", " "))
+
+
+#: The holder's columns that carry names other sessions chose (made :func:`printable`).
+_NAMES = ("name", "application_name", "user_name", "database")
 
 
 def read_holders(cursor: Any) -> list[Holder]:
     """Who holds the xmin horizon back, the oldest xmin first, read on ``cursor`` (a Django
-    or psycopg cursor on the queue database; one statement, ``sql.MVCC_HORIZON_HOLDERS``)."""
+    or psycopg cursor on the queue database; one statement, ``sql.MVCC_HORIZON_HOLDERS``).
+    Names are :func:`printable`; a query is its first line, at most :data:`QUERY_LENGTH`
+    characters (``None`` when hidden)."""
     cursor.execute(sql.MVCC_HORIZON_HOLDERS)
     holders = []
     for row in _named(cursor):
         hidden = bool(row["hidden"])
-        row.update(
-            hidden=hidden,
-            query=None if hidden else printable_line(row["query"]),
-            application_name=printable_line(row["application_name"]),
-        )
+        statement = None if hidden else row["query"]
+        if statement is not None:
+            statement = first_line(statement.replace("\r\n", "\n"), QUERY_LENGTH)
+        row.update({name: printable(row[name]) for name in _NAMES})
+        row.update(hidden=hidden, query=printable(statement))
         holders.append(Holder(**row))
     return holders
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -20,7 +21,7 @@ from django.urls import reverse
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_jobq import db, metrics, mvcc
+from django_jobq import conf, db, metrics, mvcc, sql
 from django_jobq.checks import check_mvcc_health
 from tests import cluster
 from tests.conftest import wait_until
@@ -96,7 +97,11 @@ def test_w004_names_a_jobq_table_whose_autovacuum_is_off():
 def test_the_mvcc_checks_run_only_with_the_database_checks():
     with connection.cursor() as cursor:
         cursor.execute("ALTER TABLE jobq_job SET (autovacuum_enabled = false)")
-    assert mvcc_messages() == []  # manage.py check without --database
+    (registered,) = [
+        check for check in checks.registry.registry.get_checks() if check is check_mvcc_health
+    ]
+    assert checks.Tags.database in registered.tags  # Django runs it only with databases
+    assert check_mvcc_health() == []  # manage.py check without --database
     assert check_mvcc_health(databases=["other"]) == []  # not the queue's alias
     assert check_mvcc_health(databases=["default"])
 
@@ -327,3 +332,53 @@ def test_a_standby_with_hot_standby_feedback_holds_the_horizon(primary):
                 assert "hot_standby_feedback" in finding.text
     finally:
         standby.remove()
+
+
+@pytest.mark.django_db
+def test_a_partitioned_table_is_read_as_its_partitions():
+    """Should a jobq table be partitioned, its partitions hold the rows and the statistics:
+    the statements read them (the partitioned parent holds none), and skip a name that
+    names no table."""
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE jobq_test_parted (id int) PARTITION BY RANGE (id)")
+        cursor.execute(
+            "CREATE TABLE jobq_test_parted_low PARTITION OF jobq_test_parted FOR VALUES "
+            "FROM (0) TO (10)"
+        )
+        cursor.execute("CREATE INDEX ON jobq_test_parted (id)")
+        names = {"tables": ["jobq_test_parted", "jobq_job", "jobq_no_such_table"]}
+        cursor.execute(sql.MVCC_TABLES, names)
+        assert [row[0] for row in cursor.fetchall()] == ["jobq_job", "jobq_test_parted_low"]
+        cursor.execute(sql.MVCC_INDEXES, names)
+        tables = {row[1] for row in cursor.fetchall()}
+    assert tables == {"jobq_job", "jobq_test_parted_low"}
+
+
+def test_names_and_queries_of_other_sessions_cannot_drive_a_terminal(transactional_db):
+    session = db.connect(application_name="jobq mvcc test escapes")
+    pid = session.info.backend_pid
+    try:
+        session.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        session.execute("SELECT '\x1b[2J\x1b[31mforged\tline' AS x\r\nFROM jobq_job")
+        health = mvcc.read()
+    finally:
+        session.close()
+    seen = held_by(pid, health)
+    assert seen is not None
+    assert seen.query == "SELECT '?[2J?[31mforged line' AS x …"
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"), [(None, None), (90, 90.0), (timedelta(minutes=30), 1800.0)]
+)
+def test_alert_horizon_age_is_seconds_a_timedelta_or_none(value, seconds, settings):
+    settings.JOBQ = {"ALERT_HORIZON_AGE": value}
+    resolved = conf.get_settings().ALERT_HORIZON_AGE
+    assert resolved == seconds
+
+
+@pytest.mark.parametrize("value", [-1, 0, "10m", float("nan"), 20 * 365 * 86400])
+def test_an_alert_horizon_age_that_means_nothing_fails_the_check(value):
+    assert [check_id for check_id, _ in conf.validate({"ALERT_HORIZON_AGE": value})] == [
+        "django_jobq.E003"
+    ]
