@@ -34,7 +34,6 @@ grant.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -46,7 +45,7 @@ from django.db import connections
 from . import sql
 from .conf import JobqSettings, get_settings
 from .stats import format_seconds
-from .text import first_line
+from .text import first_line, printable
 
 #: The kinds of horizon holder, as ``Holder.holder`` and the metrics' ``holder`` label name
 #: them: a session (``backend``), a two-phase transaction, a replication slot, a standby's
@@ -59,8 +58,6 @@ PROBLEM = "problem"
 #: ``Finding.severity`` of a finding worth knowing that fails no check.
 WARNING = "warning"
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
 
 @dataclass(frozen=True)
 class Holder:
@@ -69,7 +66,8 @@ class Holder:
     its consumer's walsender, ``None`` when inactive); ``name`` a prepared transaction's gid
     or a slot's name. ``state`` is the session's (``active``, ``idle in transaction``, ...) or
     a slot's (``active``, ``inactive``). ``query`` is the first line of the session's current
-    or last statement, at most :data:`QUERY_LENGTH` characters, control characters replaced.
+    or last statement, at most :data:`QUERY_LENGTH` characters. Names and queries come from
+    other sessions: their control and invisible characters are replaced by ``?``.
     ``transaction_age`` is seconds since the transaction began (or was prepared): ``None`` for
     slots, standbys and hidden sessions. ``xmin_age`` and ``catalog_xmin_age`` are how many
     transactions began since the xmin it holds (``catalog_xmin``: a slot's, which holds back
@@ -229,22 +227,19 @@ def _named(cursor: Any) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
-def printable(text: str | None) -> str | None:
-    """``text`` with its control characters replaced by ``?``, so that printing it cannot
-    move a terminal's cursor or forge a line (names and queries come from other sessions);
-    ``None`` stays ``None``."""
-    return None if text is None else _CONTROL.sub("?", text.replace("\t", " "))
+def _printable(text: str | None) -> str | None:
+    return None if text is None else printable(text.replace("\t", " "))
 
 
-#: The holder's columns that carry names other sessions chose (made :func:`printable`).
+#: The holder's columns that carry names other sessions chose (made printable).
 _NAMES = ("name", "application_name", "user_name", "database")
 
 
 def read_holders(cursor: Any) -> list[Holder]:
     """Who holds the xmin horizon back, the oldest xmin first, read on ``cursor`` (a Django
     or psycopg cursor on the queue database; one statement, ``sql.MVCC_HORIZON_HOLDERS``).
-    Names are :func:`printable`; a query is its first line, at most :data:`QUERY_LENGTH`
-    characters (``None`` when hidden)."""
+    Names and queries are :func:`django_jobq.text.printable`; a query is its first line, at
+    most :data:`QUERY_LENGTH` characters (``None`` when hidden)."""
     cursor.execute(sql.MVCC_HORIZON_HOLDERS)
     holders = []
     for row in _named(cursor):
@@ -252,8 +247,8 @@ def read_holders(cursor: Any) -> list[Holder]:
         statement = None if hidden else row["query"]
         if statement is not None:
             statement = first_line(statement.replace("\r\n", "\n"), QUERY_LENGTH)
-        row.update({name: printable(row[name]) for name in _NAMES})
-        row.update(hidden=hidden, query=printable(statement))
+        row.update({name: _printable(row[name]) for name in _NAMES})
+        row.update(hidden=hidden, query=_printable(statement))
         holders.append(Holder(**row))
     return holders
 
