@@ -16,6 +16,7 @@ class JobqConfig(AppConfig):
             check_admin,
             check_definitions,
             check_metrics,
+            check_mvcc_health,
             check_schedules,
             check_settings,
             check_tasks_backends,
@@ -27,4 +28,5 @@ class JobqConfig(AppConfig):
         checks.register(check_tasks_backends)
         checks.register(check_definitions)
         checks.register(check_admin, checks.Tags.admin)
+        checks.register(check_mvcc_health, checks.Tags.database)
         autodiscover_modules("jobs")

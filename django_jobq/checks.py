@@ -33,7 +33,17 @@ id                        meaning
 ``django_jobq.W003``      a Django ``@task`` on ``JobqBackend`` is defined in a module that
                           workers do not import (not an app's ``tasks`` or ``jobs`` module,
                           nor imported by one)
+``django_jobq.W004``      autovacuum cannot clean the jobq tables: off for the server, or
+                          ``track_counts`` off, or a jobq table's ``autovacuum_enabled`` is
+                          false (database checks only)
+``django_jobq.W005``      a transaction has held the xmin horizon back longer than
+                          ``JOBQ['ALERT_HORIZON_AGE']`` (database checks only)
+``django_jobq.W006``      the queue database's MVCC health could not be read (database
+                          checks only)
 ========================  ==============================================================
+
+W004-W006 run only with Django's database checks (``manage.py check --database default``,
+naming the queue database's alias): they read the database (:mod:`django_jobq.mvcc`).
 """
 
 from __future__ import annotations
@@ -46,10 +56,10 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.urls import get_resolver
 
-from . import conf, registry, schedules, task_results
+from . import conf, mvcc, registry, schedules, task_results
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
@@ -108,6 +118,49 @@ def check_metrics(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             id="django_jobq.E014",
         )
     ]
+
+
+def check_mvcc_health(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """With the database checks of the queue database's alias: W004 for each reason
+    autovacuum cannot clean the jobq tables, W005 for each transaction that has held the xmin
+    horizon back longer than ``JOBQ['ALERT_HORIZON_AGE']`` (``None``: not checked), W006 if
+    the health cannot be read. Nothing when ``JOBQ`` is invalid or the database is not
+    PostgreSQL (``check_settings`` reports those)."""
+    if not databases or conf.validate(getattr(settings, "JOBQ", {})):
+        return []
+    config = conf.get_settings()
+    alias = config.DATABASE
+    if alias not in databases or alias not in settings.DATABASES:
+        return []
+    if connections[alias].vendor != "postgresql":
+        return []
+    try:
+        health = mvcc.read()
+    except DatabaseError as exc:
+        return [
+            Warning(
+                f"The MVCC health of the queue database {alias!r} could not be read: {exc}".strip(),
+                hint="jobq_doctor reads the same; see docs/operations.md, 'MVCC health'.",
+                id="django_jobq.W006",
+            )
+        ]
+    hint = "manage.py jobq_doctor says more; docs/operations.md ('MVCC health') what to do."
+    messages: list[CheckMessage] = [
+        Warning(finding.text, hint=hint, id="django_jobq.W004")
+        for finding in mvcc.autovacuum_findings(health)
+    ]
+    if config.ALERT_HORIZON_AGE is not None:
+        held = mvcc.horizon_findings(
+            health.holders, health.role, max_age=config.ALERT_HORIZON_AGE, max_transactions=None
+        )
+        messages += [
+            Warning(finding.text, hint=hint, id="django_jobq.W005")
+            for finding in held
+            if finding.problem
+        ]
+    return messages
 
 
 def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:

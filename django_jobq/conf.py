@@ -19,6 +19,7 @@ Users configure django-jobq with one dictionary in their settings module::
         "METRICS_CACHE_TIMEOUT": 5,   # seconds the database gauges are cached per process (0: not)
         "ALERT_OLDEST_READY_AGE": 300,  # seconds: jobq_stats --check fails above; dashboard in red
         "ALERT_DEAD_LETTERS": 0,      # dead letters: jobq_stats --check fails above; None: no check
+        "ALERT_HORIZON_AGE": 600,     # seconds a transaction may hold the xmin horizon back
         "CONNECT_TIMEOUT": 10,        # seconds a worker's own connection may take to open
         "STATEMENT_TIMEOUT": None,    # seconds per worker statement; None: VISIBILITY_TIMEOUT / 3
         "ENQUEUE_UNREGISTERED_KINDS": False,  # True: enqueue kinds this process does not register
@@ -27,10 +28,13 @@ Users configure django-jobq with one dictionary in their settings module::
 
 Durations are seconds (int or float) or ``datetime.timedelta``. ``SCHEDULES`` declares
 recurring jobs (see :mod:`django_jobq.schedules`); :func:`validate` checks its shape (E006),
-and the schedules' system check its values (cron, timezone, payload: E006-E009). The last
-five keys are for observability (docs/operations.md): ``METRICS_TOKEN`` must be ``None`` or
-at least 16 characters (E012), ``STATS_RETENTION`` at least an hour, since the dashboard and
-``jobq_stats`` read the last hour (E013).
+and the schedules' system check its values (cron, timezone, payload: E006-E009). The
+``STATS_RETENTION``, ``METRICS_*`` and ``ALERT_*`` keys are for observability
+(docs/operations.md): ``METRICS_TOKEN`` must be ``None`` or at least 16 characters (E012),
+``STATS_RETENTION`` at least an hour, since the dashboard and ``jobq_stats`` read the last
+hour (E013). ``ALERT_HORIZON_AGE`` is how long a transaction may hold the xmin horizon back
+before ``jobq_stats --check`` and ``jobq_doctor --check`` fail, system check W005 warns and
+the dashboard shows it in red (:mod:`django_jobq.mvcc`).
 
 ``CONNECT_TIMEOUT`` and ``STATEMENT_TIMEOUT`` bound the worker's own connections (main loop,
 heartbeat, listener; :func:`django_jobq.db.connect`, docs/operations.md): a connect timeout
@@ -116,6 +120,7 @@ class JobqSettings:
     METRICS_CACHE_TIMEOUT: float = 5.0
     ALERT_OLDEST_READY_AGE: float = 300.0
     ALERT_DEAD_LETTERS: int | None = 0
+    ALERT_HORIZON_AGE: float | None = 600.0
     CONNECT_TIMEOUT: float = 10.0
     STATEMENT_TIMEOUT: float | None = None
     ENQUEUE_UNREGISTERED_KINDS: bool = False
@@ -152,6 +157,7 @@ _DURATION_KEYS = (
     "STATS_RETENTION",
     "METRICS_CACHE_TIMEOUT",
     "ALERT_OLDEST_READY_AGE",
+    "ALERT_HORIZON_AGE",
     "CONNECT_TIMEOUT",
     "STATEMENT_TIMEOUT",
 )
@@ -161,6 +167,7 @@ _MAY_BE_NONE = (
     "TASK_RESULT_RETENTION",
     "STATS_RETENTION",
     "STATEMENT_TIMEOUT",
+    "ALERT_HORIZON_AGE",
 )
 _MAY_BE_ZERO = ("METRICS_CACHE_TIMEOUT",)  # 0: no cache
 

@@ -5,8 +5,12 @@ Per queue: ready, scheduled and running jobs, the oldest ready job's wait (red a
 charts of the last hour minute by minute (ready depth, oldest ready age, succeeded, failed).
 Below: dead letters by queue and kind, linked to the filtered dead-letter list (shown to
 users who may view dead letters), the jobs waiting for a worker that can run them (live
-workers serve their queue, none has their kind), and the registered workers with the kinds
-they claim (count and fingerprint; the list unfolds), stale ones marked.
+workers serve their queue, none has their kind), the registered workers with the kinds
+they claim (count and fingerprint; the list unfolds), stale ones marked, and the database's
+MVCC health (:mod:`django_jobq.mvcc`): the findings, who holds the xmin horizon back (the
+oldest few, red above ``JOBQ['ALERT_HORIZON_AGE']``; without their queries, which can carry
+data a viewer of jobs should not see: ``jobq_doctor`` shows them) and every jobq table's live
+and dead rows, autovacuum and last vacuum.
 
 Linked from the app's index page and the Jobs list. Needs staff status and the permission to
 view jobs (``django_jobq.view_job`` or ``change_job``); it only reads.
@@ -15,6 +19,7 @@ view jobs (``django_jobq.view_job`` or ``change_job``); it only reads.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
@@ -24,7 +29,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.safestring import SafeString
 
-from . import stats
+from . import mvcc, stats
 from .charts import chart
 from .conf import get_settings
 from .models import DeadLetter
@@ -67,6 +72,72 @@ def _charts(history: stats.QueueHistory | None) -> list[SafeString]:
     ]
 
 
+#: Horizon holders the dashboard lists, the oldest first (``jobq_doctor`` lists them all).
+HOLDERS_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class HolderRow:
+    """A horizon holder's line on the dashboard: its age in seconds or transactions, red
+    when it makes a finding."""
+
+    holder: mvcc.Holder
+    age: str
+    alert: bool
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """A jobq table's line on the dashboard."""
+
+    table: mvcc.TableHealth
+    dead_ratio: str
+    vacuumed: str
+    alert: bool
+
+
+def _ago(moment: datetime | None, now: datetime) -> str:
+    if moment is None:
+        return "never"
+    return f"{stats.format_seconds(max((now - moment).total_seconds(), 0.0))} ago"
+
+
+def _holder_age(holder: mvcc.Holder) -> str:
+    """Its transaction's age, else how many transactions it holds the horizon back by."""
+    if holder.transaction_age is not None:
+        return stats.format_seconds(holder.transaction_age)
+    transactions = holder.xmin_age if holder.xmin_age is not None else holder.catalog_xmin_age
+    return f"{transactions} transactions"
+
+
+def mvcc_context(health: mvcc.Health, thresholds: mvcc.Thresholds) -> dict[str, object]:
+    """The MVCC panel's part of the template context: ``findings`` (problems first),
+    ``holders`` (:class:`HolderRow`, at most :data:`HOLDERS_SHOWN`), ``more_holders``
+    (how many are not shown), ``tables`` (:class:`TableRow`), ``mvcc`` (the health)."""
+    found = mvcc.findings(health, thresholds)
+    flagged = {finding.subject for finding in found if finding.problem}
+    holders = [
+        HolderRow(holder=holder, age=_holder_age(holder), alert=holder.subject in flagged)
+        for holder in health.holders[:HOLDERS_SHOWN]
+    ]
+    tables = [
+        TableRow(
+            table=table,
+            dead_ratio="-" if table.dead_ratio is None else f"{table.dead_ratio:.2f}",
+            vacuumed=_ago(table.vacuumed_at, health.taken_at),
+            alert=f"table {table.table}" in flagged,
+        )
+        for table in health.tables
+    ]
+    return {
+        "mvcc": health,
+        "findings": found,
+        "holders": holders,
+        "more_holders": max(len(health.holders) - HOLDERS_SHOWN, 0),
+        "tables": tables,
+    }
+
+
 def dashboard_view(request: HttpRequest, model_admin: JobAdmin) -> TemplateResponse:
     """Render the dashboard (one :func:`django_jobq.stats.snapshot`).
 
@@ -77,6 +148,7 @@ def dashboard_view(request: HttpRequest, model_admin: JobAdmin) -> TemplateRespo
         raise PermissionDenied
     config = get_settings()
     taken = stats.snapshot()
+    health = mvcc.read()
     rows = []
     for name in taken.queue_names:
         state = taken.queue(name)
@@ -124,5 +196,6 @@ def dashboard_view(request: HttpRequest, model_admin: JobAdmin) -> TemplateRespo
         else stats.format_seconds(config.UNKNOWN_KIND_GRACE),
         "alert_oldest_ready_age": stats.format_seconds(config.ALERT_OLDEST_READY_AGE),
         "history_minutes": stats.HISTORY_MINUTES,
+        **mvcc_context(health, mvcc.Thresholds(horizon_age=config.ALERT_HORIZON_AGE)),
     }
     return TemplateResponse(request, "admin/django_jobq/dashboard.html", context)

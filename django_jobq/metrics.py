@@ -9,8 +9,10 @@ Two kinds, served in two places (docs/operations.md has every name, label and al
   They live in prometheus-client's default registry, so a web process's enqueue counts
   appear wherever that registry is already exposed.
 - **Database gauges** (:class:`DatabaseCollector`): queue depth by state, the oldest ready
-  age, dead letters by queue and kind, live and stale workers. They describe the whole
-  queue, whichever process reads them, so one place serves them: the view in
+  age, dead letters by queue and kind, live and stale workers, and the MVCC health of the
+  queue database (the xmin horizon's age, the jobq tables' live and dead rows, whether
+  autovacuum may clean them, their indexes' sizes: :mod:`django_jobq.mvcc`). They describe
+  the whole queue, whichever process reads them, so one place serves them: the view in
   :mod:`django_jobq.urls`. Reads are cached ``JOBQ['METRICS_CACHE_TIMEOUT']`` seconds.
 
 Several processes on one host (``jobq_worker --processes N``) use prometheus-client's
@@ -55,6 +57,7 @@ from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from .leases import ClaimedJob
+    from .mvcc import Health
     from .stats import Snapshot
 
 #: Upper bounds (seconds) of the job duration and pickup latency buckets, from 5 ms to an
@@ -232,9 +235,10 @@ def handler_finished() -> None:
 class DatabaseCollector:
     """A collector of the gauges read from the queue database, for a registry.
 
-    ``collect()`` reads :func:`django_jobq.stats.snapshot` (without the history) at most once
-    per ``cache_timeout`` seconds (default ``JOBQ['METRICS_CACHE_TIMEOUT']``); concurrent
-    scrapes share one read. Its cost: see ``sql.QUEUE_STATES``.
+    ``collect()`` reads :func:`django_jobq.stats.snapshot` (without the history) and
+    :func:`django_jobq.mvcc.read` at most once per ``cache_timeout`` seconds (default
+    ``JOBQ['METRICS_CACHE_TIMEOUT']``); concurrent scrapes share one read. Its cost: see
+    ``sql.QUEUE_STATES`` (the MVCC statements read catalogs only: milliseconds).
 
     Raises (from ``collect``): database errors, as Django raises them.
     """
@@ -242,15 +246,19 @@ class DatabaseCollector:
     def __init__(self, cache_timeout: float | None = None) -> None:
         self._cache_timeout = cache_timeout
         self._lock = threading.Lock()
-        self._cached: tuple[float, Snapshot] | None = None
+        self._cached: tuple[float, Snapshot, Health] | None = None
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
-        return self._families(None)
+        yield from self._families(None)
+        yield from self._mvcc_families(None)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        return self._families(self._snapshot())
+        snapshot, health = self._read()
+        yield from self._families(snapshot)
+        yield from self._mvcc_families(health)
 
-    def _snapshot(self) -> Snapshot:
+    def _read(self) -> tuple[Snapshot, Health]:
+        from . import mvcc
         from .conf import get_settings
         from .stats import snapshot
 
@@ -260,8 +268,59 @@ class DatabaseCollector:
         with self._lock:
             now = time.monotonic()
             if self._cached is None or now - self._cached[0] >= timeout:
-                self._cached = (now, snapshot(history=False))
-            return self._cached[1]
+                self._cached = (now, snapshot(history=False), mvcc.read())
+            return self._cached[1], self._cached[2]
+
+    @staticmethod
+    def _mvcc_families(health: Health | None) -> Iterator[GaugeMetricFamily]:
+        from .mvcc import HOLDERS
+
+        horizon_age = GaugeMetricFamily(
+            "jobq_xmin_horizon_age_seconds",
+            "Seconds the oldest transaction holding back the queue database's xmin horizon has "
+            "been open: a session's or a prepared transaction's (other roles' sessions count "
+            "only with pg_read_all_stats); 0: none. Vacuum removes no row version that died "
+            "since.",
+        )
+        horizon_transactions = GaugeMetricFamily(
+            "jobq_xmin_horizon_age_transactions",
+            "Transactions by which each kind of holder holds the xmin horizon back, the "
+            "oldest: backend (a session), prepared_transaction, replication_slot (its xmin), "
+            "standby (hot_standby_feedback); 0: none.",
+            labels=("holder",),
+        )
+        dead = GaugeMetricFamily(
+            "jobq_table_dead_rows",
+            "Dead row versions of each jobq table (the statistics' estimate).",
+            labels=("table",),
+        )
+        live = GaugeMetricFamily(
+            "jobq_table_live_rows",
+            "Live rows of each jobq table (the statistics' estimate).",
+            labels=("table",),
+        )
+        autovacuum = GaugeMetricFamily(
+            "jobq_table_autovacuum_enabled",
+            "1 if autovacuum may vacuum the jobq table (the server's autovacuum and "
+            "track_counts on, the table's autovacuum_enabled not false), else 0.",
+            labels=("table",),
+        )
+        index_size = GaugeMetricFamily(
+            "jobq_index_size_bytes",
+            "Size of each index of the jobq tables, in bytes.",
+            labels=("table", "index"),
+        )
+        if health is not None:
+            horizon_age.add_metric((), health.oldest_transaction_age)
+            for holder in HOLDERS:
+                horizon_transactions.add_metric((holder,), health.oldest_xmin_age(holder))
+            for table in health.tables:
+                dead.add_metric((table.table,), table.dead_rows)
+                live.add_metric((table.table,), table.live_rows)
+                autovacuum.add_metric((table.table,), int(table.autovacuum))
+            for index in health.indexes:
+                index_size.add_metric((index.table, index.index), index.index_bytes)
+        yield from (horizon_age, horizon_transactions, dead, live, autovacuum, index_size)
 
     @staticmethod
     def _families(snapshot: Snapshot | None) -> Iterator[GaugeMetricFamily]:

@@ -16,6 +16,8 @@ so fitting twice is fitting once.
 
 from __future__ import annotations
 
+import unicodedata
+
 from .models import DeadLetter, Job
 
 #: Error messages and tracebacks (``text`` columns) are kept up to this many characters.
@@ -24,6 +26,9 @@ MAX_ERROR_LENGTH = 64 * 1024
 MAX_REASON_LENGTH: int = DeadLetter._meta.get_field("reason").max_length  # type: ignore[assignment]
 #: A worker id: ``Job.worker_id``'s ``max_length``.
 MAX_WORKER_ID_LENGTH: int = Job._meta.get_field("worker_id").max_length  # type: ignore[assignment]
+#: Unicode categories :func:`printable` replaces: control (escape, newline, tab, NUL, ...),
+#: format (zero-width and bidirectional marks), surrogates, line and paragraph separators.
+UNPRINTABLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 
 def _marker(dropped: int) -> str:
@@ -60,3 +65,14 @@ def first_line(text: str, limit: int = 300) -> str:
     more lines follow: for one-line log messages and reasons."""
     line, _, rest = text.strip().partition("\n")
     return bounded(line + " …", limit) if rest.strip() else bounded(line, limit)
+
+
+def printable(text: str) -> str:
+    """``text`` with each character of :data:`UNPRINTABLE_CATEGORIES` replaced by ``?``: safe
+    to print on a terminal or a log line when someone else chose it (another session's
+    application name or query), which could otherwise move the cursor, forge a line or
+    reverse what follows."""
+    return "".join(
+        "?" if unicodedata.category(character) in UNPRINTABLE_CATEGORIES else character
+        for character in text
+    )

@@ -109,14 +109,29 @@ class Cluster:
                 f"{log.read_text() if log.exists() else ''}"
             )
 
-    def start(self) -> None:
+    def start(self, **settings: str) -> None:
+        """initdb and start; ``settings`` are more server settings (``wal_level="logical"``)."""
         self._run(
             *(str(self.bindir / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres"),
             *("--no-sync", "-E", "UTF8", "--locale=C"),
         )
+        self._start_server(settings)
+
+    def start_as_standby(self, primary: Cluster, **settings: str) -> None:
+        """Copy ``primary`` (``pg_basebackup -R``: streaming replication, no slot) and start
+        as its hot standby; ``settings`` as for :meth:`start`."""
+        self._run(
+            str(self.bindir / "pg_basebackup"),
+            *("-D", str(self.data), "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres"),
+            *("-R", "--no-sync", "--checkpoint=fast"),
+        )
+        self._start_server(settings)
+
+    def _start_server(self, settings: dict[str, str]) -> None:
         options = (
             f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+            + "".join(f" -c {name}={value}" for name, value in settings.items())
         )
         self._run(*self._pg_ctl("-l", str(self.directory / "server.log"), "-o", options, "start"))
 

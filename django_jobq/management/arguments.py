@@ -49,3 +49,19 @@ def seconds(high: float = math.inf, *, zero: bool = False) -> Callable[[str], fl
         return value
 
     return parse
+
+
+def at_least_zero(what: str) -> Callable[[str], float]:
+    """A number (``what`` names its unit in the error: "a ratio"), finite and at least 0.
+    NaN and infinity are refused."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value >= 0):
+            raise ArgumentTypeError(f"expected {what}, finite and at least 0, not {text!r}")
+        return value
+
+    return parse

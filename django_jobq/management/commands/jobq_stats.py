@@ -10,6 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 from django.utils import timezone
 
+from ... import mvcc
 from ...conf import get_settings
 from ...stats import Outcomes, Snapshot, format_seconds, snapshot
 from ..arguments import bounded_int, seconds
@@ -236,8 +237,9 @@ class Command(BaseCommand):
         "outcomes over the last minute and hour, p50/p99 handler duration), the dead letters "
         "by kind and the registered workers. --json prints the same as JSON. --check exits "
         f"with status {CHECK_FAILED} when a queue's oldest ready job has waited longer than "
-        "the threshold or the dead letters exceed theirs; it warns (without failing) about "
-        "jobs that wait for a worker that can run them."
+        "the threshold, the dead letters exceed theirs, or a transaction has held the xmin "
+        "horizon back longer than its own (jobq_doctor says more); it warns (without failing) "
+        "about jobs that wait for a worker that can run them."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -261,25 +263,44 @@ class Command(BaseCommand):
             help="With --check: the most dead letters acceptable, all queues together, at "
             "least 0 (default JOBQ['ALERT_DEAD_LETTERS'], 0).",
         )
+        parser.add_argument(
+            "--max-horizon-age",
+            type=seconds(zero=True),
+            metavar="SECONDS",
+            help="With --check: the longest a transaction (a session's, a prepared one) may "
+            "hold the xmin horizon back, finite and at least 0 (default "
+            "JOBQ['ALERT_HORIZON_AGE'], 600).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         config = get_settings()
         max_age = options["max_oldest_ready_age"]
         max_dead = options["max_dead_letters"]
+        max_horizon = options["max_horizon_age"]
+        if max_horizon is None:
+            max_horizon = config.ALERT_HORIZON_AGE
         taken = snapshot()
         problems = []
+        horizon_warnings = []
         if options["check"]:
             problems = find_problems(
                 taken,
                 max_oldest_ready_age=config.ALERT_OLDEST_READY_AGE if max_age is None else max_age,
                 max_dead_letters=config.ALERT_DEAD_LETTERS if max_dead is None else max_dead,
             )
+            if max_horizon is not None:
+                health = mvcc.read()
+                horizon = mvcc.horizon_findings(
+                    health.holders, health.role, max_age=max_horizon, max_transactions=None
+                )
+                problems += [finding.text for finding in horizon if finding.problem]
+                horizon_warnings = [finding.text for finding in horizon if not finding.problem]
         if options["json"]:
             self.stdout.write(json.dumps(as_json(taken, problems), indent=2))
         else:
             write_tables(self.stdout, taken)
         if options["check"]:
-            for warning in find_warnings(taken):
+            for warning in [*find_warnings(taken), *horizon_warnings]:
                 self.stderr.write(f"warning: {warning}")
         if problems:
             raise CommandError("; ".join(problems), returncode=CHECK_FAILED)
