@@ -10,7 +10,9 @@ no form here edits one: editing a running job would bypass its lease. What staff
   the filtered queryset goes to :func:`.operations.redrive`, one statement per batch) and a
   "Redrive" button on the detail page, both needing what the list needs (Django's view or
   change permission on dead letters) and ``django_jobq.redrive_deadletter``; and Django's
-  own delete.
+  own delete. **Dead letters by cause** (:mod:`.cause_pages`, linked above the list) groups
+  them by fingerprint, and redrives or deletes a whole cause after a confirmation, with the
+  same permissions.
 
 The **dashboard** (:mod:`.dashboard`, linked from the app index and the Jobs list) shows the
 queue at a glance to staff who may view jobs.

@@ -3,6 +3,7 @@ removes, computed by PostgreSQL; and every way a dead letter comes to exist fill
 worker's dead letters of jobs and tasks, the maintenance's unknown-kind sweep, the ORM, and
 the rows that were there before migration 0010."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -15,6 +16,7 @@ from django_jobq import fingerprints
 from django_jobq.models import DeadLetter, Job, WorkerProcess
 from django_jobq.worker import Worker
 from django_jobq.worker.maintenance import Maintenance
+from tests.conftest import REPO_ROOT
 from tests.factories import DeadLetterFactory, JobFactory
 from tests.poison import insert_row
 from tests.testapp import tasks
@@ -73,6 +75,22 @@ def test_each_rule_does_what_its_example_says(rule):
 @pytest.mark.parametrize(("error", "expected"), EXAMPLES)
 def test_numbers_ids_and_quoted_values_go_and_the_rest_stays(error, expected):
     assert fingerprint_of(error) == expected
+
+
+DOC_EXAMPLES = re.findall(
+    r"^\| `([^`]+)` \| `([^`]+)` \|$",
+    (REPO_ROOT / "docs" / "retries-and-dead-letters.md").read_text(),
+    re.MULTILINE,
+)
+
+
+@pytest.mark.parametrize(("error", "expected"), DOC_EXAMPLES)
+def test_the_documented_examples_are_what_postgresql_computes(error, expected):
+    assert fingerprint_of(error) == expected
+
+
+def test_the_docs_show_examples():
+    assert len(DOC_EXAMPLES) >= 5
 
 
 def test_values_make_one_group_and_exception_classes_keep_theirs_apart():

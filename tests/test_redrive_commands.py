@@ -265,14 +265,42 @@ def test_redrive_of_a_group_no_dead_letter_has_is_an_error(causes):
 DOC = (REPO_ROOT / "docs" / "retries-and-dead-letters.md").read_text()
 
 
+def documented_causes():
+    """The dead letters of the docs' examples of causes: 120 of an expired coupon, 4
+    timeouts of a partner."""
+    died = datetime(2026, 11, 29, 15, 23, 7, tzinfo=UTC)
+    for n in range(120):
+        DeadLetterFactory(
+            kind="shop.jobs.award_loyalty_points",
+            last_error=f"ValueError: order {1000 + n} uses the expired coupon 'EXPIRED': no "
+            "loyalty points can be awarded until the order is fixed",
+            died_at=died - timedelta(minutes=n),
+        )
+    for n in range(4):
+        DeadLetterFactory(
+            kind="shop.jobs.notify_order_webhook",
+            queue="webhooks",
+            last_error=f"TimeoutError: partner.example.com timed out after {10 + n}.0 s",
+            died_at=died - timedelta(minutes=n),
+        )
+
+
 def test_the_documented_redrive_commands_parse(dead_letters):
+    documented_causes()
     lines = [line for line in DOC.splitlines() if line.startswith("python manage.py jobq_redrive")]
-    assert len(lines) == 6
+    assert len(lines) == 7
     for line in lines:
         args = shlex.split(line, comments=True)[3:]
         output = run("jobq_redrive", *args, *([] if "--dry-run" in args else ["--dry-run"]))
         assert "would be redriven" in output, line
-    assert DeadLetter.objects.count() == 4
+    assert DeadLetter.objects.count() == 4 + 124
+
+
+def test_the_documented_groups_are_what_the_command_prints():
+    documented_causes()
+    command = "$ python manage.py jobq_deadletters --groups\n"
+    documented = DOC.split(command, 1)[1].split("```", 1)[0]
+    assert run("jobq_deadletters", "--groups") == documented
 
 
 def test_the_documented_summary_is_what_the_command_prints():

@@ -8,12 +8,57 @@ or dead letter of a job waits at most 100 ms for the table (``sql.SET_SHORT_LOCK
 and is written again later, the unknown-kind sweep and the admin's dead-letter pages wait;
 claims and acks go on. The expression below is a frozen copy of
 ``fingerprints.expression()``: a change of the rules is a new migration that removes the
-column and adds it again.
+column and adds it again. Another database that merely holds the app's tables (the queue
+lives on PostgreSQL, check ``django_jobq.E001``) has no ``regexp_replace()``: it gets a
+plain nullable ``fingerprint`` column, which nothing fills.
 """
+
+from typing import Any
 
 import django.db.models.functions.comparison
 import django.db.models.functions.text
 from django.db import migrations, models
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+
+
+class AddGeneratedFieldOnPostgreSQL(migrations.AddField):
+    """``AddField`` of a generated column on PostgreSQL; elsewhere, a plain nullable text
+    column of the same name (the same table shape, for a database that holds the tables
+    without running the queue)."""
+
+    def _plain(self, model: Any) -> models.Field[Any, Any]:
+        column = models.TextField(null=True)
+        column.set_attributes_from_name(self.name)
+        column.model = model
+        return column
+
+    def database_forwards(
+        self,
+        app_label: str,
+        schema_editor: BaseDatabaseSchemaEditor,
+        from_state: Any,
+        to_state: Any,
+    ) -> None:
+        if schema_editor.connection.vendor == "postgresql":
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+            return
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if self.allow_migrate_model(schema_editor.connection.alias, model):
+            schema_editor.add_field(model, self._plain(model))
+
+    def database_backwards(
+        self,
+        app_label: str,
+        schema_editor: BaseDatabaseSchemaEditor,
+        from_state: Any,
+        to_state: Any,
+    ) -> None:
+        if schema_editor.connection.vendor == "postgresql":
+            super().database_backwards(app_label, schema_editor, from_state, to_state)
+            return
+        model = from_state.apps.get_model(app_label, self.model_name)
+        if self.allow_migrate_model(schema_editor.connection.alias, model):
+            schema_editor.remove_field(model, self._plain(model))
 
 
 class Migration(migrations.Migration):
@@ -22,7 +67,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.AddField(
+        AddGeneratedFieldOnPostgreSQL(
             model_name="deadletter",
             name="fingerprint",
             field=models.GeneratedField(
