@@ -13,6 +13,8 @@ lives on PostgreSQL, check ``django_jobq.E001``) has no ``regexp_replace()``: it
 plain nullable ``fingerprint`` column, which nothing fills.
 """
 
+from __future__ import annotations
+
 from typing import Any
 
 import django.db.models.functions.comparison
