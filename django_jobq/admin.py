@@ -10,7 +10,9 @@ no form here edits one: editing a running job would bypass its lease. What staff
   the filtered queryset goes to :func:`.operations.redrive`, one statement per batch) and a
   "Redrive" button on the detail page, both needing what the list needs (Django's view or
   change permission on dead letters) and ``django_jobq.redrive_deadletter``; and Django's
-  own delete.
+  own delete. **Dead letters by cause** (:mod:`.cause_pages`, linked above the list) groups
+  them by fingerprint, and redrives or deletes a whole cause after a confirmation, with the
+  same permissions.
 
 The **dashboard** (:mod:`.dashboard`, linked from the app index and the Jobs list) shows the
 queue at a glance to staff who may view jobs.
@@ -49,7 +51,7 @@ from django.utils.text import Truncator
 from django_object_actions import DjangoObjectActions
 from django_object_actions import action as object_action
 
-from . import operations
+from . import cause_pages, operations
 from .conf import get_settings
 from .dashboard import dashboard_view
 from .models import DeadLetter, Job
@@ -295,6 +297,7 @@ class DeadLetterAdmin(DjangoObjectActions, _JobFieldsDisplay, DeadLetterAdminBas
         ("created_at_shown", "died_at"),
         "idempotency_key",
         "reason",
+        "cause",
         "payload_json",
         "last_error_text",
         "traceback_text",
@@ -302,6 +305,8 @@ class DeadLetterAdmin(DjangoObjectActions, _JobFieldsDisplay, DeadLetterAdminBas
     readonly_fields = flatten(fields)
     actions = ("redrive_selected",)
     change_actions = ("redrive",)
+    # django-object-actions' list template, with a link to the dead letters by cause.
+    change_list_template = "admin/django_jobq/deadletter/change_list.html"
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -325,7 +330,27 @@ class DeadLetterAdmin(DjangoObjectActions, _JobFieldsDisplay, DeadLetterAdminBas
             self.admin_site.admin_view(self.redrive_view),
             name="django_jobq_deadletter_redrive",
         )
-        return [button, *super().get_urls()]
+        view = self.admin_site.admin_view
+        by_cause = [
+            path(
+                "causes/",
+                view(lambda request: cause_pages.causes_view(request, self)),
+                name="django_jobq_deadletter_causes",
+            ),
+            *(
+                path(
+                    f"causes/{action.name}/",
+                    view(
+                        lambda request, action=action: cause_pages.cause_action_view(
+                            request, self, action
+                        )
+                    ),
+                    name=f"django_jobq_deadletter_{action.name}_cause",
+                )
+                for action in (cause_pages.REDRIVE, cause_pages.DELETE)
+            ),
+        ]
+        return [button, *by_cause, *super().get_urls()]
 
     @admin.display(description="error")
     def error_summary(self, obj: DeadLetter) -> str:
@@ -336,10 +361,23 @@ class DeadLetterAdmin(DjangoObjectActions, _JobFieldsDisplay, DeadLetterAdminBas
     def traceback_text(self, obj: DeadLetter) -> SafeString:
         return _pre(obj.traceback)
 
+    @admin.display(description="cause")
+    def cause(self, obj: DeadLetter) -> SafeString:
+        """The fingerprint, linked to the list of the dead letters sharing it."""
+        return format_html(
+            '<a href="{}"><code>{}</code></a>',
+            cause_pages.list_url(self, obj.fingerprint),
+            obj.fingerprint,
+        )
+
     @admin.action(permissions=["redrive"], description="Redrive selected dead letters")
     def redrive_selected(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
         selected = queryset.count()
-        created = operations.redrive(queryset)
+        self.report_redrive(request, selected, operations.redrive(queryset))
+
+    def report_redrive(self, request: HttpRequest, selected: int, created: int) -> None:
+        """Say that ``created`` jobs came of ``selected`` dead letters, and why the others
+        were left in place."""
         self.message_user(
             request, f"{created} dead letter{pluralize(created)} redriven as new jobs."
         )

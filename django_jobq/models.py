@@ -19,6 +19,8 @@ from django.db import models
 from django.db.models.functions import Now
 from django.db.models.lookups import Exact
 
+from . import fingerprints
+
 
 class IsFinite(models.Func):
     """PostgreSQL's ``isfinite(timestamptz)``: false for 'infinity' and '-infinity'."""
@@ -200,6 +202,13 @@ class DeadLetter(models.Model):
     last_error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
     died_at = models.DateTimeField(db_default=Now())
+    # Computed by PostgreSQL in every insert, whoever writes the row (django_jobq.fingerprints).
+    fingerprint = models.GeneratedField(
+        expression=fingerprints.expression(),
+        output_field=models.TextField(),
+        db_persist=True,
+        help_text="The error's first line, its values replaced: dead letters of one cause.",
+    )
 
     class Meta:
         db_table = "jobq_dead_letter"
@@ -207,6 +216,10 @@ class DeadLetter(models.Model):
         indexes = [
             models.Index(fields=["queue", "kind"], name="jobq_dead_queue_kind_idx"),
             models.Index(fields=["died_at"], name="jobq_dead_died_at_idx"),
+            # Serve the dead letters by cause (sql.DEAD_LETTER_CAUSES: a pass in fingerprint
+            # order; a seek per kind of a cause) and the list of one cause, newest first.
+            models.Index(fields=["fingerprint", "died_at", "id"], name="jobq_dead_fingerprint_idx"),
+            models.Index(fields=["fingerprint", "kind"], name="jobq_dead_fingerprint_kind_idx"),
             # Serves redrive's "oldest dead letter per idempotency key" check.
             models.Index(
                 fields=["kind", "idempotency_key"],

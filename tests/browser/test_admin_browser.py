@@ -206,3 +206,52 @@ def test_staff_who_may_view_jobs_see_the_dashboard_without_dead_letters(
         "2",
     ]
     assert page.locator("#jobq-dead-letters").count() == 0
+
+
+def test_operator_redrives_the_dead_letters_of_one_cause(
+    log_in, live_server, django_user_model, screenshots
+):
+    make_dead_letters(120, kind=KIND, queue="default")
+    for n in range(4):
+        DeadLetterFactory(
+            kind="shop.jobs.notify_order_webhook",
+            queue="webhooks",
+            last_error=f"TimeoutError: partner.example.com timed out after {10 + n}.0 s",
+        )
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "pw")
+    page = log_in(admin)
+
+    page.goto(f"{live_server.url}/admin/django_jobq/deadletter/")
+    page.click("#toggle-nav-sidebar")  # room for the table in the screenshot
+    page.locator(".object-tools").get_by_role("link", name="Dead letters by cause").click()
+    page.wait_for_selector("#jobq-causes")
+    assert "124 dead letters in 2 causes" in page.locator("#jobq-causes-summary").inner_text()
+    rows = page.locator("#jobq-causes tr.jobq-cause")
+    assert rows.count() == 2
+    first = rows.first
+    assert first.locator(".jobq-cause-list").inner_text() == "120"
+    assert first.locator(".jobq-fingerprint").inner_text() == (
+        "ValueError: order <n> uses the expired coupon <str>: no loyalty points can be awarded "
+        "until the order is fixed"
+    )
+    assert first.locator(".jobq-kinds").inner_text() == KIND
+    page.screenshot(path=screenshots / "dead-letter-causes.png", full_page=True)
+
+    first.locator(".jobq-redrive").click()
+    page.wait_for_selector("#jobq-cause")
+    assert "redrive the 120 dead letters" in page.locator("#content-main").inner_text()
+    assert DeadLetter.objects.count() == 124  # the confirmation page changes nothing
+    page.get_by_role("button", name="Yes, redrive them").click()
+
+    page.wait_for_selector(".messagelist")
+    assert "120 dead letters redriven as new jobs." in page.locator(".messagelist").inner_text()
+    assert page.locator("#jobq-causes tr.jobq-cause").count() == 1
+    assert page.locator("#jobq-causes .jobq-kinds").inner_text() == "shop.jobs.notify_order_webhook"
+    assert Job.objects.filter(kind=KIND).count() == 120
+    assert list(DeadLetter.objects.values_list("kind", flat=True).distinct()) == [
+        "shop.jobs.notify_order_webhook"
+    ]
+
+    page.locator("#jobq-causes .jobq-cause-list").click()  # the list of the cause left
+    page.wait_for_selector("#jobq-cause-filter")
+    assert "4 dead letters" in page.locator(".paginator").inner_text()

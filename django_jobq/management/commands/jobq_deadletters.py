@@ -1,5 +1,6 @@
 """``manage.py jobq_deadletters``: the dead letters, summarised by queue, kind and reason,
-or listed one per line with ``--list``."""
+grouped by cause with ``--groups`` (:mod:`django_jobq.causes`), or listed one per line with
+``--list``; ``--group`` narrows any of them to one cause."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from django.template.defaultfilters import pluralize
 from django.utils import timezone
 from django.utils.text import Truncator
 
-from ... import text
+from ... import causes, text
 from ...conf import get_settings
 from ...models import DeadLetter
 from ..arguments import bounded_int
@@ -21,6 +22,7 @@ from ..tables import write_table
 
 _SUMMARY_HEADER = ("QUEUE", "KIND", "REASON", "COUNT", "LAST DIED")
 _LIST_HEADER = ("ID", "JOB", "QUEUE", "KIND", "REASON", "DIED", "ERROR")
+_GROUPS_HEADER = ("COUNT", "FIRST DIED", "LAST DIED", "KINDS", "FINGERPRINT")
 
 
 def _when(moment: Any) -> str:
@@ -30,14 +32,26 @@ def _when(moment: Any) -> str:
 class Command(BaseCommand):
     help = (
         "Summarise the dead letters: one line per queue, kind and reason with the count and "
-        "the newest died_at. --list prints the newest dead letters one per line instead. "
-        "--json prints either as JSON (reasons and errors untruncated)."
+        "the newest died_at. --groups prints their causes instead (the biggest first), "
+        "--list the newest dead letters one per line; --group FINGERPRINT narrows any of "
+        "them to one cause. --json prints JSON (reasons, errors and fingerprints whole)."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
-        parser.add_argument(
+        shown = parser.add_mutually_exclusive_group()
+        shown.add_argument(
             "--list", action="store_true", help="One line per dead letter, newest first."
+        )
+        shown.add_argument(
+            "--groups",
+            action="store_true",
+            help="One line per cause (error fingerprint), the most dead letters first.",
+        )
+        parser.add_argument(
+            "--group",
+            metavar="FINGERPRINT",
+            help="Only the dead letters of this cause (a fingerprint as --groups prints it).",
         )
         parser.add_argument("--kind", help="With --list: only this kind.")
         parser.add_argument(
@@ -45,13 +59,18 @@ class Command(BaseCommand):
             type=bounded_int(1),
             default=50,
             metavar="N",
-            help="With --list: at most this many, at least 1 (default 50).",
+            help="With --list or --groups: at most this many, at least 1 (default 50).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         dead_letters = DeadLetter.objects.using(get_settings().DATABASE)
+        if options["group"] is not None:
+            dead_letters = dead_letters.filter(fingerprint=options["group"])
         if options["list"]:
             self._list(dead_letters, options)
+            return
+        if options["groups"]:
+            self._groups(options)
             return
         groups = list(
             dead_letters.values("queue", "kind", "reason")
@@ -117,3 +136,51 @@ class Command(BaseCommand):
                 ],
                 right_aligned={0, 1},
             )
+
+    def _groups(self, options: dict[str, Any]) -> None:
+        if options["group"] is not None:
+            cause = causes.get(options["group"])
+            found = [cause] if cause else []
+            total_causes = len(found)
+        else:
+            page = causes.page(limit=options["limit"])
+            found, total_causes = page.causes, page.cause_count
+        if options["json"]:
+            self.stdout.write(json.dumps([_cause_json(cause) for cause in found], indent=2))
+            return
+        if not found:
+            self.stdout.write("No dead letters.")
+            return
+        write_table(
+            self.stdout,
+            _GROUPS_HEADER,
+            [
+                (
+                    str(cause.dead_letters),
+                    _when(cause.first_died),
+                    _when(cause.last_died),
+                    Truncator(", ".join(cause.kinds) + (", …" if cause.more_kinds else "")).chars(
+                        60
+                    ),
+                    cause.fingerprint,
+                )
+                for cause in found
+            ],
+            right_aligned={0},
+        )
+        if len(found) < total_causes:
+            self.stdout.write(
+                f"The {len(found)} biggest of {total_causes} groups (--limit for more)."
+            )
+
+
+def _cause_json(cause: causes.Cause) -> dict[str, Any]:
+    return {
+        "fingerprint": cause.fingerprint,
+        "count": cause.dead_letters,
+        "first_died": cause.first_died.isoformat(),
+        "last_died": cause.last_died.isoformat(),
+        "kinds": cause.kinds,
+        "more_kinds": cause.more_kinds,
+        "example_id": cause.example_id,
+    }

@@ -50,6 +50,11 @@ class Command(BaseCommand):
             "--reason", help='Reason starts with this, e.g. "failed" or "max attempts".'
         )
         parser.add_argument(
+            "--group",
+            metavar="FINGERPRINT",
+            help="This cause: a fingerprint exactly as jobq_deadletters --groups prints it.",
+        )
+        parser.add_argument(
             "--since",
             type=parse_since,
             help="Died at or after: an ISO date/time, or a duration ago (30m, 2h, 7d).",
@@ -70,6 +75,7 @@ class Command(BaseCommand):
             "kind__in": options["kind"],
             "queue__in": options["queue"],
             "reason__startswith": options["reason"],
+            "fingerprint": options["group"],
             "died_at__gte": options["since"],
             "id__in": options["ids"],
         }
@@ -78,8 +84,16 @@ class Command(BaseCommand):
             raise CommandError("--all redrives every dead letter: drop it or drop the filters.")
         if not filters and not options["all"]:
             raise CommandError(
-                "No filter given: pass --kind, --queue, --reason, --since or --id, "
+                "No filter given: pass --kind, --queue, --reason, --group, --since or --id, "
                 "or --all to redrive every dead letter."
+            )
+        if (
+            options["group"] is not None
+            and not dead_letters.filter(fingerprint=options["group"]).exists()
+        ):
+            raise CommandError(
+                f"No dead letter has the fingerprint {options['group']!r} (redriven or deleted "
+                "already, or mistyped): jobq_deadletters --groups lists them."
             )
         matching = dead_letters.filter(**filters)
         count = matching.count()
