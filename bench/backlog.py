@@ -384,11 +384,15 @@ class Backlog:
         conn.execute("CHECKPOINT")
         return time.perf_counter() - started
 
-    def statements(self, offset: int) -> list[statement_log.Statement]:
-        """The watched statements the server logged from byte ``offset`` of its log."""
+    def statements(self, offset: int, extra: dict[str, Any]) -> list[statement_log.Statement]:
+        """The watched statements the server logged from byte ``offset`` of its log; how
+        much log that was and how long reading it took go into ``extra``."""
         if self.cluster.settings.get("log_min_duration_statement") != "0":
             return []
+        started = time.monotonic()
         found = statement_log.read(self.cluster.log, offset)
+        extra["log_mb"] = (self.cluster.log.stat().st_size - offset) / 2**20
+        extra["log_read_s"] = time.monotonic() - started
         if not any(statement.group == "claim" for statement in found):
             raise HarnessError(
                 f"no claim statement recognised in {self.cluster.log} (did sql.CLAIM_JOBS_* "
@@ -448,6 +452,8 @@ class Backlog:
                 )
             table_after = table_facts(conn)
         seconds = (ended - started) / 1e9
+        extra: dict[str, Any] = {}
+        statements = self.statements(offset, extra)
         drain = Drain(
             jobs=jobs,
             fill_seconds=fill_seconds,
@@ -458,13 +464,8 @@ class Backlog:
             table_after=table_after,
             worker_exit_seconds=[(ns - started) / 1e9 for _, ns in exits],
             snapshot=held,
-            **summarise(
-                list(records.starts.values()),
-                started,
-                seconds,
-                self.statements(offset),
-                clock_offset,
-            ),
+            extra=extra,
+            **summarise(list(records.starts.values()), started, seconds, statements, clock_offset),
         )
         shutil.rmtree(run_dir, ignore_errors=True)
         print(f"  {name}: {describe(drain)}", file=sys.stderr, flush=True)
@@ -579,6 +580,20 @@ class Backlog:
                 min(max(0, (ns - started) // 1_000_000_000), len(arrival_series) - 1)
             ] += 1
         drained = [ns for ns in records.starts.values() if ns <= ended]
+        extra = {
+            "backlog": jobs,
+            "offered_rate": rate,
+            "arrived": produced["jobs"],
+            "arrived_while_draining": sum(1 for ns in arrivals.values() if ns <= ended),
+            "producer_rate": produced["jobs"] / produced["seconds"],
+            "producer_late_ms": produced["late_ms"],
+            "caught_up": caught_up is not None,
+            "max_seconds": max_seconds,
+            "backlog_done_s": (backlog_done - started) / 1e9,
+            "arrival_series": arrival_series,
+            "total_jobs": total,
+        }
+        statements = self.statements(offset, extra)
         drain = Drain(
             jobs=len(drained),
             fill_seconds=fill_seconds,
@@ -587,20 +602,8 @@ class Backlog:
             activity=activity,
             table_before=table_before,
             table_after=table_after,
-            extra={
-                "backlog": jobs,
-                "offered_rate": rate,
-                "arrived": produced["jobs"],
-                "arrived_while_draining": sum(1 for ns in arrivals.values() if ns <= ended),
-                "producer_rate": produced["jobs"] / produced["seconds"],
-                "producer_late_ms": produced["late_ms"],
-                "caught_up": caught_up is not None,
-                "max_seconds": max_seconds,
-                "backlog_done_s": (backlog_done - started) / 1e9,
-                "arrival_series": arrival_series,
-                "total_jobs": total,
-            },
-            **summarise(drained, started, seconds, self.statements(offset), clock_offset),
+            extra=extra,
+            **summarise(drained, started, seconds, statements, clock_offset),
         )
         shutil.rmtree(run_dir, ignore_errors=True)
         print(f"  seeds: {describe(drain)}", file=sys.stderr, flush=True)
@@ -641,6 +644,12 @@ def describe(drain: Drain) -> str:
         f"(x{drain.ratio:.2f}); {claim['count']} claims p50 {claim['p50']:.2f} p99 "
         f"{claim['p99']:.2f} ms; host CPU {drain.activity['cpu'] or 0:.0%}, load before "
         f"{drain.activity['load_before']:.1f}"
+        + (
+            f"; {drain.extra['log_mb']:,.0f} MB of server log read in "
+            f"{drain.extra['log_read_s']:.1f} s"
+            if "log_mb" in drain.extra
+            else ""
+        )
     )
 
 
