@@ -216,13 +216,17 @@ def logging_cost(result: Result) -> list[str]:
         if logged is None or quiet.backlog is None or logged.backlog is None:
             continue
         cost = 1 - logged.backlog.rate / quiet.backlog.rate
+        verdict = (
+            f"logging cost {cost:.0%} of the drain rate"
+            if cost > 0
+            else f"no cost measurable (the logged drain was {-cost:.0%} faster)"
+        )
         lines.append(
             f"- {quiet.label}: {fmt_rate(logged.backlog.rate)} jobs/s with every statement "
             f"logged, {fmt_rate(quiet.backlog.rate)} jobs/s without (empty table: "
             f"{fmt_rate(logged.empty.rate if logged.empty else math.nan)} vs "
-            f"{fmt_rate(quiet.empty.rate if quiet.empty else math.nan)}): logging cost "
-            f"{cost:.0%} of the drain rate (one run each on a shared host: differences under "
-            "about 10% are within its noise)"
+            f"{fmt_rate(quiet.empty.rate if quiet.empty else math.nan)}): {verdict} (one "
+            "run each on a shared host: differences under about 10% are within its noise)"
             + (
                 f"; the logged drain wrote {logged.backlog.extra['log_mb']:,.0f} MB of server log"
                 if "log_mb" in logged.backlog.extra
