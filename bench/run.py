@@ -216,7 +216,7 @@ def parse_args(argv: Sequence[str], *, resolve: bool = True) -> argparse.Namespa
         "--seeds-case",
         action="store_true",
         help="instead of the conditions: the seeds' case, a backlog plus jobs arriving, on "
-        "condition (a) (~20+ minutes at full size)",
+        "condition (a) (~15-25 minutes at full size)",
     )
     backlog.add_argument(
         "--seeds-backlog", type=int, help="its backlog (default 7,200,000; quick 100,000)"
