@@ -132,6 +132,33 @@ class WorkerGroup:
             if time.monotonic() - started > timeout:
                 raise HarnessError(f"workers still busy after {timeout:.0f} s ({used} ticks)")
 
+    def wait_exit(
+        self, timeout: float, *, tick: Callable[[], None] | None = None, every: float = 10.0
+    ) -> list[tuple[int, int]]:
+        """Wait until every worker has exited by itself (a ``--burst`` worker, once its queue
+        is drained), calling ``tick`` every ``every`` seconds meanwhile; return each one's
+        exit status and exit time (``time.monotonic_ns()``, within 10 ms).
+
+        Raises:
+            HarnessError: some were still running after ``timeout`` seconds (they are
+                stopped first).
+        """
+        deadline = time.monotonic() + timeout
+        next_tick = time.monotonic() + every
+        exits: dict[int, tuple[int, int]] = {}
+        while len(exits) < len(self.processes):
+            for index, process in enumerate(self.processes):
+                if index not in exits and process.poll() is not None:
+                    exits[index] = (process.returncode, time.monotonic_ns())
+            if time.monotonic() > deadline:
+                self.stop(timeout=10)
+                raise HarnessError(f"workers still running after {timeout:.0f} s")
+            if tick is not None and time.monotonic() >= next_tick:
+                tick()
+                next_tick = time.monotonic() + every
+            time.sleep(0.01)
+        return [exits[index] for index in range(len(self.processes))]
+
     def stop(self, timeout: float = 60.0) -> list[int]:
         """SIGTERM every worker (a graceful stop in all three systems), wait, SIGKILL the
         session of any still running after ``timeout``; return the exit statuses."""
@@ -178,14 +205,17 @@ class Records:
                 self._partial[path] = rest
             for line in complete.split(b"\n") if complete else ():
                 number_text, ns_text = line.split()
-                number, ns = int(number_text), int(ns_text)
-                self.count += 1
-                if number in self.starts:
-                    self.duplicates.append(number)
-                    self.starts[number] = min(self.starts[number], ns)
-                else:
-                    self.starts[number] = ns
+                self.add(int(number_text), int(ns_text))
         return self.count
+
+    def add(self, number: int, ns: int) -> None:
+        """Count one handler start of job ``number`` at ``ns`` (a subclass may watch them)."""
+        self.count += 1
+        if number in self.starts:
+            self.duplicates.append(number)
+            self.starts[number] = min(self.starts[number], ns)
+        else:
+            self.starts[number] = ns
 
     def processes(self) -> int:
         """How many processes ran handlers."""

@@ -48,11 +48,12 @@ SELECT CASE WHEN n %% 5 = 0 THEN %(other_queue)s ELSE %(queue)s END,
 FROM generate_series(1, %(rows)s) AS n
 """
 
-#: Only ready jobs, for the small-table baseline.
+#: Only ready jobs, numbered 0 to rows - 1 (payload ``{"n": n}``, as the benchmark's
+#: handlers record them), for the small-table baseline and bench/backlog.py's backlogs.
 FILL_READY = """
 INSERT INTO jobq_job (queue, kind, payload, max_attempts, visibility_timeout)
 SELECT %(queue)s, %(kind)s, jsonb_build_object('n', n), 5, interval '30 seconds'
-FROM generate_series(1, %(rows)s) AS n
+FROM generate_series(0, %(rows)s - 1) AS n
 """
 
 

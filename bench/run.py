@@ -10,6 +10,8 @@ Usage (from the repository root; any Python 3.11+ starts it)::
     python3 bench/run.py                               # full run, 3 repetitions (~40 min)
     python3 bench/run.py --scenarios pickup,burndown --systems jobq,procrastinate
     python3 bench/run.py --config jobq=1x8/64,2x4/32 --scenarios burndown
+    python3 bench/run.py --scenarios backlog           # 1,000,000-job backlogs, own clusters
+    python3 bench/run.py --scenarios backlog --seeds-case   # 7.2M backlog + 2,000 jobs/s
 
 The first run creates ``bench/.venv`` (the peers, matplotlib and this checkout, editable;
 never the project's own dependencies) from ``bench/requirements.txt`` and re-runs itself
@@ -34,8 +36,13 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
 VENV = BENCH_DIR / ".venv"
 REQUIREMENTS = BENCH_DIR / "requirements.txt"
-SCENARIOS = ("claims", "enqueue", "burndown", "sustained", "pickup", "million", "tasks")
+SCENARIOS = ("claims", "enqueue", "burndown", "sustained", "pickup", "million", "tasks", "backlog")
+#: Run unless --scenarios names others: every scenario but the backlog (long, and on
+#: clusters of its own rather than --server-url).
+DEFAULT_SCENARIOS = tuple(name for name in SCENARIOS if name != "backlog")
 PEER_SYSTEMS = ("jobq", "procrastinate", "tasksdb")
+#: bench/backlog.py's conditions (kept here too: --help answers before the venv exists).
+BACKLOG_CONDITIONS = ("autovacuum", "no-autovacuum", "snapshot")
 DEFAULT_SERVER = "postgres://postgres@127.0.0.1:5432"
 
 #: Worker configurations (PROCESSESxCONCURRENCY[/BATCH], comma-separated: each is a row) for
@@ -58,6 +65,9 @@ SIZES = {
     "pickup_seconds": (30.0, 5.0),
     "sustained_seconds": (10.0, 3.0),
     "million_claims": (2_000, 500),
+    "backlog_jobs": (1_000_000, 50_000),
+    "seeds_backlog": (7_200_000, 100_000),
+    "seeds_rate": (2_000.0, 500.0),
 }
 
 
@@ -112,8 +122,8 @@ def parse_args(argv: Sequence[str], *, resolve: bool = True) -> argparse.Namespa
     parser.add_argument(
         "--scenarios",
         type=names(SCENARIOS),
-        default=list(SCENARIOS),
-        help=f"comma-separated, default all: {','.join(SCENARIOS)}",
+        default=list(DEFAULT_SCENARIOS),
+        help=f"comma-separated, default all but backlog: {','.join(SCENARIOS)}",
     )
     parser.add_argument(
         "--systems",
@@ -171,6 +181,55 @@ def parse_args(argv: Sequence[str], *, resolve: bool = True) -> argparse.Namespa
         "creates and empties its own databases jobq_bench_run, jobq_bench_procrastinate, "
         "jobq_bench_tasksdb and jobq_bench_tasks there",
     )
+    backlog = parser.add_argument_group(
+        "backlog", "the large-backlog scenario (--scenarios backlog; bench/README.md)"
+    )
+    backlog.add_argument(
+        "--backlog-jobs", type=int, help="jobs in each backlog (default 1,000,000; quick 50,000)"
+    )
+    backlog.add_argument(
+        "--backlog-empty-jobs",
+        type=int,
+        default=20_000,
+        help="jobs of the drain that gives the empty-table claim latency (%(default)s)",
+    )
+    backlog.add_argument(
+        "--backlog-conditions",
+        type=names(BACKLOG_CONDITIONS),
+        default=list(BACKLOG_CONDITIONS),
+        help="comma-separated, default all: autovacuum (a), no-autovacuum (b), snapshot (c)",
+    )
+    backlog.add_argument(
+        "--backlog-log-cost",
+        choices=[*BACKLOG_CONDITIONS, "none"],
+        default="autovacuum",
+        help="the condition run once more without statement logging, to show what the "
+        "logging costs (default %(default)s; none: skip)",
+    )
+    backlog.add_argument(
+        "--backlog-config",
+        default="2x16/256",
+        help="worker PROCESSESxCONCURRENCY/BATCH (default %(default)s: jobq_worker "
+        "--processes 2 --concurrency 16 --batch-size 256)",
+    )
+    backlog.add_argument(
+        "--seeds-case",
+        action="store_true",
+        help="instead of the conditions: the seeds' case, a backlog plus jobs arriving, on "
+        "condition (a) (~15-25 minutes at full size)",
+    )
+    backlog.add_argument(
+        "--seeds-backlog", type=int, help="its backlog (default 7,200,000; quick 100,000)"
+    )
+    backlog.add_argument(
+        "--seeds-rate", type=float, help="its arrivals, jobs/s (default 2,000; quick 500)"
+    )
+    backlog.add_argument(
+        "--seeds-max-seconds",
+        type=float,
+        default=3_600.0,
+        help="give up catching up after this long (default %(default)s)",
+    )
     parser.add_argument("--results-dir", type=Path, default=BENCH_DIR / "results")
     args = parser.parse_args(argv)
     for name, (full, quick) in SIZES.items():
@@ -184,6 +243,12 @@ def parse_args(argv: Sequence[str], *, resolve: bool = True) -> argparse.Namespa
         parser.error("--ceiling must be CLAIMERSxBATCH, e.g. 2x100")
     args.ceiling = (claimers, batch)
     if resolve:
+        from systems import WorkerConfig
+
+        try:
+            args.backlog_config = WorkerConfig.parse(args.backlog_config)
+        except ValueError as exc:
+            parser.error(f"--backlog-config: {exc}")
         args.configs = config_map(parser, DEFAULT_CONFIGS, args.config)
         args.pickup_configs = config_map(parser, DEFAULT_PICKUP_CONFIGS, args.pickup_config)
     return args
@@ -251,24 +316,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     parse_args(argv, resolve=False)  # --help and bad options answer before any install
     ensure_venv(argv)
     args = parse_args(argv)
+    sys.path.insert(1, str(REPO_DIR))  # tests/cluster.py: the backlog scenario's clusters
 
     import tempfile
     import time
     from datetime import UTC, datetime
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # runs the cleanup that stops the workers
+
+    signal.signal(signal.SIGTERM, interrupt)
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S") + ("-quick" if args.quick else "")
+    work_dir = Path(tempfile.mkdtemp(prefix="jobq-bench-"))
+    shared = [name for name in SCENARIOS if name in args.scenarios and name != "backlog"]
+    status = 0
+    if shared:
+        status = run_shared(args, argv, shared, stamp, work_dir)
+    if "backlog" in args.scenarios and status != 130:
+        started = time.monotonic()
+        status = max(status, run_backlog(args, argv, stamp, work_dir))
+        print(f"backlog scenario: {(time.monotonic() - started) / 60:.1f} min", file=sys.stderr)
+    if status == 0:
+        import shutil
+
+        shutil.rmtree(work_dir, ignore_errors=True)
+    else:
+        print(f"worker logs kept in {work_dir}", file=sys.stderr)
+    return status
+
+
+def run_shared(
+    args: argparse.Namespace, argv: list[str], order: list[str], stamp: str, work_dir: Path
+) -> int:
+    """The scenarios on the --server-url server; their report. Returns the exit status."""
+    import time
 
     import claims
     import report
     from measure import HarnessError
     from scenarios import Bench
 
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt  # runs the cleanup that stops the workers
-
-    signal.signal(signal.SIGTERM, interrupt)
     started = time.monotonic()
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S") + ("-quick" if args.quick else "")
-    work_dir = Path(tempfile.mkdtemp(prefix="jobq-bench-"))
     bench = Bench(args, work_dir)
     jobq = bench.system("jobq")
     with jobq.connect() as conn:
@@ -278,7 +367,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if warnings:
         print("WARNING: durability is reduced: " + "; ".join(warnings), file=sys.stderr)
     status = 0
-    order = [name for name in SCENARIOS if name in args.scenarios]
     try:
         for name in order:
             print(f"== {name}", file=sys.stderr, flush=True)
@@ -309,12 +397,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(text)
     chart = report.save(bench, text, args.results_dir, stamp, {"argv": argv, "elapsed_s": elapsed})
     print(f"report: {chart.with_suffix('.md')}\nchart: {chart}", file=sys.stderr)
-    if status == 0:
-        import shutil
+    return status
 
-        shutil.rmtree(work_dir, ignore_errors=True)
-    else:
-        print(f"worker logs kept in {work_dir}", file=sys.stderr)
+
+def run_backlog(args: argparse.Namespace, argv: list[str], stamp: str, work_dir: Path) -> int:
+    """The backlog scenario on clusters of its own; its report. Returns the exit status."""
+    import backlog
+    import backlog_report
+
+    print("== backlog" + (" (the seeds' case)" if args.seeds_case else ""), file=sys.stderr)
+    status = 0
+    try:
+        result = backlog.run(args, work_dir / "backlog", argv)
+    except Exception:  # a harness bug outside a drain: nothing to report
+        traceback.print_exc()
+        return 1
+    if result.failure:
+        print(f"\nBACKLOG FAILED: {result.failure}", file=sys.stderr)
+        status = 130 if result.failure == "interrupted" else 1
+    stem = f"{stamp}-backlog" + ("-seeds" if args.seeds_case else "")
+    text = backlog_report.markdown(result, stem)
+    print(text)
+    chart = backlog_report.save(result, text, args.results_dir, stem)
+    print(f"report: {chart.with_suffix('.md')}\nchart: {chart}", file=sys.stderr)
     return status
 
 

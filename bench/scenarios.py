@@ -215,21 +215,7 @@ class Bench:
     def produce(
         self, system: System, mode: str, jobs: int, batch: int, rate: float, out: Path
     ) -> dict[str, Any]:
-        command = [
-            sys.executable,
-            "-m",
-            "benchsite.produce",
-            system.name,
-            mode,
-            "--jobs",
-            str(jobs),
-            "--batch",
-            str(batch),
-            "--rate",
-            str(rate),
-            "--out",
-            str(out),
-        ]
+        command = producer_command(system, mode, jobs=jobs, batch=batch, rate=rate, out=out)
         timeout = 120 + jobs / SLOWEST_RATE
         try:
             result = subprocess.run(
@@ -444,6 +430,30 @@ class Bench:
             )
 
         self.interleaved(self.entries(["tasks-jobq", "tasks-db"], pickup_configs), pickup)
+
+
+def producer_command(
+    system: System, mode: str, *, jobs: int, batch: int, rate: float, out: Path, first: int = 0
+) -> list[str]:
+    """The command line of :mod:`benchsite.produce` for ``system`` (run it with
+    ``system.env()`` in ``REPO_DIR``): ``jobs`` jobs numbered from ``first``."""
+    return [
+        sys.executable,
+        "-m",
+        "benchsite.produce",
+        system.name,
+        mode,
+        "--jobs",
+        str(jobs),
+        "--first",
+        str(first),
+        "--batch",
+        str(batch),
+        "--rate",
+        str(rate),
+        "--out",
+        str(out),
+    ]
 
 
 def close_django_connections() -> None:

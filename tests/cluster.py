@@ -6,6 +6,9 @@ PostgreSQL binaries, on a free port, with durability off (its data is thrown awa
 removes it afterwards. ``initdb`` and ``pg_ctl`` refuse to run as root, so as root they run
 as the ``postgres`` OS user, in a directory that user owns outside pytest's temporary base
 (that one is root's, mode 0700). The same recipe as ``scripts/_lib.sh``.
+
+The benchmark's backlog scenario (bench/backlog.py) starts its clusters here too, with
+settings of its own (the server's default durability, statement logging).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import psycopg
@@ -73,11 +77,19 @@ def _free_port() -> int:
         return port
 
 
+#: The settings of a test's cluster: durability off (its data is thrown away).
+THROWAWAY_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+
+
 class Cluster:
     """A cluster in a fresh ``/tmp/jobq-test-pg.*`` directory; :meth:`start` it, then
-    :meth:`remove` it (stops it and deletes the directory)."""
+    :meth:`remove` it (stops it and deletes the directory).
 
-    def __init__(self) -> None:
+    ``settings`` (``{name: value}``, written to its ``postgresql.conf``) default to
+    :data:`THROWAWAY_SETTINGS`; ``{}`` keeps every server default."""
+
+    def __init__(self, settings: Mapping[str, str] | None = None) -> None:
+        self.settings = dict(THROWAWAY_SETTINGS if settings is None else settings)
         bindir = server_bindir()
         assert bindir is not None, unavailable_reason()
         self.bindir = bindir
@@ -103,10 +115,9 @@ class Cluster:
             check=False,
         )
         if done.returncode != 0:
-            log = self.directory / "server.log"
             raise RuntimeError(
                 f"{' '.join(argv)} failed ({done.returncode}): {done.stdout}{done.stderr}"
-                f"{log.read_text() if log.exists() else ''}"
+                f"{self.log.read_text() if self.log.exists() else ''}"
             )
 
     def start(self, **settings: str) -> None:
@@ -127,19 +138,24 @@ class Cluster:
         )
         self._start_server(settings)
 
-    def _start_server(self, settings: dict[str, str]) -> None:
-        options = (
-            f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-            + "".join(f" -c {name}={value}" for name, value in settings.items())
-        )
-        self._run(*self._pg_ctl("-l", str(self.directory / "server.log"), "-o", options, "start"))
+    def _start_server(self, settings: Mapping[str, str]) -> None:
+        """Write the cluster's settings and ``settings`` to its ``postgresql.conf``; start."""
+        merged = {**self.settings, **settings}
+        quoted = {name: str(value).replace("'", "''") for name, value in merged.items()}
+        with open(self.data / "postgresql.conf", "a", encoding="utf-8") as conf:
+            conf.writelines(f"{name} = '{value}'\n" for name, value in quoted.items())
+        options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1"
+        self._run(*self._pg_ctl("-l", str(self.log), "-o", options, "start"))
+
+    @property
+    def log(self) -> Path:
+        """The server's log file (its stderr)."""
+        return self.directory / "server.log"
 
     @property
     def restart_argv(self) -> list[str]:
         """The command that restarts the cluster (fast shutdown: every session is cut)."""
-        log = str(self.directory / "server.log")
-        return self.as_owner(*self._pg_ctl("-l", log, "restart", "-m", "fast"))
+        return self.as_owner(*self._pg_ctl("-l", str(self.log), "restart", "-m", "fast"))
 
     def _pg_ctl(self, *argv: str) -> list[str]:
         return [str(self.bindir / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60", *argv]

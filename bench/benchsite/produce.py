@@ -1,7 +1,8 @@
 """Enqueue the benchmark's jobs: ``python -m benchsite.produce SYSTEM MODE [options]``.
 
-Each job's payload is ``{"n": <number>}``, numbers 0 to N-1: the key that joins a job's
-commit time here to its handler's start time (:mod:`benchsite.recorder`). Modes:
+Each job's payload is ``{"n": <number>}``, numbers ``--first`` (0) to ``--first`` + N - 1:
+the key that joins a job's commit time here to its handler's start time
+(:mod:`benchsite.recorder`). Modes:
 
 - ``bulk``: N jobs as fast as the system's API allows, in one transaction where the API
   has one (django-jobq: ``enqueue_many`` of ``--batch`` jobs per statement in one
@@ -13,8 +14,10 @@ commit time here to its handler's start time (:mod:`benchsite.recorder`). Modes:
 - ``unpaced``: transactions of ``--batch`` jobs, back to back.
 - ``rate``: like ``unpaced``, timed: the enqueue-rate scenario.
 
-One line per transaction goes to ``--out``: ``<first n> <count> <commit ns>``, the
-``time.monotonic_ns()`` read right after the commit returned. A JSON summary goes to stdout.
+One line per transaction goes to ``--out`` as it commits (flushed, so the harness can
+follow it): ``<first n> <count> <commit ns>``, the ``time.monotonic_ns()`` read right after
+the commit returned. SIGTERM stops the producer after the transaction under way (the jobs
+it committed are in ``--out``). A JSON summary goes to stdout.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import IO, Any
 
 
 class Enqueuer:
@@ -135,16 +139,28 @@ def make_enqueuer(system: str) -> Enqueuer:
     raise SystemExit(f"unknown system {system!r}")
 
 
-def produce(enqueuer: Enqueuer, args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
-    numbers = range(args.jobs)
-    lines: list[str] = []
+class Stop:
+    """Set by SIGTERM: the producer stops after the transaction under way."""
+
+    requested = False
+
+    @classmethod
+    def request(cls, signum: int, frame: object) -> None:
+        cls.requested = True
+
+
+def produce(enqueuer: Enqueuer, args: argparse.Namespace, out: IO[str]) -> dict[str, Any]:
+    """Enqueue as ``args`` say, one line per transaction to ``out``; return the summary."""
+    numbers = range(args.first, args.first + args.jobs)
     started = time.monotonic_ns()
     if args.mode == "bulk":
         enqueuer.bulk(numbers, args.batch)
-        lines.append(f"0 {args.jobs} {time.monotonic_ns()}")
-        return lines, {"seconds": (time.monotonic_ns() - started) / 1e9, "late_ms": 0.0}
+        out.write(f"{args.first} {args.jobs} {time.monotonic_ns()}\n")
+        seconds = (time.monotonic_ns() - started) / 1e9
+        return {"seconds": seconds, "late_ms": 0.0, "jobs": args.jobs, "transactions": 1}
     interval_ns = args.batch * 1e9 / args.rate if args.mode == "paced" else 0.0
     late_ns = 0.0
+    jobs = transactions = 0
     for k, part in enumerate(chunks(numbers, args.batch)):
         if interval_ns:
             due = started + k * interval_ns
@@ -153,10 +169,20 @@ def produce(enqueuer: Enqueuer, args: argparse.Namespace) -> tuple[list[str], di
                 time.sleep(wait / 1e9)
             else:
                 late_ns = max(late_ns, -wait)
+        if Stop.requested:
+            break
         enqueuer.enqueue(part)
-        lines.append(f"{part[0]} {len(part)} {time.monotonic_ns()}")
+        out.write(f"{part[0]} {len(part)} {time.monotonic_ns()}\n")
+        out.flush()
+        jobs += len(part)
+        transactions += 1
     seconds = (time.monotonic_ns() - started) / 1e9
-    return lines, {"seconds": seconds, "late_ms": late_ns / 1e6}
+    return {
+        "seconds": seconds,
+        "late_ms": late_ns / 1e6,
+        "jobs": jobs,
+        "transactions": transactions,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -164,20 +190,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("system")
     parser.add_argument("mode", choices=["bulk", "paced", "unpaced", "rate"])
     parser.add_argument("--jobs", type=int, required=True)
+    parser.add_argument("--first", type=int, default=0, help="the first job's number (0)")
     parser.add_argument("--batch", type=int, default=1, help="jobs per transaction")
     parser.add_argument("--rate", type=float, default=0.0, help="jobs/s (paced)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     if args.mode == "paced" and args.rate <= 0:
         parser.error("paced needs --rate")
+    signal.signal(signal.SIGTERM, Stop.request)
     enqueuer = make_enqueuer(args.system)
     try:
-        lines, summary = produce(enqueuer, args)
+        with open(args.out, "w", encoding="ascii") as out:
+            summary = produce(enqueuer, args, out)
     finally:
         enqueuer.close()
-    with open(args.out, "w", encoding="ascii") as out:
-        out.write("\n".join(lines) + "\n")
-    summary.update(jobs=args.jobs, transactions=len(lines), pid=os.getpid())
+    summary.update(pid=os.getpid())
     json.dump(summary, sys.stdout)
     return 0
 
