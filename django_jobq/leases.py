@@ -124,13 +124,17 @@ def claim(
     leased like the others and returned with ``poison`` set.
 
     Cost: one small statement (``sql.CLAIM_JOBS_*``) reads the first ``limit *
-    sql.CLAIM_FRONT_FACTOR`` due jobs and leases the lapsed ones and those of the front
-    whose kind is in ``kinds``. Only when that claimed fewer than ``limit`` and the front
-    was full (jobs of other kinds, or rows other claimers hold, at the head of the queues)
-    does a second, larger statement (``sql.CLAIM_JOBS_WALK_*``: longer to plan, one index
-    seek per (queue, kind) of ready jobs) walk the worker's kinds for the rest. Each
-    statement is atomic on its own (in autocommit, each commits): should the second fail,
-    the jobs the first leased stay leased until their leases lapse, then are reclaimed.
+    sql.CLAIM_FRONT_FACTOR`` due jobs from the positions (the front) and leases the lapsed
+    ones and those of the front whose kind is in ``kinds``. When that claimed fewer than
+    ``limit`` and the front was full: if other claimers held the rest of it and the
+    positions moved past it, the same statement reads on from there (at most
+    :data:`CLAIM_FRONT_TRIES` statements in all); if jobs of other kinds were at the front,
+    or the positions could not move (none kept, or jobs of the last
+    ``claim_positions.COMMIT_LAG`` seconds), a larger statement (``sql.CLAIM_JOBS_WALK_*``:
+    longer to plan, one index seek per (queue, kind) of ready jobs, from the start) walks
+    the worker's kinds for the rest. Each statement is atomic on its own (in autocommit,
+    each commits): should a later one fail, the jobs the earlier ones leased stay leased
+    until their leases lapse, then are reclaimed.
 
     Returns:
         The claimed jobs in claim order. Rows locked by another claimer are skipped, never

@@ -187,17 +187,30 @@ _IS_RUNNING = "(status = 'running') IS TRUE"
 # one atomic: ``leases.claim`` runs ``CLAIM_JOBS_*``, small and cheap to plan, and only
 # when it may have missed claimable jobs the walk, ``CLAIM_JOBS_WALK_*``, for the rest.
 # django-jobq uses no prepared statements (PgBouncer), so every claim pays its statement's
-# planning, which grows with the statement. Both statements start with
-#   - ``lapsed``: the lapsed rows, locked FOR UPDATE SKIP LOCKED;
+# planning, which grows with the statement. Both read from the worker's claim positions
+# (``django_jobq.claim_positions``: where its last claims got to, so that the dead index
+# entries of the jobs already claimed are not walked again while vacuum cannot remove
+# them), and both start with
+#   - ``lapsed``: the rows whose lease lapsed since ``%(lapsed_from)s`` (NULL: ever),
+#     locked FOR UPDATE SKIP LOCKED;
 #   - ``front``: the first ``%(front)s`` due jobs of the queues in claim order, read without
 #     locks (``jobq_job_claim_idx`` for one queue, else ``jobq_job_claim_all_idx``; ``front``
-#     is ``limit`` times ``CLAIM_FRONT_FACTOR``), each marked whether the worker has its kind;
+#     is ``limit`` times ``CLAIM_FRONT_FACTOR``), each marked whether the worker has its
+#     kind. It reads per priority level: each level with a position
+#     (``%(level_priorities)s``) only after its ``(run_at, id)``
+#     (``%(level_after_run_ats)s``, NULL for ``-infinity``, and ``%(level_after_ids)s``): an
+#     index range that starts there; the levels above ``%(above)s`` and below
+#     ``%(below)s`` from their start. Each arm is one ordered index scan that stops at
+#     ``%(front)s`` rows (with direct parameters, so the planner estimates them from the
+#     statistics; arms over a range of levels joined to an array would be estimated at a
+#     handful of rows and read by a bitmap scan of the whole range);
 #   - ``fast``: the first served ones of these in claim order that no other claimer holds,
 #     as many as ``limit`` minus lapsed, locked FOR UPDATE SKIP LOCKED (the LIMIT counts
-#     the rows locked, not the rows skipped).
+#     the rows locked, not the rows skipped), found by primary key (``_IS_READY``).
 # When ``front`` held fewer than ``%(front)s`` rows it held every due job, and ``fast``
 # took all it could; otherwise jobs of other kinds or rows another claimer holds may fill
-# the front while claimable jobs wait behind it, which only the walk finds.
+# the front while claimable jobs wait behind it: ``leases.claim`` reads on from the moved
+# positions, or runs the walk, which finds them.
 # Each selection is a MATERIALIZED CTE so it runs exactly once: as a plain subquery the
 # planner may re-run a LIMIT subquery inside a nested loop and lease more than ``limit``
 # rows. The UPDATE finds its rows with ``id = ANY(ARRAY(...))``, a primary-key lookup:
@@ -295,11 +308,20 @@ _CLAIMED_COLUMNS = """claimed.id, claimed.queue, claimed.kind, claimed.payload,
        claimed.poison"""
 
 # The claim's first statement: ``lapsed`` and ``fast`` leased, nothing else. Its first
-# column, ``front_full``, says whether ``front`` held ``%(front)s`` rows (so jobs may wait
-# behind it); the other columns are those of ``_CLAIMED_COLUMNS``. A one-row ``flag`` is
-# LEFT JOINed to the leased rows, so the statement returns at least one row: with nothing
-# claimed, one row whose job columns are all NULL. Costs: the lapsed rows, the front's
-# ``2 * limit`` index entries, the locked rows.
+# columns (one ``flag`` row, LEFT JOINed to the leased rows, so the statement returns at
+# least one row: with nothing claimed, one row whose job columns are all NULL) say
+#   - ``front_full``: whether ``front`` held ``%(front)s`` rows (so jobs may wait behind it);
+#   - ``front_unserved``: whether it held jobs of kinds the worker lacks (then only the walk
+#     can find its jobs behind them);
+#   - ``claimed_at``: the statement's ``now()``; every lease that lapsed before it was seen
+#     unless ``lapsed`` was full;
+#   - ``position_*``: per priority level of the front, the position the worker may move to:
+#     after the last job leased there, or after the level's last row when the claim got
+#     fewer than it asked for (every served row it read was leased or held by another
+#     claimer), else just before the level's first row (``run_at`` NULL when outside what
+#     Python holds: read the level from its start);
+# then the columns of ``_CLAIMED_COLUMNS``. Costs: the lapsed rows since the last look, the
+# front's ``2 * limit`` index entries from the positions, the locked rows.
 _CLAIM_FRONT_TEMPLATE = """
 WITH {start}, {lease}
 SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_priorities,
