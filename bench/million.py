@@ -67,8 +67,13 @@ def explain_claim(conn: psycopg.Connection[Any], limit: int) -> dict[str, Any]:
     """The claim's executed plan, rolled back: scans used, buffers, execution time."""
     from django_jobq import sql
 
+    try:  # a checkout with claim positions: read from the start, as a fresh worker does
+        from django_jobq.claim_positions import FROM_THE_START
+    except ImportError:
+        FROM_THE_START = {}
     statement = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql.CLAIM_JOBS_ONE_QUEUE
     params = {
+        **FROM_THE_START,
         "limit": limit,
         "queue": QUEUE,
         "worker_id": "bench-explain",
