@@ -100,13 +100,31 @@ def test_job_list_and_detail_render_read_only(admin_client):
     assert "/delete/" not in html
 
 
-def test_job_search_by_id_kind_and_idempotency_key(admin_client):
+def test_job_search_finds_an_exact_id_or_idempotency_key(admin_client):
     keyed = JobFactory(kind="shop.jobs.a", idempotency_key="order-17")
-    other = JobFactory(kind="shop.jobs.b")
-    for term, expected in [(str(keyed.pk), keyed), ("order-17", keyed), ("jobs.b", other)]:
-        response = admin_client.get(JOBS_URL, {"q": term})
-        assert list(response.context["cl"].result_list) == [expected], term
-    assert admin_client.get(JOBS_URL, {"q": "no such thing"}).status_code == 200
+    numbered = JobFactory(kind="shop.jobs.b", idempotency_key=str(keyed.pk + 1000))
+
+    def found(term):
+        return list(admin_client.get(JOBS_URL, {"q": term}).context["cl"].result_list)
+
+    assert found(str(keyed.pk)) == [keyed]
+    assert found(" order-17 ") == [keyed]
+    assert found(str(keyed.pk + 1000)) == [numbered]  # a number is an id or a key
+    assert found("order-1") == found("ORDER-17") == found("shop.jobs.a") == []  # exact only
+    assert found("9" * 40) == []  # no bigint: a key, not an id (no error page)
+
+
+def test_the_kind_and_queue_filters_take_any_value_and_show_it_selected(admin_client):
+    theirs = JobFactory(kind="another.service.kind", queue="their-queue")
+    JobFactory(kind="tests.testapp.jobs.record")
+
+    response = admin_client.get(JOBS_URL, {"kind": "another.service.kind"})
+    assert list(response.context["cl"].result_list) == [theirs]
+    html = response.content.decode()
+    assert '<li class="selected">\n    <a href="?kind=another.service.kind"' in html
+    assert "?kind=tests.testapp.jobs.record" in html  # the registered kinds are the choices
+    response = admin_client.get(JOBS_URL, {"queue": "their-queue"})
+    assert list(response.context["cl"].result_list) == [theirs]
 
 
 def test_dead_letter_list_and_detail_render(admin_client):
