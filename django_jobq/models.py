@@ -207,6 +207,12 @@ class DeadLetter(models.Model):
         indexes = [
             models.Index(fields=["queue", "kind"], name="jobq_dead_queue_kind_idx"),
             models.Index(fields=["died_at"], name="jobq_dead_died_at_idx"),
+            # Serve the admin: the dead letter of a job id (its search), and the reason
+            # filter's "reason = X OR reason LIKE 'X:%'" for a reason few dead letters have.
+            models.Index(fields=["job_id"], name="jobq_dead_job_id_idx"),
+            models.Index(
+                fields=["reason"], name="jobq_dead_reason_idx", opclasses=["varchar_pattern_ops"]
+            ),
             # Serves redrive's "oldest dead letter per idempotency key" check.
             models.Index(
                 fields=["kind", "idempotency_key"],
