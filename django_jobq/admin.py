@@ -15,6 +15,11 @@ no form here edits one: editing a running job would bypass its lease. What staff
 The **dashboard** (:mod:`.dashboard`, linked from the app index and the Jobs list) shows the
 queue at a glance to staff who may view jobs.
 
+Every page stays about as fast with a million jobs as with a hundred: the lists count up to
+a cap (:mod:`.pagination`), their filters offer what the project names rather than what the
+rows hold (:mod:`.admin_filters`), search and ordering use the tables' indexes, and the
+dashboard's counts are bounded (docs/operations.md, "The admin with a large queue").
+
 The actions are POSTs with Django's CSRF protection: Django's admin actions for the lists,
 a form button rendered by django-object-actions (``methods=("POST",)``) for the detail page.
 The button's URL is answered by :meth:`DeadLetterAdmin.redrive_view`, not by that library's
