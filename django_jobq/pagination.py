@@ -17,14 +17,19 @@ page); the filters and the search narrow it down. The app's ``pagination.html``,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.utils.functional import cached_property
 
+if TYPE_CHECKING:  # Paginator is generic only in django-stubs
+    PaginatorBase = Paginator[Any]
+else:
+    PaginatorBase = Paginator
 
-class CappedCountPaginator(Paginator[Any]):
+
+class CappedCountPaginator(PaginatorBase):
     """A paginator of a queryset that counts at most :attr:`count_cap` rows.
 
     The count is one bounded statement, filtered or not: ``SELECT COUNT(*) FROM (SELECT id
