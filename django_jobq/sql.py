@@ -1248,7 +1248,9 @@ QUEUE_STATES_CAPPED = (
 #: ``%(groups)s`` pairs in (queue, kind) order, each counted up to ``%(cap)s`` + 1 (a count
 #: above ``%(cap)s`` means "more than"). A loose index scan of ``jobq_dead_queue_kind_idx``,
 #: one seek per pair (the next pair after the last, by row comparison), and up to ``%(cap)s``
-#: + 1 of its index entries per pair: bounded however many dead letters there are.
+#: + 1 of its index entries per pair: bounded however many dead letters there are. Each
+#: count names its pair as a range of the index in its order (written as equalities, the
+#: planner may rather scan the table until it has met ``%(cap)s`` + 1 of the pair's rows).
 DEAD_LETTER_GROUPS_CAPPED = """
 WITH RECURSIVE pairs AS (
     (SELECT queue, kind FROM jobq_dead_letter ORDER BY queue, kind LIMIT 1)
@@ -1266,7 +1268,9 @@ WITH RECURSIVE pairs AS (
 SELECT shown.queue, shown.kind,
        (SELECT count(*) FROM (
             SELECT 1 FROM jobq_dead_letter AS dead
-            WHERE dead.queue = shown.queue AND dead.kind = shown.kind
+            WHERE (dead.queue, dead.kind) >= (shown.queue, shown.kind)
+              AND (dead.queue, dead.kind) <= (shown.queue, shown.kind)
+            ORDER BY dead.queue, dead.kind
             LIMIT %(cap)s + 1) AS counted) AS dead_letters
 FROM shown
 ORDER BY shown.queue, shown.kind
