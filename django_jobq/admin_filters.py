@@ -45,7 +45,9 @@ def known_queues() -> list[str]:
     except ImportError:  # the system check django_jobq.E011 says why
         backends = {}
     for params in backends.values():
-        queues.update(queue for queue in params.get("QUEUES", ()) if isinstance(queue, str))
+        named = params.get("QUEUES", ["default"])  # Django's default; E010 reports bad ones
+        if isinstance(named, list | tuple | set):
+            queues.update(queue for queue in named if isinstance(queue, str))
     return sorted(queues)
 
 

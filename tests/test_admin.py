@@ -131,6 +131,8 @@ def test_the_kind_and_queue_filters_take_any_value_and_show_it_selected(admin_cl
     assert "?kind=tests.testapp.jobs.record" in html  # the registered kinds are the choices
     response = admin_client.get(JOBS_URL, {"queue": "their-queue"})
     assert list(response.context["cl"].result_list) == [theirs]
+    html = admin_client.get(DEAD_LETTERS_URL, {"reason": SCRIPT}).content.decode()
+    assert SCRIPT not in html and ESCAPED_SCRIPT in html  # a selected value is shown escaped
 
 
 def test_dead_letter_list_and_detail_render(admin_client):
