@@ -9,11 +9,12 @@ workers serve their queue, none has their kind), and the registered workers with
 they claim (count and fingerprint; the list unfolds), stale ones marked.
 
 Its reads are bounded however many jobs and dead letters there are
-(``stats.snapshot(count_cap=COUNT_CAP)``): each queue's ready and scheduled jobs and each
-group's dead letters are counted up to :data:`COUNT_CAP`, and shown as "more than 1,000"
-beyond it; the ready jobs then also show the latest sample of the queue's depth (taken by a
-worker once a minute, exactly), the number the "Ready jobs" chart plots. Running jobs are
-counted exactly (they are as many as the workers hold).
+(``stats.snapshot(count_cap=COUNT_CAP)``): each queue's ready and scheduled jobs, each
+group's dead letters and the jobs waiting for a worker of their kind are counted up to
+:data:`COUNT_CAP`, and shown as "more than 1,000" beyond it; the ready jobs then also show
+the latest sample of the queue's depth (taken by a worker once a minute, exactly), the
+number the "Ready jobs" chart plots. Running jobs are counted exactly (they are as many as
+the workers hold).
 
 Linked from the app's index page and the Jobs list. Needs staff status and the permission to
 view jobs (``django_jobq.view_job`` or ``change_job``); it only reads.
@@ -160,7 +161,10 @@ def dashboard_view(request: HttpRequest, model_admin: JobAdmin) -> TemplateRespo
         "dead_letters_alert": limit is not None and total_dead > limit,
         "workers": [(worker, stats.format_seconds(worker.seen_ago)) for worker in taken.workers],
         "live_workers": sum(not worker.stale for worker in taken.workers),
-        "waiting": [(item, stats.format_seconds(item.oldest_age)) for item in taken.waiting],
+        "waiting": [
+            (item, counted(item.jobs), stats.format_seconds(item.oldest_age))
+            for item in taken.waiting
+        ],
         "unknown_kind_grace": "forever"
         if config.UNKNOWN_KIND_GRACE is None
         else stats.format_seconds(config.UNKNOWN_KIND_GRACE),

@@ -712,7 +712,9 @@ _SERVES = "(worker.queues IS NULL OR worker.queues ? {queue})"
 #: the claim's pickup latency; infinite times left out), and ``known``, the kinds the live
 #: workers serving the queue have (a sorted jsonb list). Reads the registry (a few rows),
 #: one index seek per (queue, kind) pair of ready jobs (``pairs``) and the waiting jobs
-#: themselves (``jobq_job_kind_claim_idx``). Ordered by queue, kind.
+#: themselves (``jobq_job_kind_claim_idx``). Ordered by queue, kind. ``{counted}`` reads
+#: each pair's due jobs: all of them (``_WAITING_JOBS``, the maintenance sweep's), or the
+#: first ``%(cap)s`` + 1 in claim order (``_FIRST_WAITING_JOBS``, the admin dashboard's).
 _WAITING_FOR_A_WORKER_TEMPLATE = """
 WITH RECURSIVE {live}, {pairs}
 SELECT pairs.queue, pairs.kind, counted.jobs,
@@ -725,19 +727,38 @@ CROSS JOIN LATERAL (
     SELECT count(*) AS jobs,
            min(GREATEST(job.run_at, job.created_at))
                FILTER (WHERE isfinite(GREATEST(job.run_at, job.created_at))) AS since
-    FROM jobq_job AS job
-    WHERE job.status = 'ready' AND job.queue = pairs.queue AND job.kind = pairs.kind
-      AND job.run_at <= now()
+    FROM {counted}
 ) AS counted
 WHERE counted.jobs > 0
   AND EXISTS (SELECT 1 FROM live AS worker WHERE {serves})
   AND NOT EXISTS (SELECT 1 FROM live AS worker WHERE {serves} AND worker.kinds ? pairs.kind)
 ORDER BY pairs.queue, pairs.kind
 """
+_WAITING_JOBS = """jobq_job AS job
+    WHERE job.status = 'ready' AND job.queue = pairs.queue AND job.kind = pairs.kind
+      AND job.run_at <= now()"""
+_FIRST_WAITING_JOBS = """(
+        SELECT run_at, created_at FROM jobq_job
+        WHERE status = 'ready' AND queue = pairs.queue AND kind = pairs.kind AND run_at <= now()
+        ORDER BY priority DESC, run_at
+        LIMIT %(cap)s + 1
+    ) AS job"""
 WAITING_FOR_A_WORKER = _WAITING_FOR_A_WORKER_TEMPLATE.format(
     live=_LIVE_WORKERS,
     pairs=_READY_PAIRS_TEMPLATE.format(queue_filter=""),
     serves=_SERVES.format(queue="pairs.queue"),
+    counted=_WAITING_JOBS,
+)
+#: ``WAITING_FOR_A_WORKER`` reading at most ``%(cap)s`` + 1 due jobs per pair, in claim
+#: order (``jobq_job_kind_claim_idx``): ``jobs`` above ``%(cap)s`` means "more than", and
+#: ``oldest_age`` is the longest wait among those jobs (a pair's oldest job, unless older
+#: ones wait at a lower priority). For the admin dashboard, which must stay fast when a
+#: kind's backlog waits for a worker.
+WAITING_FOR_A_WORKER_CAPPED = _WAITING_FOR_A_WORKER_TEMPLATE.format(
+    live=_LIVE_WORKERS,
+    pairs=_READY_PAIRS_TEMPLATE.format(queue_filter=""),
+    serves=_SERVES.format(queue="pairs.queue"),
+    counted=_FIRST_WAITING_JOBS,
 )
 
 #: Dead-letter the due ready jobs of the given (queue, kind) pairs (zipped arrays

@@ -82,10 +82,17 @@ class WaitingKind:
     known: list[str]
 
 
-def waiting_kinds(cursor: Any) -> list[WaitingKind]:
+def waiting_kinds(cursor: Any, count_cap: int | None = None) -> list[WaitingKind]:
     """The jobs waiting for a worker that can run them, by queue and kind, read on
-    ``cursor`` (a Django or psycopg cursor on the queue database; one statement)."""
-    cursor.execute(sql.WAITING_FOR_A_WORKER, {"stale_after": STALE_AFTER})
+    ``cursor`` (a Django or psycopg cursor on the queue database; one statement): all of
+    each pair's jobs, or with ``count_cap`` the first ``count_cap + 1`` in claim order (a
+    ``jobs`` above ``count_cap`` means "more than"; ``oldest_age`` is among those,
+    ``sql.WAITING_FOR_A_WORKER_CAPPED``)."""
+    if count_cap is None:
+        cursor.execute(sql.WAITING_FOR_A_WORKER, {"stale_after": STALE_AFTER})
+    else:
+        params = {"stale_after": STALE_AFTER, "cap": count_cap}
+        cursor.execute(sql.WAITING_FOR_A_WORKER_CAPPED, params)
     return [
         # Django's cursor leaves jsonb as text; a plain psycopg one decodes it.
         WaitingKind(
@@ -369,12 +376,12 @@ def snapshot(*, history: bool = True, count_cap: int | None = None) -> Snapshot:
     rollups and samples).
 
     With ``count_cap`` (the admin dashboard's), the reads are bounded however many jobs and
-    dead letters there are: each queue's ready and scheduled jobs and each (queue, kind)'s
-    dead letters are counted up to ``count_cap + 1`` (a count above ``count_cap`` means
-    "more than ``count_cap``"), only the first :data:`CAPPED_GROUPS` (queue, kind) groups
-    of dead letters are read, and the statements run in one transaction without JIT
-    compilation (``sql.DISABLE_JIT``). Without it every count is exact (``jobq_stats``, the
-    metrics).
+    dead letters there are: each queue's ready and scheduled jobs, each (queue, kind)'s
+    dead letters and jobs waiting for a worker are counted up to ``count_cap + 1`` (a count
+    above ``count_cap`` means "more than ``count_cap``"), only the first
+    :data:`CAPPED_GROUPS` (queue, kind) groups of dead letters are read, and the statements
+    run in one transaction without JIT compilation (``sql.DISABLE_JIT``). Without it every
+    count is exact (``jobq_stats``, the metrics).
 
     Raises:
         django.db.DatabaseError: the queue database cannot be read.
@@ -393,7 +400,7 @@ def _snapshot(history: bool, count_cap: int | None) -> Snapshot:
     dead_letters = dead_letter_groups(count_cap)
     registered = workers(now)
     with connections[get_settings().DATABASE].cursor() as cursor:
-        waiting = waiting_kinds(cursor)
+        waiting = waiting_kinds(cursor, count_cap)
     if not history:
         return Snapshot(now, queues, dead_letters, registered, waiting)
     activity, per_minute = _activity_and_history(now)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -41,8 +42,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
-from django_jobq.models import DeadLetter, Job
+from django_jobq.models import DeadLetter, Job, WorkerProcess
 from django_jobq.pagination import CappedCountPaginator
 
 pytestmark = pytest.mark.django_db
@@ -286,6 +288,14 @@ def check_page(client: Any, name: str, url: str) -> int:
 
 
 def test_every_admin_page_reads_no_more_from_a_queue_twice_as_deep(big_queue, admin_client):
+    # A live worker of every queue without another service's kind: the dashboard lists that
+    # kind's jobs as waiting for a worker (a mixed fleet), a read of their backlog too.
+    worker = WorkerProcess.objects.create(
+        worker_id="w:1", host="w", pid=1, concurrency=4, kinds=KINDS[:3]
+    )
+    WorkerProcess.objects.filter(pk=worker.pk).update(last_seen=timezone.now() + timedelta(hours=1))
+    dashboard = admin_client.get(reverse("admin:django_jobq_dashboard")).content.decode()
+    assert "Waiting for a worker that can run them" in dashboard
     urls = pages()
     before = {name: check_page(admin_client, name, url) for name, url in urls.items()}
     fill(2)  # twice the jobs (no more running) and dead letters; rolled back after the test

@@ -116,6 +116,10 @@ def test_bounded_counts_agree_with_exact_ones_below_the_cap_and_stop_just_above(
     DeadLetterFactory.create_batch(3, queue="a", kind="k1")
     DeadLetterFactory(queue="b", kind="k2")
 
+    WorkerProcess.objects.create(  # serves every queue, has neither job kind: they wait
+        worker_id="w:1", host="w", pid=1, concurrency=1, kinds=["shop.jobs.other"]
+    )
+
     exact = stats.queue_states()
     assert [(s.queue, s.ready, s.scheduled, s.running) for s in exact] == [
         ("a", 4, 4, 0),
@@ -126,6 +130,12 @@ def test_bounded_counts_agree_with_exact_ones_below_the_cap_and_stop_just_above(
     capped = {s.queue: (s.ready, s.scheduled, s.running) for s in stats.queue_states(count_cap=2)}
     assert capped == {"a": (3, 3, 0), "b": (1, 0, 1)}  # 3: more than 2
     assert [g.count for g in stats.dead_letter_groups(count_cap=1)] == [2, 1]
+    with connection.cursor() as cursor:
+        waiting = stats.waiting_kinds(cursor)
+        assert [(w.queue, w.jobs) for w in waiting] == [("a", 4)]  # the due ones
+        (bounded,) = stats.waiting_kinds(cursor, count_cap=4)
+        assert (bounded.jobs, bounded.oldest_age) == (4, waiting[0].oldest_age)
+        assert [w.jobs for w in stats.waiting_kinds(cursor, count_cap=2)] == [3]
 
 
 def test_the_dashboard_says_more_than_its_cap_with_the_latest_sample(admin_client, monkeypatch):
