@@ -12,6 +12,14 @@ oldest few, red above ``JOBQ['ALERT_HORIZON_AGE']``; without their queries, whic
 data a viewer of jobs should not see: ``jobq_doctor`` shows them) and every jobq table's live
 and dead rows, autovacuum and last vacuum.
 
+Its reads are bounded however many jobs and dead letters there are
+(``stats.snapshot(count_cap=COUNT_CAP)``): each queue's ready and scheduled jobs, each
+group's dead letters and the jobs waiting for a worker of their kind are counted up to
+:data:`COUNT_CAP`, and shown as "more than 1,000" beyond it; the ready jobs then also show
+the latest sample of the queue's depth (taken by a worker once a minute, exactly), the
+number the "Ready jobs" chart plots. Running jobs are counted exactly (they are as many as
+the workers hold).
+
 Linked from the app's index page and the Jobs list. Needs staff status and the permission to
 view jobs (``django_jobq.view_job`` or ``change_job``); it only reads.
 """
@@ -38,13 +46,27 @@ if TYPE_CHECKING:
     from .admin import JobAdmin
 
 VIEW_DEAD_LETTERS_PERMISSION = "django_jobq.view_deadletter"
+#: The most jobs per queue and state, and dead letters per (queue, kind), the dashboard counts.
+COUNT_CAP = 1_000
+
+
+def counted(count: int) -> str:
+    """A count read with :data:`COUNT_CAP`, as the dashboard shows it: ``"37"``, or ``"more
+    than 1,000"`` for a count above the cap."""
+    return f"more than {COUNT_CAP:,}" if count > COUNT_CAP else str(count)
 
 
 @dataclass(frozen=True)
 class QueueRow:
-    """One queue's line and charts on the dashboard."""
+    """One queue's line and charts on the dashboard: the counts as :func:`counted` shows
+    them, and for a ready count above the cap the latest sampled depth (``"1234567 at
+    14:05"``, or ``None`` without a sample in the last hour)."""
 
     state: stats.QueueState
+    ready: str
+    scheduled: str
+    running: str
+    ready_sampled: str | None
     last_hour: stats.Outcomes
     oldest_ready_age: str
     duration_p50: str
@@ -138,6 +160,15 @@ def mvcc_context(health: mvcc.Health, thresholds: mvcc.Thresholds) -> dict[str, 
     }
 
 
+def _latest_sample(history: stats.QueueHistory | None) -> str | None:
+    """The latest sampled ready depth of the last hour, with its minute (UTC)."""
+    if history is not None:
+        for minute, ready in zip(reversed(history.minutes), reversed(history.ready), strict=True):
+            if ready is not None:
+                return f"{ready} at {minute:%H:%M} UTC"
+    return None
+
+
 def dashboard_view(request: HttpRequest, model_admin: JobAdmin) -> TemplateResponse:
     """Render the dashboard (one :func:`django_jobq.stats.snapshot`).
 
@@ -147,15 +178,20 @@ def dashboard_view(request: HttpRequest, model_admin: JobAdmin) -> TemplateRespo
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
     config = get_settings()
-    taken = stats.snapshot()
+    taken = stats.snapshot(count_cap=COUNT_CAP)
     health = mvcc.read()
     rows = []
     for name in taken.queue_names:
         state = taken.queue(name)
         activity = taken.activity.get(name)
+        history = taken.history.get(name)
         rows.append(
             QueueRow(
                 state=state,
+                ready=counted(state.ready),
+                scheduled=counted(state.scheduled),
+                running=str(state.running),
+                ready_sampled=_latest_sample(history) if state.ready > COUNT_CAP else None,
                 last_hour=activity.last_hour if activity else stats.Outcomes(),
                 oldest_ready_age=stats.format_seconds(state.oldest_ready_age)
                 if state.ready
@@ -163,7 +199,7 @@ def dashboard_view(request: HttpRequest, model_admin: JobAdmin) -> TemplateRespo
                 duration_p50=stats.format_seconds(activity.duration_p50 if activity else None),
                 duration_p99=stats.format_seconds(activity.duration_p99 if activity else None),
                 alert=state.oldest_ready_age > config.ALERT_OLDEST_READY_AGE,
-                charts=_charts(taken.history.get(name)),
+                charts=_charts(history),
             )
         )
     show_dead_letters = request.user.has_perm(VIEW_DEAD_LETTERS_PERMISSION)
@@ -171,11 +207,16 @@ def dashboard_view(request: HttpRequest, model_admin: JobAdmin) -> TemplateRespo
     dead_letters = [
         {
             "group": group,
+            "count": counted(group.count),
             "url": f"{dead_letters_url}?{urlencode({'queue': group.queue, 'kind': group.kind})}",
         }
         for group in taken.dead_letters
     ]
-    total_dead = sum(group.count for group in taken.dead_letters)
+    # At least this many: each group's count stops at the cap, and the groups at CAPPED_GROUPS.
+    total_dead = sum(min(group.count, COUNT_CAP) for group in taken.dead_letters)
+    more_dead = len(taken.dead_letters) == stats.CAPPED_GROUPS or any(
+        group.count > COUNT_CAP for group in taken.dead_letters
+    )
     limit = config.ALERT_DEAD_LETTERS
     context = {
         **model_admin.admin_site.each_context(request),
@@ -186,11 +227,16 @@ def dashboard_view(request: HttpRequest, model_admin: JobAdmin) -> TemplateRespo
         "rows": rows,
         "show_dead_letters": show_dead_letters,
         "dead_letters": dead_letters,
-        "total_dead_letters": total_dead,
+        "total_dead_letters": f"more than {total_dead:,}" if more_dead else str(total_dead),
+        "dead_letters_plural": total_dead != 1 or more_dead,
+        "dead_letter_groups_cut": len(taken.dead_letters) == stats.CAPPED_GROUPS,
         "dead_letters_alert": limit is not None and total_dead > limit,
         "workers": [(worker, stats.format_seconds(worker.seen_ago)) for worker in taken.workers],
         "live_workers": sum(not worker.stale for worker in taken.workers),
-        "waiting": [(item, stats.format_seconds(item.oldest_age)) for item in taken.waiting],
+        "waiting": [
+            (item, counted(item.jobs), stats.format_seconds(item.oldest_age))
+            for item in taken.waiting
+        ],
         "unknown_kind_grace": "forever"
         if config.UNKNOWN_KIND_GRACE is None
         else stats.format_seconds(config.UNKNOWN_KIND_GRACE),

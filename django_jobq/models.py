@@ -220,6 +220,12 @@ class DeadLetter(models.Model):
             # order; a seek per kind of a cause) and the list of one cause, newest first.
             models.Index(fields=["fingerprint", "died_at", "id"], name="jobq_dead_fingerprint_idx"),
             models.Index(fields=["fingerprint", "kind"], name="jobq_dead_fingerprint_kind_idx"),
+            # Serve the admin: the dead letter of a job id (its search), and the reason
+            # filter's "reason = X OR reason LIKE 'X:%'" for a reason few dead letters have.
+            models.Index(fields=["job_id"], name="jobq_dead_job_id_idx"),
+            models.Index(
+                fields=["reason"], name="jobq_dead_reason_idx", opclasses=["varchar_pattern_ops"]
+            ),
             # Serves redrive's "oldest dead letter per idempotency key" check.
             models.Index(
                 fields=["kind", "idempotency_key"],

@@ -923,7 +923,9 @@ _SERVES = "(worker.queues IS NULL OR worker.queues ? {queue})"
 #: the claim's pickup latency; infinite times left out), and ``known``, the kinds the live
 #: workers serving the queue have (a sorted jsonb list). Reads the registry (a few rows),
 #: one index seek per (queue, kind) pair of ready jobs (``pairs``) and the waiting jobs
-#: themselves (``jobq_job_kind_claim_idx``). Ordered by queue, kind.
+#: themselves (``jobq_job_kind_claim_idx``). Ordered by queue, kind. ``{counted}`` reads
+#: each pair's due jobs: all of them (``_WAITING_JOBS``, the maintenance sweep's), or the
+#: first ``%(cap)s`` + 1 in claim order (``_FIRST_WAITING_JOBS``, the admin dashboard's).
 _WAITING_FOR_A_WORKER_TEMPLATE = """
 WITH RECURSIVE {live}, {pairs}
 SELECT pairs.queue, pairs.kind, counted.jobs,
@@ -936,19 +938,38 @@ CROSS JOIN LATERAL (
     SELECT count(*) AS jobs,
            min(GREATEST(job.run_at, job.created_at))
                FILTER (WHERE isfinite(GREATEST(job.run_at, job.created_at))) AS since
-    FROM jobq_job AS job
-    WHERE job.status = 'ready' AND job.queue = pairs.queue AND job.kind = pairs.kind
-      AND job.run_at <= now()
+    FROM {counted}
 ) AS counted
 WHERE counted.jobs > 0
   AND EXISTS (SELECT 1 FROM live AS worker WHERE {serves})
   AND NOT EXISTS (SELECT 1 FROM live AS worker WHERE {serves} AND worker.kinds ? pairs.kind)
 ORDER BY pairs.queue, pairs.kind
 """
+_WAITING_JOBS = """jobq_job AS job
+    WHERE job.status = 'ready' AND job.queue = pairs.queue AND job.kind = pairs.kind
+      AND job.run_at <= now()"""
+_FIRST_WAITING_JOBS = """(
+        SELECT run_at, created_at FROM jobq_job
+        WHERE status = 'ready' AND queue = pairs.queue AND kind = pairs.kind AND run_at <= now()
+        ORDER BY priority DESC, run_at
+        LIMIT %(cap)s + 1
+    ) AS job"""
 WAITING_FOR_A_WORKER = _WAITING_FOR_A_WORKER_TEMPLATE.format(
     live=_LIVE_WORKERS,
     pairs=_READY_PAIRS_TEMPLATE.format(queue_filter=""),
     serves=_SERVES.format(queue="pairs.queue"),
+    counted=_WAITING_JOBS,
+)
+#: ``WAITING_FOR_A_WORKER`` reading at most ``%(cap)s`` + 1 due jobs per pair, in claim
+#: order (``jobq_job_kind_claim_idx``): ``jobs`` above ``%(cap)s`` means "more than", and
+#: ``oldest_age`` is the longest wait among those jobs (a pair's oldest job, unless older
+#: ones wait at a lower priority). For the admin dashboard, which must stay fast when a
+#: kind's backlog waits for a worker.
+WAITING_FOR_A_WORKER_CAPPED = _WAITING_FOR_A_WORKER_TEMPLATE.format(
+    live=_LIVE_WORKERS,
+    pairs=_READY_PAIRS_TEMPLATE.format(queue_filter=""),
+    serves=_SERVES.format(queue="pairs.queue"),
+    counted=_FIRST_WAITING_JOBS,
 )
 
 #: Dead-letter the due ready jobs of the given (queue, kind) pairs (zipped arrays
@@ -1341,8 +1362,9 @@ DATABASE_NOW = "SELECT now()"
 # ``earlier`` arm looks at those alone, which is none unless jobs were enqueued with a
 # ``run_at`` in the past. An infinite wait start (a row not written by enqueue, e.g.
 # ``lease_deadline = '-infinity'``) is left out of the age: ``now() - 'infinity'`` is an
-# error; the claim dead-letters such a row soon anyway.
-_QUEUE_STATES = """
+# error; the claim dead-letters such a row soon anyway. ``{depths}`` counts the jobs: every
+# row (``_EXACT_DEPTHS``), or at most a bound (``_CAPPED_DEPTHS``, the admin dashboard's).
+_QUEUE_STATES_TEMPLATE = """
 WITH RECURSIVE pairs AS (
     (SELECT queue, priority FROM jobq_job
      WHERE status = 'ready'
@@ -1386,7 +1408,15 @@ WITH RECURSIVE pairs AS (
     FROM jobq_job
     WHERE status = 'running' AND lease_deadline < now()
     GROUP BY queue
-), depths AS (
+), depths AS ({depths})
+SELECT depths.queue, depths.ready, depths.scheduled, depths.running,
+       EXTRACT(EPOCH FROM now() - LEAST(oldest.since, lapsed.since))::float8
+           AS oldest_ready_age
+FROM depths
+LEFT JOIN oldest ON oldest.queue = depths.queue
+LEFT JOIN lapsed ON lapsed.queue = depths.queue
+"""
+_EXACT_DEPTHS = """
     SELECT queue,
            count(*) FILTER (WHERE status = 'ready' AND run_at <= now()
                             OR status = 'running' AND lease_deadline < now()) AS ready,
@@ -1395,17 +1425,94 @@ WITH RECURSIVE pairs AS (
                             AND (lease_deadline < now()) IS NOT TRUE) AS running
     FROM jobq_job
     GROUP BY queue
-)
-SELECT depths.queue, depths.ready, depths.scheduled, depths.running,
-       EXTRACT(EPOCH FROM now() - LEAST(oldest.since, lapsed.since))::float8
-           AS oldest_ready_age
-FROM depths
-LEFT JOIN oldest ON oldest.queue = depths.queue
-LEFT JOIN lapsed ON lapsed.queue = depths.queue
 """
+# The ready jobs of queue ``queues.queue`` that are due (``{due}`` ``<=``) or scheduled
+# (``>``), counted up to ``%(cap)s + 1``: per (queue, priority) pair of ``pairs``, the range
+# of ``jobq_job_claim_idx`` on one side of ``now()``, the pairs walked until the count is
+# reached (the outer LIMIT stops the loop). The ORDER BY makes it an index scan, which stops
+# at the LIMIT (a bitmap scan would read the whole range first).
+_CAPPED_READY_COUNT = """(SELECT count(*) FROM (
+            SELECT 1 FROM pairs CROSS JOIN LATERAL (
+                SELECT 1 FROM jobq_job AS job
+                WHERE job.status = 'ready' AND job.queue = pairs.queue
+                  AND job.priority = pairs.priority AND job.run_at {due} now()
+                ORDER BY job.run_at
+                LIMIT %(cap)s + 1
+            ) AS counted_job
+            WHERE pairs.queue = queues.queue
+            LIMIT %(cap)s + 1) AS counted)"""
+# The depths as ``_EXACT_DEPTHS`` has them, reading at most about ``%(cap)s`` index entries
+# per queue and state, however deep the queue: ``ready`` and ``scheduled`` above ``%(cap)s``
+# mean "more than ``%(cap)s``". Running jobs (and the lapsed leases among them, counted as
+# ready) are counted exactly through ``jobq_job_lease_idx``: they are as many as the workers
+# hold, not as many as wait.
+_CAPPED_DEPTHS_TEMPLATE = """
+    SELECT parts.queue, sum(parts.ready)::bigint AS ready,
+           sum(parts.scheduled)::bigint AS scheduled, sum(parts.running)::bigint AS running
+    FROM (
+        SELECT queue, count(*) FILTER (WHERE lease_deadline < now()) AS ready, 0 AS scheduled,
+               count(*) FILTER (WHERE (lease_deadline < now()) IS NOT TRUE) AS running
+        FROM jobq_job
+        WHERE status = 'running'
+        GROUP BY queue
+        UNION ALL
+        SELECT queues.queue, {due}, {scheduled}, 0
+        FROM (SELECT DISTINCT queue FROM pairs) AS queues
+    ) AS parts
+    GROUP BY parts.queue
+"""
+_CAPPED_DEPTHS = _CAPPED_DEPTHS_TEMPLATE.format(
+    due=_CAPPED_READY_COUNT.format(due="<="), scheduled=_CAPPED_READY_COUNT.format(due=">")
+)
+_QUEUE_STATES = _QUEUE_STATES_TEMPLATE.format(depths=_EXACT_DEPTHS)
 
 #: Every queue's depth by state and its oldest ready age (see above), ordered by queue.
 QUEUE_STATES = _QUEUE_STATES + "ORDER BY depths.queue\n"
+
+#: ``QUEUE_STATES`` with its counts stopping above ``%(cap)s`` (``_CAPPED_DEPTHS``): a few
+#: index seeks per queue, plus up to ``%(cap)s`` + 1 index entries per queue and state, and the
+#: running jobs. For the admin dashboard, which must stay fast on a backlog of millions.
+QUEUE_STATES_CAPPED = (
+    _QUEUE_STATES_TEMPLATE.format(depths=_CAPPED_DEPTHS) + "ORDER BY depths.queue\n"
+)
+
+#: The dead letters counted by (queue, kind), for the admin dashboard: the first
+#: ``%(groups)s`` pairs in (queue, kind) order, each counted up to ``%(cap)s`` + 1 (a count
+#: above ``%(cap)s`` means "more than"). A loose index scan of ``jobq_dead_queue_kind_idx``,
+#: one seek per pair (the next pair after the last, by row comparison), and up to ``%(cap)s``
+#: + 1 of its index entries per pair: bounded however many dead letters there are. Each
+#: count names its pair as a range of the index in its order (written as equalities, the
+#: planner may rather scan the table until it has met ``%(cap)s`` + 1 of the pair's rows).
+DEAD_LETTER_GROUPS_CAPPED = """
+WITH RECURSIVE pairs AS (
+    (SELECT queue, kind FROM jobq_dead_letter ORDER BY queue, kind LIMIT 1)
+    UNION ALL
+    SELECT next.queue, next.kind
+    FROM pairs, LATERAL (
+        SELECT dead.queue, dead.kind FROM jobq_dead_letter AS dead
+        WHERE (dead.queue, dead.kind) > (pairs.queue, pairs.kind)
+        ORDER BY dead.queue, dead.kind
+        LIMIT 1
+    ) AS next
+), shown AS (
+    SELECT queue, kind FROM pairs LIMIT %(groups)s
+)
+SELECT shown.queue, shown.kind,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM jobq_dead_letter AS dead
+            WHERE (dead.queue, dead.kind) >= (shown.queue, shown.kind)
+              AND (dead.queue, dead.kind) <= (shown.queue, shown.kind)
+            ORDER BY dead.queue, dead.kind
+            LIMIT %(cap)s + 1) AS counted) AS dead_letters
+FROM shown
+ORDER BY shown.queue, shown.kind
+"""
+
+#: Turn JIT compilation off for the rest of the transaction. The admin dashboard's bounded
+#: statements read a few thousand index entries, but the planner prices their per-queue
+#: subqueries as if the (unknown) number of queues were large, and compiling them would
+#: take longer than running them.
+DISABLE_JIT = "SET LOCAL jit = off"
 
 #: Whether this minute (UTC) has been sampled already: a worker asks this cheap question
 #: before it takes a sample, so the scan runs about once a minute whatever the number of

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.models import Count
 
 from . import sql
@@ -41,6 +41,8 @@ from .models import DeadLetter, OutcomeRollup, QueueSample, WorkerProcess
 STALE_AFTER = 60.0
 #: Minutes of history the dashboard charts and ``jobq_stats`` read ("the last hour").
 HISTORY_MINUTES = 60
+#: The most (queue, kind) groups of dead letters a snapshot with a ``count_cap`` reads.
+CAPPED_GROUPS = 100
 
 
 @dataclass(frozen=True)
@@ -80,10 +82,17 @@ class WaitingKind:
     known: list[str]
 
 
-def waiting_kinds(cursor: Any) -> list[WaitingKind]:
+def waiting_kinds(cursor: Any, count_cap: int | None = None) -> list[WaitingKind]:
     """The jobs waiting for a worker that can run them, by queue and kind, read on
-    ``cursor`` (a Django or psycopg cursor on the queue database; one statement)."""
-    cursor.execute(sql.WAITING_FOR_A_WORKER, {"stale_after": STALE_AFTER})
+    ``cursor`` (a Django or psycopg cursor on the queue database; one statement): all of
+    each pair's jobs, or with ``count_cap`` the first ``count_cap + 1`` in claim order (a
+    ``jobs`` above ``count_cap`` means "more than"; ``oldest_age`` is among those,
+    ``sql.WAITING_FOR_A_WORKER_CAPPED``)."""
+    if count_cap is None:
+        cursor.execute(sql.WAITING_FOR_A_WORKER, {"stale_after": STALE_AFTER})
+    else:
+        params = {"stale_after": STALE_AFTER, "cap": count_cap}
+        cursor.execute(sql.WAITING_FOR_A_WORKER_CAPPED, params)
     return [
         # Django's cursor leaves jsonb as text; a plain psycopg one decodes it.
         WaitingKind(
@@ -239,10 +248,16 @@ def quantile(
     return float(bounds[-1])  # unreachable: the ranks above are covered by the loop
 
 
-def queue_states() -> list[QueueState]:
-    """Every queue holding live jobs, by name (``sql.QUEUE_STATES``: one statement)."""
+def queue_states(count_cap: int | None = None) -> list[QueueState]:
+    """Every queue holding live jobs, by name (one statement): counted exactly
+    (``sql.QUEUE_STATES``, which reads every live row), or with ``count_cap`` up to
+    ``count_cap + 1`` ready and scheduled jobs per queue (``sql.QUEUE_STATES_CAPPED``: a
+    count above ``count_cap`` means "more than ``count_cap``")."""
     with connections[get_settings().DATABASE].cursor() as cursor:
-        cursor.execute(sql.QUEUE_STATES)
+        if count_cap is None:
+            cursor.execute(sql.QUEUE_STATES)
+        else:
+            cursor.execute(sql.QUEUE_STATES_CAPPED, {"cap": count_cap})
         rows = cursor.fetchall()
     return [
         QueueState(queue, ready, scheduled, running, age or 0.0)
@@ -250,8 +265,16 @@ def queue_states() -> list[QueueState]:
     ]
 
 
-def dead_letter_groups() -> list[DeadLetterGroup]:
-    """Dead letters counted by queue and kind, sorted."""
+def dead_letter_groups(count_cap: int | None = None) -> list[DeadLetterGroup]:
+    """Dead letters counted by queue and kind, sorted: every group counted exactly (reads
+    every dead letter), or with ``count_cap`` the first :data:`CAPPED_GROUPS` groups, each
+    counted up to ``count_cap + 1`` (``sql.DEAD_LETTER_GROUPS_CAPPED``)."""
+    if count_cap is not None:
+        with connections[get_settings().DATABASE].cursor() as cursor:
+            cursor.execute(
+                sql.DEAD_LETTER_GROUPS_CAPPED, {"cap": count_cap, "groups": CAPPED_GROUPS}
+            )
+            return [DeadLetterGroup(queue, kind, count) for queue, kind, count in cursor.fetchall()]
     rows = (
         DeadLetter.objects.using(get_settings().DATABASE)
         .values("queue", "kind")
@@ -346,21 +369,38 @@ def _activity_and_history(
     return activity, history
 
 
-def snapshot(*, history: bool = True) -> Snapshot:
+def snapshot(*, history: bool = True, count_cap: int | None = None) -> Snapshot:
     """Read the queue's state now: queue depths and oldest ready ages, dead letters by
     queue and kind, registered workers, jobs waiting for a worker that can run them; with
     ``history``, also the last hour's activity and per-minute history per queue (from the
     rollups and samples).
 
+    With ``count_cap`` (the admin dashboard's), the reads are bounded however many jobs and
+    dead letters there are: each queue's ready and scheduled jobs, each (queue, kind)'s
+    dead letters and jobs waiting for a worker are counted up to ``count_cap + 1`` (a count
+    above ``count_cap`` means "more than ``count_cap``"), only the first
+    :data:`CAPPED_GROUPS` (queue, kind) groups of dead letters are read, and the statements
+    run in one transaction without JIT compilation (``sql.DISABLE_JIT``). Without it every
+    count is exact (``jobq_stats``, the metrics).
+
     Raises:
         django.db.DatabaseError: the queue database cannot be read.
     """
+    if count_cap is None:
+        return _snapshot(history, None)
+    with transaction.atomic(using=get_settings().DATABASE):
+        with connections[get_settings().DATABASE].cursor() as cursor:
+            cursor.execute(sql.DISABLE_JIT)
+        return _snapshot(history, count_cap)
+
+
+def _snapshot(history: bool, count_cap: int | None) -> Snapshot:
     now = _database_now()
-    queues = queue_states()
-    dead_letters = dead_letter_groups()
+    queues = queue_states(count_cap)
+    dead_letters = dead_letter_groups(count_cap)
     registered = workers(now)
     with connections[get_settings().DATABASE].cursor() as cursor:
-        waiting = waiting_kinds(cursor)
+        waiting = waiting_kinds(cursor, count_cap)
     if not history:
         return Snapshot(now, queues, dead_letters, registered, waiting)
     activity, per_minute = _activity_and_history(now)

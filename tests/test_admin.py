@@ -1,6 +1,8 @@
 """The admin screens: what they show (escaped), who may act, and what the actions change."""
 
+import re
 from datetime import timedelta
+from html import unescape
 
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
@@ -11,8 +13,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from django_jobq.admin import JobAdmin
 from django_jobq.checks import check_admin
 from django_jobq.models import DeadLetter, Job
+from django_jobq.pagination import CappedCountPaginator
 from tests.factories import DeadLetterFactory, JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -71,11 +75,13 @@ def staff_client(client, django_user_model):
 
 def running_job(**fields):
     return JobFactory(
-        status=Job.Status.RUNNING,
-        attempts=1,
-        worker_id="host:1",
-        lease_deadline=timezone.now() + timedelta(seconds=30),
-        **fields,
+        **{
+            "status": Job.Status.RUNNING,
+            "attempts": 1,
+            "worker_id": "host:1",
+            "lease_deadline": timezone.now() + timedelta(seconds=30),
+            **fields,
+        }
     )
 
 
@@ -100,13 +106,33 @@ def test_job_list_and_detail_render_read_only(admin_client):
     assert "/delete/" not in html
 
 
-def test_job_search_by_id_kind_and_idempotency_key(admin_client):
+def test_job_search_finds_an_exact_id_or_idempotency_key(admin_client):
     keyed = JobFactory(kind="shop.jobs.a", idempotency_key="order-17")
-    other = JobFactory(kind="shop.jobs.b")
-    for term, expected in [(str(keyed.pk), keyed), ("order-17", keyed), ("jobs.b", other)]:
-        response = admin_client.get(JOBS_URL, {"q": term})
-        assert list(response.context["cl"].result_list) == [expected], term
-    assert admin_client.get(JOBS_URL, {"q": "no such thing"}).status_code == 200
+    numbered = JobFactory(kind="shop.jobs.b", idempotency_key=str(keyed.pk + 1000))
+
+    def found(term):
+        return list(admin_client.get(JOBS_URL, {"q": term}).context["cl"].result_list)
+
+    assert found(str(keyed.pk)) == [keyed]
+    assert found(" order-17 ") == [keyed]
+    assert found(str(keyed.pk + 1000)) == [numbered]  # a number is an id or a key
+    assert found("order-1") == found("ORDER-17") == found("shop.jobs.a") == []  # exact only
+    assert found("9" * 40) == []  # no bigint: a key, not an id (no error page)
+
+
+def test_the_kind_and_queue_filters_take_any_value_and_show_it_selected(admin_client):
+    theirs = JobFactory(kind="another.service.kind", queue="their-queue")
+    JobFactory(kind="tests.testapp.jobs.record")
+
+    response = admin_client.get(JOBS_URL, {"kind": "another.service.kind"})
+    assert list(response.context["cl"].result_list) == [theirs]
+    html = response.content.decode()
+    assert '<li class="selected">\n    <a href="?kind=another.service.kind"' in html
+    assert "?kind=tests.testapp.jobs.record" in html  # the registered kinds are the choices
+    response = admin_client.get(JOBS_URL, {"queue": "their-queue"})
+    assert list(response.context["cl"].result_list) == [theirs]
+    html = admin_client.get(DEAD_LETTERS_URL, {"reason": SCRIPT}).content.decode()
+    assert SCRIPT not in html and ESCAPED_SCRIPT in html  # a selected value is shown escaped
 
 
 def test_dead_letter_list_and_detail_render(admin_client):
@@ -134,14 +160,43 @@ def test_dead_letter_list_and_detail_render(admin_client):
 def test_dead_letter_list_filters_by_kind_reason_and_searches_errors(admin_client):
     a = DeadLetterFactory(kind="shop.jobs.a", reason="failed: card declined")
     b = DeadLetterFactory(kind="shop.jobs.b", last_error="TimeoutError: partner API")
+    c = DeadLetterFactory(kind="shop.jobs.b", reason="failed")
+    DeadLetterFactory(kind="shop.jobs.b", reason="failedover: a reason of its own")
 
     def listed(params):
         return list(admin_client.get(DEAD_LETTERS_URL, params).context["cl"].result_list)
 
     assert listed({"kind": "shop.jobs.a"}) == [a]
     assert listed({"reason": "failed: card declined"}) == [a]
-    assert listed({"q": "partner API"}) == [b]
-    assert listed({"q": str(a.job_id)}) == [a]
+    assert set(listed({"reason": "failed"})) == {a, c}  # the reason and its detailed forms
+    assert listed({"q": "partner api"}) == [b]  # text in the error, in any case
+    assert listed({"q": f" {a.job_id} "}) == [a]  # a number: the job id, exactly
+    assert listed({"q": "shop.jobs.a"}) == []  # the kind is a filter, not a search
+
+
+def test_the_reason_filter_lists_the_reasons_not_the_rows(admin_client):
+    for n in range(30):
+        DeadLetterFactory(reason=f"failed: order {n} declined")
+    html = admin_client.get(DEAD_LETTERS_URL).content.decode()
+    # The filters' element: <nav> up to Django 5.2, <search> from 6.0.
+    filter_html = re.search(r'<(nav|search) id="changelist-filter".*?</\1>', html, re.S)[0]
+    assert filter_html.count("?reason=") == len(DeadLetter.Reason.values)
+    assert "order 7 declined" not in filter_html
+    assert "?reason=poison+row" in filter_html and "?reason=unknown+kind" in filter_html
+
+
+def test_the_died_at_filter_offers_dates_without_reading_the_rows(admin_client):
+    recent = DeadLetterFactory()
+    DeadLetter.objects.filter(pk=DeadLetterFactory().pk).update(
+        died_at=timezone.now() - timedelta(days=30)
+    )
+    with CaptureQueriesContext(connection) as queries:
+        response = admin_client.get(DEAD_LETTERS_URL)
+    html = response.content.decode()
+    assert not [q["sql"] for q in queries if "DISTINCT" in q["sql"] or "MIN(" in q["sql"]]
+    (link,) = re.findall(r'<a href="(\?died_at__gte=[^"]+)"[^>]*>Past 7 days</a>', html)
+    response = admin_client.get(DEAD_LETTERS_URL + unescape(link))
+    assert list(response.context["cl"].result_list) == [recent]
 
 
 def test_payload_and_traceback_are_escaped_on_both_admin_pages(admin_client):
@@ -153,6 +208,64 @@ def test_payload_and_traceback_are_escaped_on_both_admin_pages(admin_client):
         assert SCRIPT not in html, url
     for url in [job_url(job), DEAD_LETTERS_URL, dead_letter_url(dead)]:
         assert ESCAPED_SCRIPT in admin_client.get(url).content.decode(), url
+
+
+@pytest.fixture
+def cap_of_three(monkeypatch):
+    """The lists count up to 3 rows (instead of 10,000)."""
+    monkeypatch.setattr(CappedCountPaginator, "count_cap", 3)
+    monkeypatch.setattr(JobAdmin, "list_per_page", 2)
+
+
+def test_a_list_counts_up_to_the_cap_and_says_more_than(admin_client, cap_of_three):
+    JobFactory.create_batch(5, kind="shop.jobs.k")
+    with CaptureQueriesContext(connection) as queries:
+        response = admin_client.get(JOBS_URL, {"q": "no such key"})
+    html = response.content.decode()
+    assert "0 results" in html and "0 jobs" in html  # exact below the cap, as Django says it
+    (count,) = [q["sql"] for q in queries if "COUNT(" in q["sql"]]
+    assert "LIMIT 4" in count  # counts no further than the cap, plus one
+
+    response = admin_client.get(JOBS_URL, {"status": "ready"})
+    html = response.content.decode()
+    cl = response.context["cl"]
+    assert (cl.result_count, cl.paginator.num_pages, cl.paginator.capped) == (3, 2, True)
+    assert "more than 3 jobs" in html  # the paginator
+    assert "more than 3 results" in html  # the search form's count
+    assert "Select all jobs (more than 3)" in html  # select-all names no uncounted number
+    assert "All jobs selected (more than 3)" in html
+    assert admin_client.get(JOBS_URL, {"p": "3"}).status_code == 302  # no page past the cap
+
+
+def test_select_all_past_the_cap_still_takes_every_matching_row(admin_client, cap_of_three):
+    matching = DeadLetterFactory.create_batch(5, kind="shop.jobs.k")
+    DeadLetterFactory(kind="shop.jobs.other")
+    response = post_action(
+        admin_client,
+        f"{DEAD_LETTERS_URL}?kind=shop.jobs.k",
+        "redrive_selected",
+        matching[:1],
+        select_across=True,
+    )
+    assert "5 dead letters redriven as new jobs." in response.content.decode()
+    assert list(DeadLetter.objects.values_list("kind", flat=True)) == ["shop.jobs.other"]
+
+
+def test_the_jobs_list_sorts_each_status_by_an_index(admin_client):
+    now = timezone.now()
+    later = JobFactory(priority=0, run_at=now - timedelta(minutes=1))
+    first = JobFactory(priority=5, run_at=now)
+    lapsing = running_job(lease_deadline=now + timedelta(seconds=5))
+    lasting = running_job(lease_deadline=now + timedelta(seconds=50))
+
+    def listed(params):
+        return list(admin_client.get(JOBS_URL, params).context["cl"].result_list)
+
+    assert listed({"status": "ready"}) == [first, later]  # claim order: priority, run_at
+    assert listed({"status": "running"}) == [lapsing, lasting]  # by lease deadline
+    assert listed({}) == [lasting, lapsing, first, later]  # newest first
+    html = admin_client.get(JOBS_URL).content.decode()
+    assert html.count('class="sortable') == 1  # only the id column offers sorting
 
 
 # -- redrive -------------------------------------------------------------------------------

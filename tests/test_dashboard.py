@@ -5,9 +5,11 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_jobq import stats
+from django_jobq import dashboard, stats
 from django_jobq.charts import chart
 from django_jobq.models import OutcomeRollup, QueueSample, WorkerProcess
 from tests.factories import DeadLetterFactory, JobFactory, database_now, waiting_job
@@ -101,6 +103,57 @@ def test_the_dashboard_shows_the_numbers_and_charts(admin_client):
     assert '<strong class="jobq-alert">7</strong> dead letters' in html
     assert "<strong>1</strong> live worker" in html
     assert html.count("stale</span>") == 1
+
+
+def test_bounded_counts_agree_with_exact_ones_below_the_cap_and_stop_just_above(admin_client):
+    now = database_now()
+    for priority in (0, 5):  # two (queue, priority) pairs to walk
+        JobFactory.create_batch(2, queue="a", priority=priority, run_at=now)
+        JobFactory.create_batch(2, queue="a", priority=priority, run_at=now + timedelta(hours=1))
+    lapsed = {"status": "running", "attempts": 1, "lease_deadline": now - timedelta(seconds=1)}
+    JobFactory(queue="b", **lapsed)  # a queue with only running jobs, one lease lapsed
+    JobFactory(queue="b", **{**lapsed, "lease_deadline": now + timedelta(minutes=1)})
+    DeadLetterFactory.create_batch(3, queue="a", kind="k1")
+    DeadLetterFactory(queue="b", kind="k2")
+
+    WorkerProcess.objects.create(  # serves every queue, has neither job kind: they wait
+        worker_id="w:1", host="w", pid=1, concurrency=1, kinds=["shop.jobs.other"]
+    )
+
+    exact = stats.queue_states()
+    assert [(s.queue, s.ready, s.scheduled, s.running) for s in exact] == [
+        ("a", 4, 4, 0),
+        ("b", 1, 0, 1),
+    ]
+    assert stats.queue_states(count_cap=4) == exact
+    assert stats.dead_letter_groups(count_cap=3) == stats.dead_letter_groups()
+    capped = {s.queue: (s.ready, s.scheduled, s.running) for s in stats.queue_states(count_cap=2)}
+    assert capped == {"a": (3, 3, 0), "b": (1, 0, 1)}  # 3: more than 2
+    assert [g.count for g in stats.dead_letter_groups(count_cap=1)] == [2, 1]
+    with connection.cursor() as cursor:
+        waiting = stats.waiting_kinds(cursor)
+        assert [(w.queue, w.jobs) for w in waiting] == [("a", 4)]  # the due ones
+        (bounded,) = stats.waiting_kinds(cursor, count_cap=4)
+        assert (bounded.jobs, bounded.oldest_age) == (4, waiting[0].oldest_age)
+        assert [w.jobs for w in stats.waiting_kinds(cursor, count_cap=2)] == [3]
+
+
+def test_the_dashboard_says_more_than_its_cap_with_the_latest_sample(admin_client, monkeypatch):
+    monkeypatch.setattr(dashboard, "COUNT_CAP", 3)
+    fill()  # 5 ready jobs on "emails", sampled each minute; 7 of its dead letters
+    with CaptureQueriesContext(connection) as queries:
+        response = admin_client.get(URL)
+    html = response.content.decode()
+    emails = {row.state.queue: row for row in response.context["rows"]}["emails"]
+    minute = stats.current_minute(database_now()) - timedelta(minutes=1)
+    assert (emails.ready, emails.scheduled) == ("more than 3", "0")
+    assert emails.ready_sampled == f"2 at {minute:%H:%M} UTC"  # the last minute's sample
+    assert "more than 3<br><small" in html
+    assert '<strong class="jobq-alert">more than 3</strong> dead letters' in html
+    assert '<td class="jobq-num">more than 3</td>' in html  # the group's count
+    statements = [q["sql"] for q in queries]
+    assert "SET LOCAL jit = off" in statements
+    assert not [sql for sql in statements if "FROM jobq_job\n    GROUP BY" in sql]
 
 
 def test_view_permission_on_jobs_alone_hides_the_dead_letters(staff):

@@ -134,6 +134,8 @@ def test_queue_states_samples_and_the_idle_wake_up_survive_each_poison_row(case,
     (state,) = stats.queue_states()
     assert (state.queue, state.ready) == ("default", 1 + (case not in UNCLAIMED_POISON))
     assert 0 <= state.oldest_ready_age < 60
+    (bounded,) = stats.queue_states(count_cap=1000)  # the dashboard's bounded counts
+    assert bounded.ready == state.ready and 0 <= bounded.oldest_ready_age < 60
     worker = Worker(poll_interval=0.5)
     assert 0 <= worker._idle_timeout(queue_cursor) <= 0.5
     queue_cursor.execute(sql.SAMPLE_QUEUES)

@@ -8,44 +8,9 @@ build fails it leaves an INVALID index behind; drop it (``DROP INDEX CONCURRENTL
 jobq_job_kind_claim_idx``) and migrate again.
 """
 
-from typing import Any
-
-from django.contrib.postgres.operations import AddIndexConcurrently
 from django.db import migrations, models
-from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
-
-class AddIndexConcurrentlyOnPostgreSQL(AddIndexConcurrently):
-    """``CREATE INDEX CONCURRENTLY`` on PostgreSQL; a plain ``CREATE INDEX`` on another
-    database that merely holds the app's tables (it has no concurrent build)."""
-
-    def database_forwards(
-        self,
-        app_label: str,
-        schema_editor: BaseDatabaseSchemaEditor,
-        from_state: Any,
-        to_state: Any,
-    ) -> None:
-        if schema_editor.connection.vendor == "postgresql":
-            super().database_forwards(app_label, schema_editor, from_state, to_state)
-        else:
-            migrations.AddIndex.database_forwards(
-                self, app_label, schema_editor, from_state, to_state
-            )
-
-    def database_backwards(
-        self,
-        app_label: str,
-        schema_editor: BaseDatabaseSchemaEditor,
-        from_state: Any,
-        to_state: Any,
-    ) -> None:
-        if schema_editor.connection.vendor == "postgresql":
-            super().database_backwards(app_label, schema_editor, from_state, to_state)
-        else:
-            migrations.AddIndex.database_backwards(
-                self, app_label, schema_editor, from_state, to_state
-            )
+from django_jobq.migrations._operations import AddIndexConcurrentlyOnPostgreSQL
 
 
 class Migration(migrations.Migration):

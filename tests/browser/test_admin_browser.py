@@ -1,5 +1,5 @@
-"""The dead-letter admin and the dashboard in a real browser: Playwright driving Debian's
-Chromium against pytest-django's live server.
+"""The admin's lists, filters and actions and the dashboard in a real browser: Playwright
+driving Debian's Chromium against pytest-django's live server.
 
 Chromium comes from apt (``scripts/test`` installs it when missing and it can); where it
 cannot be found these tests are skipped, saying why. Set ``JOBQ_SCREENSHOTS=docs/img`` to
@@ -7,15 +7,20 @@ refresh the screenshots the docs show; otherwise they go to a temporary director
 """
 
 import os
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.db.models import Value
+from django.db.models.functions import Concat
 from django.utils import timezone
 
+from django_jobq.admin import DeadLetterAdmin
 from django_jobq.models import DeadLetter, Job
+from django_jobq.pagination import CappedCountPaginator
 from tests.factories import DeadLetterFactory, JobFactory, dashboard_scene
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -104,8 +109,21 @@ def make_dead_letters(count, **fields):
     )
 
 
+@pytest.fixture
+def demo_registry(monkeypatch):
+    """The kind and queue filters offer the demo project's kinds and queues, as they do in
+    the demo, not the ~40 kinds and ~10 queues the test settings add (screenshots show them)."""
+    from django_jobq import admin_filters, registry
+
+    demo = [d for d in registry.definitions() if d.kind.startswith("shop.")]
+    kinds = sorted(name for d in demo for name in (d.kind, *d.aliases))
+    queues = sorted({"default", *(d.queue or "default" for d in demo)})
+    monkeypatch.setattr(registry, "claimable_kinds", lambda: kinds)
+    monkeypatch.setattr(admin_filters, "known_queues", lambda: queues)
+
+
 def test_superuser_filters_selects_all_and_redrives(
-    log_in, live_server, django_user_model, screenshots
+    log_in, live_server, django_user_model, screenshots, demo_registry
 ):
     make_dead_letters(120, kind=KIND, queue="default")
     make_dead_letters(
@@ -206,6 +224,55 @@ def test_staff_who_may_view_jobs_see_the_dashboard_without_dead_letters(
         "2",
     ]
     assert page.locator("#jobq-dead-letters").count() == 0
+
+
+def test_past_the_count_cap_an_operator_filters_pages_and_redrives_them_all(
+    log_in, live_server, django_user_model, monkeypatch
+):
+    # The lists count up to 50 rows here (10,000 in production): 120 failed dead letters,
+    # each its own reason, are "more than 50", in pages of 20.
+    monkeypatch.setattr(CappedCountPaginator, "count_cap", 50)
+    monkeypatch.setattr(DeadLetterAdmin, "list_per_page", 20)
+    make_dead_letters(120, kind=KIND, queue="default", reason="failed: order expired")
+    DeadLetter.objects.filter(kind=KIND).update(reason=Concat(Value("failed: order "), "job_id"))
+    make_dead_letters(4, kind="another.service.kind", queue="theirs", reason="unknown kind")
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "pw")
+    page = log_in(admin)
+
+    page.goto(f"{live_server.url}/admin/django_jobq/deadletter/")
+    sidebar = page.locator("#changelist-filter")
+    assert sidebar.get_by_role("link", name="poison row").count() == 1  # the reasons...
+    assert sidebar.get_by_text("failed: order").count() == 0  # ...not each dead letter's
+    assert "more than 50 dead letters" in page.locator(".paginator").inner_text()
+    sidebar.get_by_role("link", name="failed", exact=True).click()
+    page.wait_for_url("**/?reason=failed")
+    paginator = page.locator(".paginator")
+    assert "more than 50 dead letters" in paginator.inner_text()
+    assert "more than 50 results" in page.locator("#changelist-search").inner_text()
+    # Page links: links up to Django 5.2, role="button" from 6.0.
+    paginator.locator("a").filter(has_text=re.compile(r"^3$")).click()  # up to the cap
+    page.wait_for_url("**p=3*")
+    assert page.locator("#result_list tbody tr").count() == 10  # rows 41 to 50 of the 50
+    assert paginator.locator("a").filter(has_text=re.compile(r"^4$")).count() == 0
+
+    page.check("#action-toggle")
+    page.get_by_role("button", name="Select all dead letters (more than 50)").click()
+    assert page.locator(".actions .all").inner_text() == "All dead letters selected (more than 50)"
+    page.select_option("select[name=action]", "redrive_selected")
+    page.locator(".actions button[name=index]").click()
+    assert "120 dead letters redriven as new jobs." in page.locator(".messagelist").inner_text()
+    assert Job.objects.filter(kind=KIND).count() == 120
+
+    # Another service's kind is no choice of the filter, but the dashboard links to it.
+    page.goto(f"{live_server.url}/admin/django_jobq/job/dashboard/")
+    page.locator("#jobq-dead-letters").get_by_role("link", name="another.service.kind").click()
+    page.wait_for_url("**/deadletter/?*")
+    selected = page.locator("#changelist-filter li.selected").all_inner_texts()
+    assert "another.service.kind" in selected and "theirs" in selected
+    assert "4 dead letters" in page.locator(".paginator").inner_text()
+    page.locator("#changelist-filter").get_by_role("link", name="Past 7 days").click()
+    page.wait_for_url("**died_at__gte=*")
+    assert "4 dead letters" in page.locator(".paginator").inner_text()
 
 
 def test_operator_redrives_the_dead_letters_of_one_cause(
