@@ -203,7 +203,7 @@ class DeadLetter(models.Model):
     traceback = models.TextField(blank=True, default="")
     died_at = models.DateTimeField(db_default=Now())
     # Computed by PostgreSQL in every insert, whoever writes the row (django_jobq.fingerprints).
-    fingerprint = models.GeneratedField(
+    fingerprint = fingerprints.FingerprintField(
         expression=fingerprints.expression(),
         output_field=models.TextField(),
         db_persist=True,

@@ -485,7 +485,10 @@ CLAIM_JOBS_WALK_ANY_QUEUE = _claim(_CLAIM_WALK_TEMPLATE, "ready", "")
 # (``jobq_job_claim_idx`` / ``jobq_job_claim_all_idx``) and its earliest lapsed lease
 # (``jobq_job_lease_idx``). Both read without locks and stop at the first row they find; while
 # the xmin horizon is held back each walks the index entries of the rows claimed or acked
-# since, which is why the worker runs it only every so often, never in the claim.
+# since, which is why the worker runs it only every so often, never in the claim. Its kind
+# test is spelt ``(kind = ANY(...)) IS TRUE`` (see ``_IS_READY``): spelt plainly, a planner
+# whose statistics say few rows are ready reads ``jobq_job_kind_claim_idx`` instead, every
+# ready job of the worker's kinds, and sorts them for the first.
 # Returns one row: the first claimable ready job's ``priority``, ``run_at`` (NULL when
 # outside what Python holds, ``-infinity`` say) and ``id`` (all NULL when there is none),
 # then whether a lapsed lease was found and its deadline (NULL when outside what Python
@@ -499,7 +502,8 @@ SELECT ready.priority,
 FROM (VALUES (1)) AS one (row)
 LEFT JOIN LATERAL (
     SELECT priority, run_at, id FROM jobq_job
-    WHERE status = 'ready' AND run_at <= now(){queue_filter} AND kind = ANY(%(kinds)s::text[])
+    WHERE status = 'ready' AND run_at <= now(){queue_filter}
+      AND (kind = ANY(%(kinds)s::text[])) IS TRUE
     ORDER BY priority DESC, run_at, id
     LIMIT 1
 ) AS ready ON true

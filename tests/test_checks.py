@@ -82,8 +82,9 @@ def test_invalid_settings_have_an_error_id(jobq, expected):
                 get_settings()
 
 
-# Django 6.1's model checks query every database alias, "other" (SQLite) included.
-@pytest.mark.django_db(databases=["default", "other"])
+# Django 6.1's model checks query every database alias, "other" (SQLite) included, and
+# "queue" (the fingerprint's GeneratedField asks the server for its version).
+@pytest.mark.django_db(databases=["default", "other", "queue"])
 def test_manage_py_check_reports_the_error():
     from django.core.management.base import SystemCheckError
 
