@@ -32,9 +32,9 @@ claimable job and earliest lapsed lease from the start of the claim order, and
 :meth:`ClaimPositions.lower` moves a position back to it. The probe pays the walk the claim
 avoids, so the worker runs it only every :meth:`ClaimPositions.probe_interval` seconds
 (:data:`PROBE_COST_FACTOR` times the last probe's duration, at least
-:data:`MIN_PROBE_INTERVAL`, at most :data:`MAX_PROBE_INTERVAL`) and whenever a claim came
-back empty (before the worker waits or a burst worker stops), never inside the claim.
-Such a row waits at most that long beyond its turn.
+:data:`MIN_PROBE_INTERVAL`, at most :data:`MAX_PROBE_INTERVAL`), never inside the claim; a
+worker whose claim came back empty waits at most until the probe is due, and a burst worker
+probes before it stops. Such a row waits at most that long beyond its turn.
 """
 
 from __future__ import annotations
