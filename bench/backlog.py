@@ -400,13 +400,38 @@ class Backlog:
             )
         return found
 
-    def drain(self, name: str, jobs: int, *, snapshot: bool) -> Drain:
-        """Fill ``jobs`` jobs and drain them with ``--burst`` workers (see the module
-        docstring); the checks failing raise :class:`HarnessError`."""
+    def run_dirs(self, name: str) -> tuple[Path, Path]:
+        """A fresh ``<work dir>/<name>`` for a drain and its ``records`` directory."""
         run_dir = self.work_dir / name
         shutil.rmtree(run_dir, ignore_errors=True)
         record_dir = run_dir / "records"
         record_dir.mkdir(parents=True)
+        return run_dir, record_dir
+
+    def start_workers(
+        self, run_dir: Path, record_dir: Path, meter: claims.ActivityMeter, *, burst: bool
+    ) -> tuple[WorkerGroup, int, int, int]:
+        """Start the activity meter and the workers (``--burst`` or not), their logs in
+        ``run_dir``. Returns the worker group, the server log's size before them (bytes: the
+        drain's statements follow), the wall clock minus the monotonic one and the start
+        (both in ns)."""
+        offset = self.cluster.log.stat().st_size
+        group = WorkerGroup(
+            worker_commands(self.system, self.config, burst=burst),
+            env=self.system.env(record_dir),
+            log_dir=run_dir,
+            cwd=REPO_DIR,
+        )
+        clock_offset = time.time_ns() - time.monotonic_ns()
+        meter.start()
+        started = time.monotonic_ns()
+        group.start()
+        return group, offset, clock_offset, started
+
+    def drain(self, name: str, jobs: int, *, snapshot: bool) -> Drain:
+        """Fill ``jobs`` jobs and drain them with ``--burst`` workers (see the module
+        docstring); the checks failing raise :class:`HarnessError`."""
+        run_dir, record_dir = self.run_dirs(name)
         with self.system.connect() as conn:
             claims.create_probe_table(conn)
             fill_seconds = self.fill(conn, jobs)
@@ -414,17 +439,9 @@ class Backlog:
             meter = claims.ActivityMeter(conn)
             holder, held = hold_snapshot(self.system.url) if snapshot else (None, None)
             records = Records(record_dir)
-            offset = self.cluster.log.stat().st_size
-            group = WorkerGroup(
-                worker_commands(self.system, self.config, burst=True),
-                env=self.system.env(record_dir),
-                log_dir=run_dir,
-                cwd=REPO_DIR,
+            group, offset, clock_offset, started = self.start_workers(
+                run_dir, record_dir, meter, burst=True
             )
-            clock_offset = time.time_ns() - time.monotonic_ns()
-            meter.start()
-            started = time.monotonic_ns()
-            group.start()
             try:
                 exits = group.wait_exit(
                     60 + jobs / SLOWEST_RATE,
@@ -474,10 +491,7 @@ class Backlog:
     def seeds_drain(self, jobs: int, rate: float, max_seconds: float) -> Drain:
         """The seeds' case: ``jobs`` waiting plus ``rate`` jobs/s arriving (see the module
         docstring); drained when the backlog has run and the workers keep up."""
-        run_dir = self.work_dir / "seeds"
-        shutil.rmtree(run_dir, ignore_errors=True)
-        record_dir = run_dir / "records"
-        record_dir.mkdir(parents=True)
+        run_dir, record_dir = self.run_dirs("seeds")
         commits_path = run_dir / "commits.txt"
         with self.system.connect() as conn:
             claims.create_probe_table(conn)
@@ -486,17 +500,9 @@ class Backlog:
             meter = claims.ActivityMeter(conn)
             records = ArrivalRecords(record_dir, jobs)
             commits = CommitFollower(commits_path)
-            offset = self.cluster.log.stat().st_size
-            group = WorkerGroup(
-                worker_commands(self.system, self.config, burst=False),
-                env=self.system.env(record_dir),
-                log_dir=run_dir,
-                cwd=REPO_DIR,
+            group, offset, clock_offset, started = self.start_workers(
+                run_dir, record_dir, meter, burst=False
             )
-            clock_offset = time.time_ns() - time.monotonic_ns()
-            meter.start()
-            started = time.monotonic_ns()
-            group.start()
             command = producer_command(
                 self.system,
                 "paced",

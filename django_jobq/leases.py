@@ -233,10 +233,16 @@ def probe_claim_positions(
     them (see :mod:`django_jobq.claim_positions`).
 
     Args:
+        cursor: an autocommit cursor on the queue database (one statement, no locks).
+        positions: the worker's positions; moved back in place, and told how long the
+            probe took (its next interval).
         queues, kinds: as for :func:`claim` (the same worker's).
 
     Returns:
         Whether a position moved back (a job waits behind it: claim again).
+
+    Raises:
+        psycopg.Error: the statement failed; the positions are unchanged.
     """
     statements, params = _queue_params(queues, kinds)
     started = time.monotonic()
