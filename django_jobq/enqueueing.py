@@ -580,7 +580,7 @@ def _execute(alias: str, statement: str, jobs: Sequence[PreparedJob]) -> list[An
         # one (Python's and PostgreSQL's rounding of seconds to microseconds differ).
         "visibility_timeout": [timedelta(seconds=job.visibility_timeout_seconds) for job in jobs],
         "idempotency_key": [job.idempotency_key for job in jobs],
-        "channel": sql.WAKE_CHANNEL,
+        "channel": sql.wake.WAKE_CHANNEL,
     }
     with db.server_binding_cursor(alias, binary_results=True) as cursor:
         cursor.execute(statement, parameters)

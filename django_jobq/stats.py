@@ -70,8 +70,9 @@ class DeadLetterGroup:
 @dataclass(frozen=True)
 class WaitingKind:
     """Due jobs of one kind on one queue that wait for a worker that can run them: live
-    workers serve the queue, none has registered the kind (``sql.WAITING_FOR_A_WORKER``).
-    ``oldest_age`` is the seconds the longest-waiting one has waited since it became due;
+    workers serve the queue, none has registered the kind
+    (``sql.maintenance.WAITING_FOR_A_WORKER``). ``oldest_age`` is the seconds the
+    longest-waiting one has waited since it became due;
     ``known`` the kinds the live workers serving the queue have, sorted. After
     ``JOBQ['UNKNOWN_KIND_GRACE']`` they become "unknown kind" dead letters."""
 
@@ -87,12 +88,12 @@ def waiting_kinds(cursor: Any, count_cap: int | None = None) -> list[WaitingKind
     ``cursor`` (a Django or psycopg cursor on the queue database; one statement): all of
     each pair's jobs, or with ``count_cap`` the first ``count_cap + 1`` in claim order (a
     ``jobs`` above ``count_cap`` means "more than"; ``oldest_age`` is among those,
-    ``sql.WAITING_FOR_A_WORKER_CAPPED``)."""
+    ``sql.maintenance.WAITING_FOR_A_WORKER_CAPPED``)."""
     if count_cap is None:
-        cursor.execute(sql.WAITING_FOR_A_WORKER, {"stale_after": STALE_AFTER})
+        cursor.execute(sql.maintenance.WAITING_FOR_A_WORKER, {"stale_after": STALE_AFTER})
     else:
         params = {"stale_after": STALE_AFTER, "cap": count_cap}
-        cursor.execute(sql.WAITING_FOR_A_WORKER_CAPPED, params)
+        cursor.execute(sql.maintenance.WAITING_FOR_A_WORKER_CAPPED, params)
     return [
         # Django's cursor leaves jsonb as text; a plain psycopg one decodes it.
         WaitingKind(

@@ -16,8 +16,8 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.utils import timezone
 
-from django_jobq import faults, sql
-from django_jobq.chaos import handlers
+from django_jobq import faults
+from django_jobq.chaos import handlers, sql
 from django_jobq.chaos import run as chaos_run
 from django_jobq.chaos.handlers import QUEUE, Effect
 from django_jobq.chaos.plan import Plan, make_plan

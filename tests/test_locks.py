@@ -248,7 +248,7 @@ def test_every_fenced_write_skips_a_locked_row_and_reports_it_busy(connect, queu
 
 def test_a_table_lock_on_the_dead_letters_delays_only_that_jobs_dead_letter(connect):
     # A CREATE INDEX (or LOCK TABLE) on jobq_dead_letter: the dead letter's insert waits a
-    # moment at most (sql.SET_SHORT_LOCK_TIMEOUT), then the outcome stays pending while the
+    # moment at most (sql.locks.SET_SHORT_LOCK_TIMEOUT), then the outcome stays pending while the
     # worker records the others and claims on.
     operator = connect(autocommit=False)
     operator.execute("LOCK TABLE jobq_dead_letter IN ACCESS EXCLUSIVE MODE")

@@ -24,10 +24,10 @@ NEVER = 3600.0
 def listening(connect):
     """A connection LISTENing on the wake channel; call it to drain its notifications."""
     conn = connect()
-    conn.execute(sql.LISTEN_WAKE)
+    conn.execute(sql.wake.LISTEN_WAKE)
 
     def received():
-        conn.execute(sql.PING)  # a round trip delivers what has arrived
+        conn.execute(sql.wake.PING)  # a round trip delivers what has arrived
         return [(n.channel, n.payload) for n in conn.notifies(timeout=0)]
 
     return received

@@ -14,11 +14,12 @@ from pathlib import Path
 
 from django.db import connections
 
-from .. import faults, sql
+from .. import faults
 from ..backoff import FixedBackoff
 from ..conf import get_settings
 from ..context import JobContext
 from ..registry import job
+from . import sql
 
 #: The queue of every chaos job; the run touches no other queue's rows.
 QUEUE = "jobq-chaos"

@@ -30,11 +30,11 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connections
 
-from .. import faults, sql
+from .. import faults
 from ..conf import get_settings
 from ..enqueueing import enqueue_many
 from ..models import DeadLetter, DedupKey, Job, OutcomeRollup, QueueSample, WorkerProcess
-from . import handlers
+from . import handlers, sql
 from .handlers import EFFECT_LOG_ENV, QUEUE
 from .plan import Plan, make_plan
 from .supervisor import Supervisor

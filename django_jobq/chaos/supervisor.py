@@ -26,9 +26,10 @@ from typing import IO
 
 from django.db import DatabaseError, connections
 
-from .. import faults, sql
+from .. import faults
 from ..leases import Lease
 from ..models import Job
+from . import sql
 from .handlers import QUEUE
 from .plan import CrashPlan, Plan, Termination
 
@@ -265,8 +266,10 @@ class Supervisor:
         try:
             with connections[self.alias].cursor() as cursor:
                 cursor.execute(sql.SELECT_CONNECTIONS_NAMED, {"pattern": f"jobq % {self.prefix}%"})
-                ours: list[tuple[int, str]] = cursor.fetchall()
-                of_role = [row for row in ours if row[1].split(" ")[1] == termination.role]
+                ours: list[tuple[int, str]] = cursor.fetchall()  # (pid, application name)
+                of_role = [
+                    (pid, name) for pid, name in ours if name.split(" ")[1] == termination.role
+                ]
                 waited = time.monotonic() - due_since > ROLE_WAIT
                 candidates = of_role or (ours if waited else [])
                 if not candidates:

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from django.db import connections
 from django.db.models.functions import Now
 
-from .. import faults, sql
+from .. import faults
 from ..leases import Lease
 from ..models import DeadLetter, DedupKey, Job
-from . import handlers
+from . import handlers, sql
 from .handlers import QUEUE, Effect
 from .supervisor import Death, Supervisor
 

@@ -88,15 +88,6 @@ JOIN unnest(%(kind)s::text[], %(idempotency_key)s::text[]) AS wanted(kind, idemp
 WHERE job.idempotency_key IS NOT NULL
 """
 
-#: The channel ``INSERT_JOBS`` notifies: one channel (not one per queue), so a worker that
-#: serves every queue can listen without knowing their names; the payload is the queue.
-WAKE_CHANNEL = "jobq"
-#: Subscribe the worker's listener connection to ``WAKE_CHANNEL`` (LISTEN takes no
-#: parameters; the channel is the constant above).
-LISTEN_WAKE = f'LISTEN "{WAKE_CHANNEL}"'
-#: A round trip that does nothing: surfaces a connection the server has closed.
-PING = "SELECT 1"
-
 # -- rows not written by enqueue -----------------------------------------------------------
 #
 # Another producer (or a hand-written fix) can put values into ``jobq_job`` that ``enqueue``
@@ -783,57 +774,6 @@ SELECT id FROM job
 """
 REDRIVE_DEAD_LETTERS = _REDRIVE_DEAD_LETTERS_TEMPLATE.format(redrivable=REDRIVABLE)
 
-# Retention: delete rows of ``{table}`` whose ``{column}`` is older than ``%(older_than)s``
-# seconds, at most ``%(limit)s`` per statement so a large backlog never holds one long
-# transaction (the maintenance round repeats it).
-_PRUNE_TEMPLATE = """
-DELETE FROM {table}
-WHERE id IN (
-    SELECT id FROM {table}
-    WHERE {column} < now() - make_interval(secs => %(older_than)s)
-    ORDER BY {column}
-    LIMIT %(limit)s
-)
-"""
-
-#: Retention of dead letters (``JOBQ['DEAD_LETTER_RETENTION']``), by ``died_at``.
-PRUNE_DEAD_LETTERS = _PRUNE_TEMPLATE.format(table="jobq_dead_letter", column="died_at")
-#: Retention of dedup keys (``JOBQ['DEDUP_RETENTION']``), by ``created_at``.
-PRUNE_DEDUP_KEYS = _PRUNE_TEMPLATE.format(table="jobq_dedup_key", column="created_at")
-#: Retention of finished task results (``JOBQ['TASK_RESULT_RETENTION']``), by
-#: ``finished_at``: results of ready or running tasks have none and are never pruned.
-PRUNE_TASK_RESULTS = _PRUNE_TEMPLATE.format(table="jobq_task_result", column="finished_at")
-#: Retention of the per-minute outcome rollups (``JOBQ['STATS_RETENTION']``), by ``minute``.
-PRUNE_OUTCOME_ROLLUPS = _PRUNE_TEMPLATE.format(table="jobq_outcome_rollup", column="minute")
-#: Retention of the per-minute queue samples (``JOBQ['STATS_RETENTION']``), by ``minute``.
-PRUNE_QUEUE_SAMPLES = _PRUNE_TEMPLATE.format(table="jobq_queue_sample", column="minute")
-#: Forget workers not seen for a while (crashed without deregistering), by ``last_seen``.
-PRUNE_WORKER_PROCESSES = _PRUNE_TEMPLATE.format(table="jobq_worker_process", column="last_seen")
-
-#: Rescue stranded leases: a running row whose lease deadline no worker could have written
-#: (NULL, 'infinity', or further ahead than the longest lease, ``LEASE_LENGTH``'s 10 years,
-#: with a day's margin: a row written by another producer) would never lapse, never be
-#: reclaimed and keep ``jobq_worker --burst`` waiting forever. Its deadline becomes now: the
-#: next claim reclaims it (and quarantines it if it is a poison row). Rows another
-#: transaction has locked are skipped. Served by ``jobq_job_lease_idx``. Returns the ids.
-RESCUE_STRANDED_LEASES = """
-WITH stranded AS MATERIALIZED (
-    SELECT id FROM jobq_job
-    WHERE status = 'running'
-      AND (lease_deadline IS NULL OR lease_deadline > now() + interval '3651 days')
-    ORDER BY id
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE jobq_job AS job SET lease_deadline = now()
-FROM stranded WHERE job.id = stranded.id
-RETURNING job.id
-"""
-
-#: Wait this long at most for a table lock in the worker's writes about one job (a
-#: transaction's ``SET LOCAL``): a dead letter's insert waits for no ``CREATE INDEX`` or
-#: ``LOCK TABLE`` on ``jobq_dead_letter``; the job's outcome is written again later.
-SET_SHORT_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '100ms'"
-
 # -- dead letters by cause (admin, jobq_deadletters, jobq_redrive) --------------------------
 #
 # A dead letter's ``fingerprint`` (a stored generated column, ``django_jobq.fingerprints``)
@@ -903,131 +843,6 @@ DEAD_LETTER_CAUSE = _DEAD_LETTER_CAUSES_TEMPLATE.format(
 #: Delete the dead letters of one cause (``%(fingerprint)s``), in one statement (found with
 #: ``jobq_dead_fingerprint_idx``); the cursor's row count says how many.
 DELETE_DEAD_LETTERS_OF_CAUSE = "DELETE FROM jobq_dead_letter WHERE fingerprint = %(fingerprint)s"
-
-# -- jobs no live worker can run (mixed fleets, removed kinds) -----------------------------
-#
-# A worker claims only the kinds it has (see the claim), so a job of a kind that no live
-# worker serving its queue has would wait forever. Live: seen within ``%(stale_after)s``
-# seconds (``django_jobq.stats.STALE_AFTER``); serving a queue: its ``queues`` is NULL (every
-# queue) or names it; having a kind: its ``kinds`` list names it. A worker with no kinds at
-# all (a misconfigured process that imported no ``jobs`` module) serves nothing: it would
-# otherwise turn every queue's outage into dead letters. A queue no live worker serves at
-# all is an outage, not an unknown kind: its jobs are never named here.
-_LIVE_WORKERS = """live AS (
-    SELECT queues, kinds FROM jobq_worker_process
-    WHERE last_seen > now() - make_interval(secs => %(stale_after)s)
-      AND jsonb_array_length(kinds) > 0
-)"""
-# Whether a live worker serves queue ``{queue}`` (``live`` rows as ``worker``).
-_SERVES = "(worker.queues IS NULL OR worker.queues ? {queue})"
-
-#: The (queue, kind) pairs of due ready jobs that wait for a worker that can run them: live
-#: workers serve the queue, none of them has the kind. Per pair: ``jobs``, the seconds the
-#: longest-waiting one has waited since it became due (``GREATEST(run_at, created_at)``, as
-#: the claim's pickup latency; infinite times left out), and ``known``, the kinds the live
-#: workers serving the queue have (a sorted jsonb list). Reads the registry (a few rows),
-#: one index seek per (queue, kind) pair of ready jobs (``pairs``) and the waiting jobs
-#: themselves (``jobq_job_kind_claim_idx``). Ordered by queue, kind. ``{counted}`` reads
-#: each pair's due jobs: all of them (``_WAITING_JOBS``, the maintenance sweep's), or the
-#: first ``%(cap)s`` + 1 in claim order (``_FIRST_WAITING_JOBS``, the admin dashboard's).
-_WAITING_FOR_A_WORKER_TEMPLATE = """
-WITH RECURSIVE {live}, {pairs}
-SELECT pairs.queue, pairs.kind, counted.jobs,
-       EXTRACT(EPOCH FROM now() - counted.since)::float8 AS oldest_age,
-       (SELECT COALESCE(jsonb_agg(DISTINCT known.kind ORDER BY known.kind), '[]')
-        FROM live AS worker, jsonb_array_elements_text(worker.kinds) AS known(kind)
-        WHERE {serves}) AS known
-FROM pairs
-CROSS JOIN LATERAL (
-    SELECT count(*) AS jobs,
-           min(GREATEST(job.run_at, job.created_at))
-               FILTER (WHERE isfinite(GREATEST(job.run_at, job.created_at))) AS since
-    FROM {counted}
-) AS counted
-WHERE counted.jobs > 0
-  AND EXISTS (SELECT 1 FROM live AS worker WHERE {serves})
-  AND NOT EXISTS (SELECT 1 FROM live AS worker WHERE {serves} AND worker.kinds ? pairs.kind)
-ORDER BY pairs.queue, pairs.kind
-"""
-_WAITING_JOBS = """jobq_job AS job
-    WHERE job.status = 'ready' AND job.queue = pairs.queue AND job.kind = pairs.kind
-      AND job.run_at <= now()"""
-_FIRST_WAITING_JOBS = """(
-        SELECT run_at, created_at FROM jobq_job
-        WHERE status = 'ready' AND queue = pairs.queue AND kind = pairs.kind AND run_at <= now()
-        ORDER BY priority DESC, run_at
-        LIMIT %(cap)s + 1
-    ) AS job"""
-WAITING_FOR_A_WORKER = _WAITING_FOR_A_WORKER_TEMPLATE.format(
-    live=_LIVE_WORKERS,
-    pairs=_READY_PAIRS_TEMPLATE.format(queue_filter=""),
-    serves=_SERVES.format(queue="pairs.queue"),
-    counted=_WAITING_JOBS,
-)
-#: ``WAITING_FOR_A_WORKER`` reading at most ``%(cap)s`` + 1 due jobs per pair, in claim
-#: order (``jobq_job_kind_claim_idx``): ``jobs`` above ``%(cap)s`` means "more than", and
-#: ``oldest_age`` is the longest wait among those jobs (a pair's oldest job, unless older
-#: ones wait at a lower priority). For the admin dashboard, which must stay fast when a
-#: kind's backlog waits for a worker.
-WAITING_FOR_A_WORKER_CAPPED = _WAITING_FOR_A_WORKER_TEMPLATE.format(
-    live=_LIVE_WORKERS,
-    pairs=_READY_PAIRS_TEMPLATE.format(queue_filter=""),
-    serves=_SERVES.format(queue="pairs.queue"),
-    counted=_FIRST_WAITING_JOBS,
-)
-
-#: Dead-letter the due ready jobs of the given (queue, kind) pairs (zipped arrays
-#: ``%(queue)s``, ``%(kind)s``, with each pair's dead letters' ``%(reason)s``) that have waited
-#: longer than ``%(grace)s`` seconds since they became due (``GREATEST(run_at,
-#: created_at)``), in one statement: the copy and the delete together (the job is in exactly
-#: one of the two tables); the caller fails a Django task's result in the same transaction
-#: (``FAIL_UNRUN_TASK_RESULTS``) and announces it after the commit. Each pair is checked
-#: again at the statement's snapshot (the caller read it with ``WAITING_FOR_A_WORKER`` a
-#: moment before):
-#: only while live workers serve the queue and none has the kind; a worker with the kind
-#: that registered in between saves them. At most ``%(limit)s`` jobs per pair, locked FOR
-#: UPDATE SKIP LOCKED (a row another transaction holds is left for the next round), found in
-#: claim order through ``jobq_job_kind_claim_idx``. ``attempts`` records the attempts that
-#: ran (pass ``%(ran)s`` true: a ready job's attempts all ran). Returns a ``(queue, kind,
-#: reason, payload)`` row per job dead-lettered, its payload cut to its ``result_id``.
-_DEAD_LETTER_UNKNOWN_KINDS_TEMPLATE = """
-WITH {live}, doomed AS (
-    SELECT input.queue, input.kind, input.reason
-    FROM unnest(%(queue)s::text[], %(kind)s::text[], %(reason)s::text[])
-         AS input(queue, kind, reason)
-    WHERE EXISTS (SELECT 1 FROM live AS worker WHERE {serves})
-      AND NOT EXISTS (SELECT 1 FROM live AS worker WHERE {serves} AND worker.kinds ? input.kind)
-), locked AS MATERIALIZED (
-    SELECT picked.id, doomed.reason FROM doomed
-    CROSS JOIN LATERAL (
-        SELECT job.id FROM jobq_job AS job
-        WHERE job.status = 'ready' AND job.queue = doomed.queue AND job.kind = doomed.kind
-          AND job.run_at <= now()
-          AND GREATEST(job.run_at, job.created_at) < now() - make_interval(secs => %(grace)s)
-        ORDER BY job.priority DESC, job.run_at, job.id
-        LIMIT %(limit)s
-        FOR UPDATE OF job SKIP LOCKED
-    ) AS picked
-), moved AS (
-    DELETE FROM jobq_job AS job USING locked
-    WHERE job.id = locked.id AND job.status = 'ready'
-    RETURNING job.*, locked.reason AS dead_reason
-), dead AS ({insert_dead_letter}
-)
-SELECT moved.queue, moved.kind, moved.dead_reason,
-       jsonb_build_object('result_id', moved.payload->'result_id') AS payload
-FROM moved
-ORDER BY moved.queue, moved.kind
-"""
-DEAD_LETTER_UNKNOWN_KINDS = _DEAD_LETTER_UNKNOWN_KINDS_TEMPLATE.format(
-    live=_LIVE_WORKERS,
-    serves=_SERVES.format(queue="input.queue"),
-    insert_dead_letter=_INSERT_DEAD_LETTER_TEMPLATE.format(reason="dead_reason"),
-)
-
-#: Maintenance runs on one worker at a time: a transaction-scoped advisory lock, taken
-#: without waiting (the other workers skip this round).
-TRY_MAINTENANCE_LOCK = "SELECT pg_try_advisory_xact_lock(%(key)s)"
 
 # -- idempotency ---------------------------------------------------------------------------
 
@@ -1572,25 +1387,6 @@ SET succeeded = rollup.succeeded + EXCLUDED.succeeded,
     )
 """
 
-#: Register a starting worker, with the kinds it claims (a jsonb list) and their
-#: fingerprint; returns its row id (the key of its beats and deregistration).
-REGISTER_WORKER = """
-INSERT INTO jobq_worker_process (worker_id, host, pid, queues, concurrency, kinds,
-                                 kinds_fingerprint)
-VALUES (%(worker_id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(concurrency)s, %(kinds)s::jsonb,
-        %(kinds_fingerprint)s)
-RETURNING id
-"""
-
-#: A worker's sign of life: refresh ``last_seen``. Returns nothing if the row is gone (the
-#: maintenance sweep pruned it while the worker was stalled): the worker registers again.
-BEAT_WORKER = """
-UPDATE jobq_worker_process SET last_seen = now() WHERE id = %(id)s RETURNING id
-"""
-
-#: A stopping worker removes its row.
-DEREGISTER_WORKER = "DELETE FROM jobq_worker_process WHERE id = %(id)s"
-
 # -- MVCC health (django_jobq.mvcc: jobq_doctor, checks, metrics, dashboard) ----------------
 #
 # Vacuum removes a dead row version only once no transaction can still see it: once it
@@ -1731,48 +1527,9 @@ ORDER BY table_name, index_name
 """
 MVCC_INDEXES = _MVCC_INDEXES_TEMPLATE.format(tables=_JOBQ_TABLES)
 
-# -- chaos suite (django_jobq.chaos, manage.py jobq_chaos; never run by workers) ------------
+# -- the statements by concern (``sql.<concern>.NAME``) -------------------------------------
 
-#: The chaos suite's business table: one row per business effect of its transactional
-#: handler. The run creates it and drops it again, so it needs no migration and is never
-#: part of a project's schema. No unique constraint on ``job_id``, on purpose: a duplicate
-#: effect must show up as a second row, not be prevented by the table.
-CREATE_CHAOS_BUSINESS_TABLE = """
-CREATE TABLE jobq_chaos_business_row (
-    id bigserial PRIMARY KEY,
-    job_id bigint NOT NULL,
-    attempt integer NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now()
-)
-"""
-
-#: Drop the chaos business table (a previous run's, or this run's at the end).
-DROP_CHAOS_BUSINESS_TABLE = "DROP TABLE IF EXISTS jobq_chaos_business_row"
-
-#: The transactional chaos handler's business write, in its job's transaction.
-INSERT_CHAOS_BUSINESS_ROW = """
-INSERT INTO jobq_chaos_business_row (job_id, attempt) VALUES (%(job_id)s, %(attempt)s)
-"""
-
-#: Business rows per job: ``(job_id, rows)``.
-COUNT_CHAOS_BUSINESS_ROWS = """
-SELECT job_id, count(*) FROM jobq_chaos_business_row GROUP BY job_id
-"""
-
-#: The application names of the connections to this database whose name matches
-#: ``%(pattern)s`` (a LIKE pattern). Workers name theirs ``jobq worker <id>``, ``jobq heartbeat
-#: <id>``: the chaos run finds other workers (and refuses to start beside them) and its own.
-SELECT_CONNECTIONS_NAMED = """
-SELECT pid, application_name FROM pg_stat_activity
-WHERE datname = current_database() AND application_name LIKE %(pattern)s
-  AND pid <> pg_backend_pid()
-ORDER BY application_name, pid
-"""
-
-#: Terminate one backend, only if it is still the connection the caller chose (same pid,
-#: same application name, this database): a pid reused in between is left alone.
-TERMINATE_CONNECTION = """
-SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-WHERE pid = %(pid)s AND application_name = %(application_name)s
-  AND datname = current_database()
-"""
+from . import locks as locks  # noqa: E402
+from . import maintenance as maintenance  # noqa: E402
+from . import wake as wake  # noqa: E402
+from . import workers as workers  # noqa: E402

@@ -316,7 +316,7 @@ def _write(cursor: leases.Cursor, outcome: Outcome) -> bool:
 @contextmanager
 def _waiting_briefly_for_table_locks(cursor: leases.Cursor, job_id: int) -> Iterator[None]:
     """Run one job's retry or dead letter in a transaction that waits at most
-    ``sql.SET_SHORT_LOCK_TIMEOUT`` for a table lock (a ``CREATE INDEX`` or ``LOCK TABLE`` on
+    ``sql.locks.SET_SHORT_LOCK_TIMEOUT`` for a table lock (a ``CREATE INDEX`` or ``LOCK TABLE`` on
     ``jobq_dead_letter`` or ``jobq_task_result``): the other jobs' outcomes and the claims
     go on meanwhile.
 
@@ -327,7 +327,7 @@ def _waiting_briefly_for_table_locks(cursor: leases.Cursor, job_id: int) -> Iter
     connection = cast(psycopg.Cursor[Any], cursor).connection
     try:
         with connection.transaction():
-            cursor.execute(sql.SET_SHORT_LOCK_TIMEOUT)
+            cursor.execute(sql.locks.SET_SHORT_LOCK_TIMEOUT)
             yield
     except psycopg.errors.LockNotAvailable as exc:
         raise leases.LeaseBusy(job_id) from exc

@@ -1,6 +1,6 @@
 """The listener: wakes the worker as soon as a job is enqueued.
 
-A thread with its own autocommit connection that runs ``LISTEN`` on ``sql.WAKE_CHANNEL``.
+A thread with its own autocommit connection that runs ``LISTEN`` on ``sql.wake.WAKE_CHANNEL``.
 Enqueue sends one notification per queue at commit (``sql.INSERT_JOBS``); when it names a
 queue this worker serves, the listener calls ``wake()`` and the worker claims at once instead
 of sleeping out its poll interval.
@@ -109,7 +109,7 @@ class Listener:
         if self._watchdog is not None:
             self._watchdog.watch(connection, name)
         try:
-            connection.execute(sql.LISTEN_WAKE)
+            connection.execute(sql.wake.LISTEN_WAKE)
         except BaseException:
             connection.close()
             raise
@@ -129,7 +129,7 @@ class Listener:
             if not notified:
                 # Readable but no notification: most likely the server closed the connection.
                 # A round trip turns that into an error (and is harmless otherwise).
-                connection.execute(sql.PING)
+                connection.execute(sql.wake.PING)
             elif self._queues is None or not self._queues.isdisjoint(notified):
                 self._wake()
 

@@ -19,7 +19,7 @@ sweep finds a live worker with the kind (or this worker has not looked for two s
 intervals): a worker restart shorter than the grace never dead-letters a backlog, however
 old its jobs. Only jobs due for longer than the grace are taken. A queue no live worker
 serves is an outage: its jobs wait, whatever their kind; a worker with no kinds at all
-serves nothing (``sql.WAITING_FOR_A_WORKER``).
+serves nothing (``sql.maintenance.WAITING_FOR_A_WORKER``).
 """
 
 from __future__ import annotations
@@ -28,9 +28,11 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 import psycopg
+from psycopg.rows import class_row, scalar_row
 
 from .. import metrics, sql, task_results, text
 from ..conf import get_settings
@@ -78,12 +80,12 @@ class Maintenance:
             return  # another worker holds the maintenance lock this round
         config = get_settings()
         for what, statement, retention in (
-            ("dead letters", sql.PRUNE_DEAD_LETTERS, config.DEAD_LETTER_RETENTION),
-            ("dedup keys", sql.PRUNE_DEDUP_KEYS, config.DEDUP_RETENTION),
-            ("task results", sql.PRUNE_TASK_RESULTS, config.TASK_RESULT_RETENTION),
-            ("outcome rollups", sql.PRUNE_OUTCOME_ROLLUPS, config.STATS_RETENTION),
-            ("queue samples", sql.PRUNE_QUEUE_SAMPLES, config.STATS_RETENTION),
-            ("stale workers", sql.PRUNE_WORKER_PROCESSES, PRUNE_AFTER),
+            ("dead letters", sql.maintenance.PRUNE_DEAD_LETTERS, config.DEAD_LETTER_RETENTION),
+            ("dedup keys", sql.maintenance.PRUNE_DEDUP_KEYS, config.DEDUP_RETENTION),
+            ("task results", sql.maintenance.PRUNE_TASK_RESULTS, config.TASK_RESULT_RETENTION),
+            ("outcome rollups", sql.maintenance.PRUNE_OUTCOME_ROLLUPS, config.STATS_RETENTION),
+            ("queue samples", sql.maintenance.PRUNE_QUEUE_SAMPLES, config.STATS_RETENTION),
+            ("stale workers", sql.maintenance.PRUNE_WORKER_PROCESSES, PRUNE_AFTER),
         ):
             if retention is not None and not self._prune(connection, what, statement, retention):
                 return  # another worker holds the maintenance lock this round
@@ -93,11 +95,13 @@ class Maintenance:
         a running row that would otherwise never be reclaimed); ``False`` if another worker
         is at it."""
         with connection.transaction():
-            cursor = connection.cursor()
-            if not _took_the_lock(cursor):
+            if not _took_the_lock(connection):
                 return False
-            cursor.execute(sql.RESCUE_STRANDED_LEASES)
-            rescued = [job_id for (job_id,) in cursor.fetchall()]
+            rescued = (
+                connection.cursor(row_factory=scalar_row)
+                .execute(sql.maintenance.RESCUE_STRANDED_LEASES)
+                .fetchall()
+            )
         if rescued:
             logger.warning(
                 "maintenance: %s running job(s) had a lease deadline no worker writes (NULL or "
@@ -114,9 +118,9 @@ class Maintenance:
         pruned = 0
         for _ in range(BATCHES_PER_ROUND):
             with connection.transaction():
-                cursor = connection.cursor()
-                if not _took_the_lock(cursor):
+                if not _took_the_lock(connection):
                     return False
+                cursor = connection.cursor()
                 cursor.execute(statement, {"older_than": retention, "limit": BATCH_SIZE})
                 pruned += cursor.rowcount
                 if cursor.rowcount < BATCH_SIZE:
@@ -147,7 +151,7 @@ class Maintenance:
     def sweep_unknown_kinds(self, connection: psycopg.Connection[Any], grace: float) -> int:
         """Dead-letter the jobs that waited ``grace`` seconds for a worker that can run them,
         counted from this worker's first sweep that saw them wait (see the module docs and
-        :meth:`_overdue`; ``sql.DEAD_LETTER_UNKNOWN_KINDS``), at most
+        :meth:`_overdue`; ``sql.maintenance.DEAD_LETTER_UNKNOWN_KINDS``), at most
         :data:`BATCH_SIZE` per queue and kind, in one transaction under the maintenance
         lock. Their reason names the kinds the live workers of the queue know. Returns how
         many were dead-lettered (0 if another worker holds the lock).
@@ -156,27 +160,29 @@ class Maintenance:
             psycopg.Error: a statement failed.
         """
         with connection.transaction():
-            cursor = connection.cursor()
-            if not _took_the_lock(cursor):
+            if not _took_the_lock(connection):
                 return 0
+            cursor = connection.cursor()
             overdue = self._overdue(waiting_kinds(cursor), grace)
             if not overdue:
                 return 0
-            cursor.execute(
-                sql.DEAD_LETTER_UNKNOWN_KINDS,
-                {
-                    "stale_after": STALE_AFTER,
-                    "queue": [w.queue for w in overdue],
-                    "kind": [w.kind for w in overdue],
-                    "reason": [unknown_kind_reason(w, grace) for w in overdue],
-                    "grace": grace,
-                    "limit": BATCH_SIZE,
-                    "ran": True,
-                    "error": "no live worker serving its queue has registered its kind",
-                    "traceback": "",
-                },
+            letters = (
+                connection.cursor(row_factory=class_row(_SweptJob))
+                .execute(
+                    sql.maintenance.DEAD_LETTER_UNKNOWN_KINDS,
+                    {
+                        "stale_after": STALE_AFTER,
+                        "queue": [w.queue for w in overdue],
+                        "kind": [w.kind for w in overdue],
+                        "reason": [unknown_kind_reason(w, grace) for w in overdue],
+                        "grace": grace,
+                        "limit": BATCH_SIZE,
+                        "error": _UNKNOWN_KIND_ERROR,
+                        "traceback": "",
+                    },
+                )
+                .fetchall()
             )
-            letters = [_SweptJob(*row) for row in cursor.fetchall()]
             # A Django task's result fails with the dead letter, in the same transaction.
             failed = task_results.fail_unrun(cursor, letters, announce=False)
         task_results.announce_finished(failed)  # task_finished, once committed
@@ -200,23 +206,28 @@ def sweep_interval(grace: float) -> float:
     return min(INTERVAL, max(1.0, grace / 4))
 
 
-def _took_the_lock(cursor: psycopg.Cursor[Any]) -> bool:
-    """Try the maintenance lock for the cursor's transaction (``TRY_MAINTENANCE_LOCK``);
+def _took_the_lock(connection: psycopg.Connection[Any]) -> bool:
+    """Try the maintenance lock for the connection's transaction (``TRY_MAINTENANCE_LOCK``);
     ``False``: another worker holds it this round."""
-    cursor.execute(sql.TRY_MAINTENANCE_LOCK, {"key": LOCK_KEY})
-    row = cursor.fetchone()
-    return bool(row and row[0])
+    cursor = connection.cursor(row_factory=scalar_row)
+    return bool(cursor.execute(sql.maintenance.TRY_MAINTENANCE_LOCK, {"key": LOCK_KEY}).fetchone())
 
 
-class _SweptJob(NamedTuple):
-    """A job the unknown-kind sweep dead-lettered, as ``task_results.fail_unrun`` reads it
-    (its payload only says which task result it has, if any)."""
+#: The error of an unknown kind's dead letters.
+_UNKNOWN_KIND_ERROR = "no live worker serving its queue has registered its kind"
+
+
+@dataclass(frozen=True)
+class _SweptJob:
+    """A job the unknown-kind sweep dead-lettered (a row of ``DEAD_LETTER_UNKNOWN_KINDS``),
+    as ``task_results.fail_unrun`` reads it (its payload only says which task result it
+    has, if any)."""
 
     queue: str
     kind: str
     reason: str
     payload: dict[str, Any]
-    last_error: str = "no live worker serving its queue has registered its kind"
+    last_error: str = _UNKNOWN_KIND_ERROR
 
 
 def unknown_kind_reason(waiting: WaitingKind, grace: float) -> str:

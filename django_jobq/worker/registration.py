@@ -50,7 +50,7 @@ class Registration:
 
     def register(self, cursor: Cursor) -> int:
         """Insert the worker's row; return its id."""
-        cursor.execute(sql.REGISTER_WORKER, self._params)
+        cursor.execute(sql.workers.REGISTER_WORKER, self._params)
         ((self.row_id,),) = cursor.fetchall()
         return self.row_id
 
@@ -58,7 +58,7 @@ class Registration:
         """Refresh ``last_seen``; register again if the row is gone (pruned while this
         worker was stalled for over an hour)."""
         if self.row_id is not None:
-            cursor.execute(sql.BEAT_WORKER, {"id": self.row_id})
+            cursor.execute(sql.workers.BEAT_WORKER, {"id": self.row_id})
             if cursor.fetchall():
                 return
         self.register(cursor)
@@ -66,5 +66,5 @@ class Registration:
     def deregister(self, cursor: Cursor) -> None:
         """Delete the worker's row (nothing if it was never registered)."""
         if self.row_id is not None:
-            cursor.execute(sql.DEREGISTER_WORKER, {"id": self.row_id})
+            cursor.execute(sql.workers.DEREGISTER_WORKER, {"id": self.row_id})
             self.row_id = None
