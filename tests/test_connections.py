@@ -199,7 +199,7 @@ def test_a_repeated_failure_is_logged_first_then_with_back_off_and_once_restored
     for _ in range(50):
         log.failed("heartbeat failed: %s", "down")
     assert [r.getMessage() for r in caplog.records] == ["heartbeat failed: down"]
-    wait_until(lambda: time.monotonic() > log._next_line, timeout=2)  # the interval passes
+    wait_until(lambda: log._lines.seconds_left() == 0, timeout=2)  # the interval passes
     log.failed("heartbeat failed: %s", "down")
     assert caplog.records[-1].getMessage() == (
         "heartbeat failed: down (49 more failure(s) since the last line)"

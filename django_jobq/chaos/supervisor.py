@@ -12,7 +12,6 @@ dead one lived less than a second (PostgreSQL is probably down).
 
 from __future__ import annotations
 
-import ctypes
 import re
 import signal
 import subprocess
@@ -29,6 +28,7 @@ from django.db import DatabaseError, connections
 from .. import faults
 from ..leases import Lease
 from ..models import Job
+from ..worker.supervisor import stop_with_parent
 from . import sql
 from .handlers import QUEUE
 from .plan import CrashPlan, Plan, Termination
@@ -42,8 +42,6 @@ ROLE_WAIT = 3.0
 #: Seconds workers get to stop after SIGTERM at the end, before they are killed.
 STOP_TIMEOUT = 30.0
 
-#: prctl(2) option: the signal a process gets when its parent dies.
-_PR_SET_PDEATHSIG = 1
 #: The line :mod:`django_jobq.faults` writes before it kills the process.
 _CRASH_LINE = re.compile(rb"jobq faults: SIGKILL at (\w+)")
 #: The worker's "lease lost" warnings (heartbeat refused; outcome not recorded), see
@@ -51,13 +49,6 @@ _CRASH_LINE = re.compile(rb"jobq faults: SIGKILL at (\w+)")
 _LEASE_LOST_LINE = re.compile(r"job (\d+) \S+ attempt (\d+): (?:heartbeat refused, )?lease lost")
 #: A live worker's main loop or listener got its connection back (worker.py, listener.py).
 _RECONNECTED_LINE = re.compile(r"database connection restored|listener reconnected")
-
-
-def _stop_with_parent() -> None:
-    """In a new worker process, before it runs: on Linux, have the kernel SIGTERM it when
-    the chaos run dies, so a run that is itself killed leaves no workers behind."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass
@@ -202,7 +193,7 @@ class Supervisor:
             stdout=log,
             stderr=subprocess.STDOUT,
             process_group=0,  # a Ctrl-C reaches the run only, which then stops the workers
-            preexec_fn=_stop_with_parent,
+            preexec_fn=stop_with_parent,  # a chaos run that is killed leaves no workers
         )
         incarnation = Incarnation(worker_id, crash, process, log_path, log, time.monotonic())
         self.incarnations.append(incarnation)

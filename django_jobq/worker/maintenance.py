@@ -38,6 +38,7 @@ from .. import metrics, sql, task_results, text
 from ..conf import get_settings
 from ..stats import STALE_AFTER, WaitingKind, waiting_kinds
 from .registration import PRUNE_AFTER
+from .timers import Every
 
 logger = logging.getLogger("django_jobq.worker")
 
@@ -58,7 +59,8 @@ class Maintenance:
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._next_round = self._next_sweep = clock()
+        self._rounds = Every(INTERVAL, clock=clock)
+        self._sweeps = Every(INTERVAL, clock=clock)  # its interval follows the grace
         # (queue, kind) -> [first, last] clock times a sweep of this worker saw its jobs wait.
         self._seen_waiting: dict[tuple[str, str], list[float]] = {}
 
@@ -70,12 +72,12 @@ class Maintenance:
             psycopg.Error: a statement failed; the round is skipped until the next interval.
         """
         grace = get_settings().UNKNOWN_KIND_GRACE
-        if grace is not None and self._clock() >= self._next_sweep:
-            self._next_sweep = self._clock() + sweep_interval(grace)
-            self.sweep_unknown_kinds(connection, grace)
-        if time.monotonic() < self._next_round:
+        if grace is not None:
+            self._sweeps.interval = sweep_interval(grace)
+            if self._sweeps.due():
+                self.sweep_unknown_kinds(connection, grace)
+        if not self._rounds.due():
             return
-        self._next_round = time.monotonic() + INTERVAL
         if not self._rescue_stranded_leases(connection):
             return  # another worker holds the maintenance lock this round
         config = get_settings()

@@ -14,7 +14,6 @@ wait) and the queue sample (tried every 20 s; taken by one worker per minute).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +24,7 @@ from ..leases import ClaimedJob, Cursor
 from .executor import Action, Outcome
 from .history import FLUSH_INTERVAL, SAMPLE_INTERVAL, OutcomeRollups, sample_queues
 from .registration import BEAT_INTERVAL, Registration
+from .timers import Every
 
 logger = logging.getLogger("django_jobq.worker")
 
@@ -71,20 +71,6 @@ def log_fields(outcome: Outcome, name: str) -> dict[str, Any]:
     }
 
 
-class _Every:
-    """A deadline that comes round every ``interval`` seconds (``time.monotonic()``)."""
-
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
-        self.next = time.monotonic()
-
-    def due(self, now: float) -> bool:
-        if now < self.next:
-            return False
-        self.next = now + self.interval
-        return True
-
-
 class Observer:
     """A worker's observability; the worker calls :meth:`start`, :meth:`claimed`,
     :meth:`tick` and :meth:`stop`, its completer :meth:`record`."""
@@ -102,14 +88,14 @@ class Observer:
             worker_id=worker_id, queues=queues, concurrency=concurrency, kinds=kinds
         )
         self.rollups = OutcomeRollups()
-        self._beat = _Every(BEAT_INTERVAL)
-        self._flush = _Every(FLUSH_INTERVAL)
-        self._sample = _Every(SAMPLE_INTERVAL)
+        self._beat = Every(BEAT_INTERVAL)
+        self._flush = Every(FLUSH_INTERVAL)
+        self._sample = Every(SAMPLE_INTERVAL)
 
     def start(self, cursor: Cursor) -> None:
         """Register the worker and count its handler threads."""
         self._registration.register(cursor)
-        self._beat.due(time.monotonic())
+        self._beat.restart()  # registering is the first beat
         metrics.threads_started(self._concurrency)
 
     def claimed(self, jobs: Sequence[ClaimedJob]) -> None:
@@ -153,20 +139,17 @@ class Observer:
         Raises:
             psycopg.Error: a statement failed (the worker's connection is broken).
         """
-        now = time.monotonic()
-        if self._beat.due(now):
+        if self._beat.due():
             self._registration.beat(cursor)
-        if self.rollups.pending and self._flush.due(now):
+        if self.rollups.pending and self._flush.due():
             self.rollups.flush(cursor)
-        if self._sample.due(now):
+        if self._sample.due():
             sample_queues(cursor)
 
     def seconds_until_due(self) -> float:
         """Seconds until :meth:`tick` has something to do (an idle worker wakes for it)."""
-        deadlines = [self._beat.next, self._sample.next]
-        if self.rollups.pending:
-            deadlines.append(self._flush.next)
-        return max(min(deadlines) - time.monotonic(), 0.0)
+        timers = [self._beat, self._sample, *([self._flush] if self.rollups.pending else [])]
+        return min(timer.seconds_left() for timer in timers)
 
     def stop(self, cursor: Cursor) -> None:
         """Flush the last outcomes and deregister; best effort, since the worker may be

@@ -12,6 +12,8 @@ import logging
 import threading
 import time
 
+from .timers import Every
+
 logger = logging.getLogger("django_jobq.worker")
 
 #: The fewest seconds between two log lines about the same repeated failure.
@@ -26,26 +28,25 @@ class OutageLog:
     """
 
     def __init__(self, *, interval: float = FAILURE_LOG_INTERVAL) -> None:
-        self._interval = interval
         self._lock = threading.Lock()
         self._since: float | None = None  # time.monotonic() of the outage's first failure
         self._failures = 0
         self._unlogged = 0
-        self._next_line = 0.0
+        self._lines = Every(interval)
 
     def failed(self, message: str, *args: object) -> None:
         """Count a failure; log ``message % args`` as a warning if the last line is
         ``interval`` seconds old (with the count of failures not logged since)."""
         now = time.monotonic()
         with self._lock:
-            if self._since is None:
-                self._since = now
             self._failures += 1
-            if now < self._next_line:
+            if self._since is None:  # an outage starts: its first failure is logged at once
+                self._since = now
+                self._lines.restart()
+            elif not self._lines.due():
                 self._unlogged += 1
                 return
             unlogged, self._unlogged = self._unlogged, 0
-            self._next_line = now + self._interval
         if unlogged:
             logger.warning(message + " (%s more failure(s) since the last line)", *args, unlogged)
         else:
@@ -59,5 +60,5 @@ class OutageLog:
             if self._since is None:
                 return
             failures, since = self._failures, self._since
-            self._since, self._failures, self._unlogged, self._next_line = None, 0, 0, 0.0
+            self._since, self._failures, self._unlogged = None, 0, 0
         logger.info(message + " after %s failure(s) in %.1f s", *args, failures, now - since)

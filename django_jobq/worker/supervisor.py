@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import logging
 import multiprocessing
 import os
@@ -52,12 +51,19 @@ _PR_SET_PDEATHSIG = 1
 _STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 
 
+def stop_with_parent() -> None:
+    """In a new child process: ask the kernel to SIGTERM it when its parent dies (Linux
+    only; elsewhere a no-op), so a supervisor that is itself killed leaves no workers
+    behind. Safe between fork and exec (``subprocess.Popen(preexec_fn=...)``): it loads no
+    library, ``prctl`` is looked up in the symbols the process already has."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def _exit_with_parent(parent: int) -> None:
-    """Ask the kernel for SIGTERM when the supervisor dies (Linux only; elsewhere a no-op),
-    and exit if it died already (between the fork and this call)."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    """:func:`stop_with_parent`, and exit if the supervisor died already (between the fork
+    and this call)."""
+    stop_with_parent()
     if os.getppid() != parent:
         os._exit(1)
 
