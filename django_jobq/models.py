@@ -1,4 +1,4 @@
-"""The queue's tables. Declarative only: the statements that move rows live in ``sql.py``.
+"""The queue's tables. Declarative only: the statements that move rows live in ``sql/``.
 
 ``Job`` holds live jobs (ready or running); a finished job is deleted by its ack. A job that
 cannot succeed moves to ``DeadLetter`` in the same transaction that deletes it. ``DedupKey``
@@ -405,10 +405,11 @@ class QueueSample(models.Model):
 class WorkerProcess(models.Model):
     """A running worker, registered when it starts and deleted when it stops.
 
-    ``last_seen`` is refreshed every few seconds by the worker's main loop; a row not seen
-    for ``STALE_AFTER`` seconds (:mod:`django_jobq.worker.registration`) belongs to a worker
-    that crashed, hangs or lost its database: it is shown as stale, and the maintenance
-    sweep deletes it an hour later.
+    ``last_seen`` is refreshed every few seconds by the worker's main loop
+    (:mod:`django_jobq.worker.registration`); a row not seen for
+    :data:`django_jobq.stats.STALE_AFTER` seconds belongs to a worker that crashed, hangs or
+    lost its database: it is shown as stale, and the maintenance sweep deletes it an hour
+    after its last beat.
     """
 
     id = models.BigAutoField(primary_key=True)

@@ -116,7 +116,7 @@ def test_observability_settings_accept_their_documented_values():
         assert check_ids() == []
 
 
-def test_a_multiprocess_directory_that_cannot_be_written_is_e012(monkeypatch, tmp_path):
+def test_a_multiprocess_directory_that_cannot_be_written_is_e014(monkeypatch, tmp_path):
     from django_jobq.checks import check_metrics
 
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "missing"))

@@ -6,7 +6,7 @@ queue this worker serves, the listener calls ``wake()`` and the worker claims at
 of sleeping out its poll interval.
 
 If the connection is lost (``pg_terminate_backend``, a server restart, a network cut) the
-listener reconnects with exponential backoff (:data:`RECONNECT_DELAYS`), listens again and
+listener reconnects with exponential backoff (:func:`reconnect_delays`), listens again and
 calls ``wake()`` once: jobs enqueued while it was away were announced to nobody, so the
 worker claims them right away. Meanwhile the worker still polls at its poll interval; no
 job waits on the listener.
