@@ -6,36 +6,26 @@ queue this worker serves, the listener calls ``wake()`` and the worker claims at
 of sleeping out its poll interval.
 
 If the connection is lost (``pg_terminate_backend``, a server restart, a network cut) the
-listener reconnects with exponential backoff (:func:`reconnect_delays`), listens again and
-calls ``wake()`` once: jobs enqueued while it was away were announced to nobody, so the
-worker claims them right away. Meanwhile the worker still polls at its poll interval; no
+listener reconnects with exponential backoff (:func:`.timers.reconnect_delays`), listens
+again and calls ``wake()`` once: jobs enqueued while it was away were announced to nobody,
+so the worker claims them right away. Meanwhile the worker still polls at its poll interval; no
 job waits on the listener.
 """
 
 from __future__ import annotations
 
 import os
-import random
 import select
 import threading
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from typing import Any
 
 import psycopg
 
 from .. import db, sql
 from .outage import OutageLog
+from .timers import reconnect_delays
 from .watchdog import Watchdog
-
-
-def reconnect_delays(*, first: float = 0.1, cap: float = 5.0) -> Iterator[float]:
-    """Seconds to wait before each reconnection attempt: ``first``, doubling up to ``cap``,
-    each with up to 10 % jitter (so workers cut off together do not reconnect in lockstep).
-    Shared by every worker connection that reconnects."""
-    delay = first
-    while True:
-        yield delay * random.uniform(0.9, 1.0)
-        delay = min(delay * 2, cap)
 
 
 class Listener:

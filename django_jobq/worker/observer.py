@@ -7,8 +7,10 @@ handler, on its thread, the executor sends ``job_started`` and counts the thread
 (:func:`django_jobq.metrics.handler_started`).
 
 Periodically, from the worker's main loop (:meth:`Observer.tick`), on the worker's own
-connection: the registration beat (every 10 s), the rollup flush (every 5 s when outcomes
-wait) and the queue sample (tried every 20 s; taken by one worker per minute).
+connection, each on a timer of its own (:class:`.timers.Every`): the registration beat
+(:data:`.registration.BEAT_INTERVAL`), the rollup flush when outcomes wait
+(:data:`.history.FLUSH_INTERVAL`) and the queue sample (tried every
+:data:`.history.SAMPLE_INTERVAL` seconds; taken by one worker per minute).
 """
 
 from __future__ import annotations

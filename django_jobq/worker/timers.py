@@ -1,14 +1,39 @@
-"""The worker's periodic chores' timing: :class:`Every`, a deadline that comes round.
+"""The worker's timing: deadlines that come round, and delays that double.
 
-Used from the worker's main loop (the registration beat, the rollup flush, the queue sample,
-the maintenance round and the unknown-kind sweep) and by :class:`.outage.OutageLog` (the
-fewest seconds between two warnings).
+:class:`Every` times the periodic chores of the worker's main loop (the registration beat,
+the rollup flush, the queue sample, the maintenance round and the unknown-kind sweep) and
+the fewest seconds between two warnings of :class:`.outage.OutageLog`. :func:`doubling`
+spaces out tries that fail: reconnections (:func:`reconnect_delays`, the main loop's and
+the listener's) and the writes of rows another transaction had locked (the main loop's).
 """
 
 from __future__ import annotations
 
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+
+#: Seconds before a worker connection's first reconnection attempt, and the most between
+#: two: the wait doubles from the first to the most.
+RECONNECT_DELAYS = (0.1, 5.0)
+#: The fraction of each reconnection delay cut at random, so that workers cut off together
+#: do not reconnect in lockstep.
+RECONNECT_JITTER = 0.1
+
+
+def doubling(first: float, most: float, *, jitter: float = 0.0) -> Iterator[float]:
+    """Seconds to wait before each try of a series: ``first``, doubling up to ``most``,
+    each cut at random by up to ``jitter`` of itself (a fraction: 0.1 is 10 %)."""
+    delay = first
+    while True:
+        yield delay * random.uniform(1.0 - jitter, 1.0) if jitter else delay
+        delay = min(delay * 2, most)
+
+
+def reconnect_delays() -> Iterator[float]:
+    """Seconds to wait before each reconnection attempt of a worker connection
+    (:data:`RECONNECT_DELAYS`, :data:`RECONNECT_JITTER`); a new series for each outage."""
+    return doubling(*RECONNECT_DELAYS, jitter=RECONNECT_JITTER)
 
 
 class Every:

@@ -33,7 +33,7 @@ import socket
 import threading
 import time
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,11 +48,12 @@ from .completer import Completer, Tally
 from .executor import ExecutorPool, Outcome, refusal
 from .heartbeat import Heartbeater
 from .held import HeldJob, HeldJobs, Progress
-from .listener import Listener, reconnect_delays
+from .listener import Listener
 from .maintenance import Maintenance
 from .observer import Observer
 from .outage import OutageLog
 from .scheduler import Scheduler
+from .timers import doubling, reconnect_delays
 from .watchdog import Watchdog
 
 logger = logging.getLogger("django_jobq.worker")
@@ -105,15 +106,6 @@ class WorkerStats:
     heartbeats: int
     heartbeats_refused: int
     tally: Tally
-
-
-def _busy_retry_delays() -> Iterator[float]:
-    """Seconds to wait before each try at writing what was busy (:data:`BUSY_RETRY_DELAYS`)."""
-    first, most = BUSY_RETRY_DELAYS
-    delay = first
-    while True:
-        yield delay
-        delay = min(delay * 2, most)
 
 
 def default_worker_id() -> str:
@@ -510,7 +502,7 @@ class Worker:
             )
         connection: psycopg.Connection[Any] | None = None
         delays = reconnect_delays()
-        busy_delays = _busy_retry_delays()
+        busy_delays = doubling(*BUSY_RETRY_DELAYS)
         failed = False
         self._watchdog.start()
         self._heartbeater.start()
@@ -531,7 +523,7 @@ class Worker:
                     if timeout is not None and (self._completer.pending or self._to_release):
                         timeout = min(timeout, next(busy_delays))  # rows that were busy
                     else:
-                        busy_delays = _busy_retry_delays()
+                        busy_delays = doubling(*BUSY_RETRY_DELAYS)
                     delays = reconnect_delays()
                 except psycopg.OperationalError as exc:
                     if connection is not None:
