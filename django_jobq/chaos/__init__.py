@@ -7,6 +7,7 @@ lost and no transactional effect is duplicated. See docs/guarantees.md.
 - ``supervisor.py``: keeps the workers running, arms their crashes, strikes from outside.
 - ``verdict.py``: checks the outcome and writes the report.
 - ``run.py``: one run, from the refusal checks to the clean-up (``manage.py jobq_chaos``).
+- ``sql.py``: the suite's own statements (its business table, the connections it strikes).
 
 Nothing here is imported by the worker or by ``django_jobq`` itself; importing this package
 imports nothing else, so ``python -m django_jobq.chaos.worker`` can set things up first.

@@ -224,7 +224,8 @@ class Supervisor:
                     worker_id=death.worker_id, status=Job.Status.RUNNING
                 )
                 death.stranded = frozenset(
-                    Lease(*row) for row in held.values_list("id", "attempts")
+                    Lease(job_id=row["id"], attempt=row["attempts"])
+                    for row in held.values("id", "attempts")
                 )
             except DatabaseError:
                 connections[self.alias].close()
