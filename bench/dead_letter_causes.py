@@ -233,7 +233,7 @@ def measure_pages(count: int, reps: int) -> None:
     from django.urls import reverse
 
     from django_jobq import causes, sql
-    from django_jobq.cause_pages import PER_PAGE
+    from django_jobq.admin.cause_pages import PER_PAGE
 
     setup_test_environment()
     user, _ = get_user_model().objects.get_or_create(

@@ -20,10 +20,10 @@ says what it means and what to do (docs/operations.md, "MVCC health")::
 
 Who reads it: ``manage.py jobq_doctor`` (all of it), ``jobq_stats --check`` (the horizon),
 the system checks ``django_jobq.W004``-``W006`` (``manage.py check --database default``), the
-MVCC gauges of :class:`django_jobq.metrics.DatabaseCollector` and the dashboard's panel. The
-statements (``sql.MVCC_*``) read statistics views and catalogs, never a table's rows: a few
-milliseconds, bounded by the sessions, slots and prepared transactions of the server and the
-jobq tables' indexes.
+MVCC gauges of :class:`django_jobq.metrics.collector.DatabaseCollector` and the dashboard's
+panel. The statements (``sql.MVCC_*``) read statistics views and catalogs, never a table's
+rows: bounded by the sessions, slots and prepared transactions of the server and the jobq
+tables' indexes.
 
 Privileges: a role that is neither a superuser nor a member of ``pg_read_all_stats`` sees
 other roles' sessions' pid, user, application and xmin, but not their transaction start,

@@ -33,7 +33,7 @@ from django.db.models import Count
 
 from . import sql
 from .conf import get_settings
-from .metrics import DURATION_BUCKETS
+from .metrics.instruments import DURATION_BUCKETS
 from .models import DeadLetter, OutcomeRollup, QueueSample, WorkerProcess
 
 #: Seconds after its last beat (``WorkerProcess.last_seen``) that a worker counts as stale:

@@ -54,7 +54,7 @@ class TaskNotRun(Exception):
 
 class TaskJobHandler:
     """Base of the handler the Tasks backend registers for each task (the ``func`` of its
-    :class:`~django_jobq.registry.JobDefinition`): how the worker tells tasks' jobs apart."""
+    :class:`~django_jobq.registry.KindDefinition`): how the worker tells tasks' jobs apart."""
 
     def finished(self, result: StoredTaskResult) -> None:
         """Called by the worker once ``result`` is SUCCESSFUL or FAILED (committed)."""

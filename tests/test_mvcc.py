@@ -21,8 +21,9 @@ from django.urls import reverse
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_jobq import conf, db, metrics, mvcc, sql
+from django_jobq import conf, db, mvcc, sql
 from django_jobq.checks import check_mvcc_health
+from django_jobq.metrics import collector
 from tests import cluster
 from tests.conftest import wait_until
 from tests.factories import JobFactory
@@ -137,7 +138,7 @@ def test_w006_says_when_the_queue_database_cannot_be_read(manage):
 
 
 def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = generate_latest(metrics.database_registry(cache_timeout=0)).decode()
+    text = generate_latest(collector.database_registry(cache_timeout=0)).decode()
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(text)

@@ -18,7 +18,7 @@ from .. import faults, sql
 from ..backoff import FixedBackoff
 from ..conf import get_settings
 from ..context import JobContext
-from ..registry import job
+from ..decorator import job
 
 #: The queue of every chaos job; the run touches no other queue's rows.
 QUEUE = "jobq-chaos"
