@@ -260,7 +260,7 @@ def measure_pages(count: int, reps: int) -> None:
             params = {"limit": PER_PAGE, "offset": 0, "kinds": causes.KINDS_SHOWN + 1}
             page = median_seconds(lambda: client.get(causes_url), reps)
             statement = median_seconds(
-                lambda: execute(sql.DEAD_LETTER_CAUSES, params),  # noqa: B023 (called at once)
+                lambda: execute(sql.causes.DEAD_LETTER_CAUSES, params),  # noqa: B023 (called at once)
                 reps,
             )
             listed = median_seconds(lambda: client.get(list_url), reps)  # noqa: B023

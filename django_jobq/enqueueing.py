@@ -28,6 +28,7 @@ from typing import Any, TypedDict, Unpack
 from django.conf import settings as django_settings
 from django.db import connections, transaction
 from django.utils import timezone
+from psycopg.rows import class_row
 
 from . import db, registry, sql
 from .conf import get_settings
@@ -277,9 +278,9 @@ def insert(
 ) -> tuple[list[Job], str]:
     """Insert prepared jobs by the transaction rules of the module docs.
 
-    ``statement`` is one built around ``sql.INSERT_JOBS`` with the same parameters and
-    columns (``sql.INSERT_TASK_JOBS``, for jobs without idempotency keys); by default
-    ``INSERT_JOBS``, or ``INSERT_UNKEYED_JOBS`` when no job has a key.
+    ``statement`` is one built on ``sql.enqueue.INSERT_JOBS_TEMPLATE`` with the same
+    parameters and columns (``sql.INSERT_TASK_JOBS``, for jobs without idempotency keys); by
+    default ``INSERT_JOBS``, or ``INSERT_UNKEYED_JOBS`` when no job has a key.
 
     Returns:
         The jobs in input order (unsaved placeholders, filled in at commit, when the insert
@@ -343,13 +344,27 @@ def _prepared_values(job: PreparedJob) -> dict[str, Any]:
 _JOB_FIELDS = [field.attname for field in Job._meta.concrete_fields]
 
 
-def _saved_job(alias: str, job: PreparedJob, row: Sequence[Any]) -> Job:
+@dataclass(frozen=True, slots=True)
+class _Inserted:
+    """A row of ``sql.enqueue.INSERT_JOBS`` and its forms: what the database chose for a new
+    job (its id and times, read in binary: aware datetimes in the session's time zone); the
+    keyed form also names the job by ``kind`` and ``idempotency_key``."""
+
+    id: int
+    run_at: datetime
+    created_at: datetime
+    expires_at: datetime | None
+    kind: str | None = None
+    idempotency_key: str | None = None
+
+
+def _saved_job(alias: str, job: PreparedJob, row: _Inserted) -> Job:
     """The :class:`Job` that ``INSERT_JOBS`` made of ``job``: its own values plus the
-    database's ``(id, run_at, created_at, expires_at)`` from ``row`` (read in binary: aware
-    datetimes in the session's time zone; without ``USE_TZ`` Django's ORM returns that wall
-    time, naive, and so does this)."""
+    database's from ``row`` (without ``USE_TZ`` Django's ORM returns the times' wall time in
+    the session's time zone, naive, and so does this)."""
     values = _prepared_values(job)
-    values["id"], *moments = row[:4]
+    values["id"] = row.id
+    moments = [row.run_at, row.created_at, row.expires_at]
     if not django_settings.USE_TZ:
         moments = [moment and moment.replace(tzinfo=None) for moment in moments]
     values["run_at"], values["created_at"], values["expires_at"] = moments
@@ -360,9 +375,9 @@ def _insert(alias: str, jobs: Sequence[PreparedJob], statement: str | None) -> l
     """Run ``statement``; return a saved :class:`Job` per input, existing ones included."""
     unique, position = _one_per_key(jobs)
     if any(job.idempotency_key is not None for job in unique):
-        saved, inserted = _insert_keyed(alias, unique, statement or sql.INSERT_JOBS)
+        saved, inserted = _insert_keyed(alias, unique, statement or sql.enqueue.INSERT_JOBS)
     else:
-        rows = _execute(alias, statement or sql.INSERT_UNKEYED_JOBS, unique)
+        rows = _execute(alias, statement or sql.enqueue.INSERT_UNKEYED_JOBS, unique)
         saved = [_saved_job(alias, job, row) for job, row in zip(unique, rows, strict=True)]
         inserted = saved
     instruments.count_enqueued(alias, [(job.queue, job.kind) for job in inserted])
@@ -388,8 +403,9 @@ def _one_per_key(jobs: Sequence[PreparedJob]) -> tuple[list[PreparedJob], list[i
     return unique, position
 
 
-def _execute(alias: str, statement: str, jobs: Sequence[PreparedJob]) -> list[Any]:
-    """Run an insert statement built on ``sql.INSERT_JOBS`` for ``jobs``; return its rows."""
+def _execute(alias: str, statement: str, jobs: Sequence[PreparedJob]) -> list[_Inserted]:
+    """Run an insert statement built on ``sql.enqueue.INSERT_JOBS_TEMPLATE`` for ``jobs``;
+    return its rows."""
     parameters: dict[str, Any] = {
         "queue": [job.queue for job in jobs],
         "kind": [job.kind for job in jobs],
@@ -407,8 +423,9 @@ def _execute(alias: str, statement: str, jobs: Sequence[PreparedJob]) -> list[An
         "channel": sql.WAKE_CHANNEL,
     }
     with db.server_binding_cursor(alias, binary_results=True) as cursor:
+        cursor.cursor.row_factory = class_row(_Inserted)  # the psycopg cursor Django wraps
         cursor.execute(statement, parameters)
-        rows: list[Any] = cursor.fetchall()
+        rows: list[_Inserted] = cursor.fetchall()
     return rows
 
 
@@ -428,8 +445,8 @@ def _insert_keyed(
     """Insert jobs of which some have idempotency keys (each key once); return a saved Job
     per input (the live job for a key one holds), and the jobs inserted.
 
-    No lock is taken on an existing job (see ``sql.INSERT_JOBS``): the insert skips its key
-    and a plain read returns it. The batch is inserted sorted by (kind, key), so concurrent
+    No lock is taken on an existing job (see ``sql.enqueue.INSERT_JOBS``): the insert skips
+    its key and a plain read returns it. The batch is inserted sorted by (kind, key), so concurrent
     batches wait for each other's keys in one order. Each round runs in a savepoint (or a
     transaction of its own): if a skipped key's job ended before the read, the round is
     rolled back, releasing every key it inserted, and the whole sorted batch goes again, so
@@ -472,15 +489,14 @@ def _insert_or_find(
         _KeyFreed: a skipped key has no live job any more.
     """
     rows = _execute(alias, statement, batch)
-    new_rows: dict[tuple[str, str] | int, Any] = {}
+    new_rows: dict[tuple[str, str] | int, _Inserted] = {}
     unkeyed = 0
     for row in rows:
-        *_, kind, key = row
-        if key is None:
+        if row.kind is None or row.idempotency_key is None:
             new_rows[unkeyed] = row
             unkeyed += 1
         else:
-            new_rows[(kind, key)] = row
+            new_rows[(row.kind, row.idempotency_key)] = row
     skipped = [
         (job.kind, job.idempotency_key)
         for job in batch
@@ -512,7 +528,7 @@ def _live_jobs_by_key(alias: str, keys: Sequence[tuple[str, str]]) -> dict[tuple
         return {}
     with connections[alias].cursor() as cursor:
         cursor.execute(
-            sql.SELECT_JOBS_BY_KEY,
+            sql.enqueue.SELECT_JOBS_BY_KEY,
             {"kind": [kind for kind, _ in keys], "idempotency_key": [key for _, key in keys]},
         )
         names = [column.name for column in cursor.description]

@@ -27,6 +27,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
+from psycopg.rows import class_row
 
 from . import enqueueing, registry, sql
 from .conf import get_settings
@@ -155,7 +156,7 @@ def collect() -> list[ScheduledJob]:
 
 @dataclass(frozen=True)
 class _Row:
-    """A ``jobq_schedule`` row as :data:`sql.SELECT_SCHEDULES` returns it."""
+    """A ``jobq_schedule`` row as :data:`sql.schedules.SELECT_SCHEDULES` returns it."""
 
     name: str
     kind: str
@@ -209,8 +210,10 @@ class Round:
 
 def _read_rows(alias: str, names: Sequence[str]) -> dict[str, _Row]:
     with connections[alias].cursor() as cursor:
-        cursor.execute(sql.SELECT_SCHEDULES, {"names": list(names)})
-        return {row[0]: _Row(*row) for row in cursor.fetchall()}
+        cursor.cursor.row_factory = class_row(_Row)  # the psycopg cursor Django wraps
+        cursor.execute(sql.schedules.SELECT_SCHEDULES, {"names": list(names)})
+        rows: list[_Row] = cursor.fetchall()
+    return {row.name: row for row in rows}
 
 
 def _sync(alias: str, stale: Sequence[tuple[ScheduledJob, datetime]]) -> None:
@@ -218,7 +221,7 @@ def _sync(alias: str, stale: Sequence[tuple[ScheduledJob, datetime]]) -> None:
     ordered = sorted(stale, key=lambda item: item[0].name)
     with connections[alias].cursor() as cursor:
         cursor.execute(
-            sql.SYNC_SCHEDULES,
+            sql.schedules.SYNC_SCHEDULES,
             {
                 "name": [schedule.name for schedule, _ in ordered],
                 "kind": [schedule.kind for schedule, _ in ordered],
@@ -263,7 +266,7 @@ def _enqueue_ticks(
     with transaction.atomic(using=alias):
         with connections[alias].cursor() as cursor:
             cursor.execute(
-                sql.ADVANCE_SCHEDULE,
+                sql.schedules.ADVANCE_SCHEDULE,
                 {"name": schedule.name, "tick": ticks[-1], "last_tick": last_tick},
             )
             if not cursor.fetchall():

@@ -49,7 +49,7 @@ class TaskNotRun(Exception):
     """The error a task's result records when its job ended without running the attempt:
     dead-lettered because its task is not registered in the worker ("unknown kind") or the
     lease of its final attempt lapsed (the worker died), or cancelled by an operator
-    (``sql.CANCEL_JOBS`` names this class). The error's traceback holds the reason."""
+    (``sql.operations.CANCEL_JOBS`` names this class). The error's traceback holds the reason."""
 
 
 class TaskJobHandler:

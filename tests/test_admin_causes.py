@@ -220,7 +220,7 @@ def test_the_causes_statement_reads_the_fingerprint_indexes(connect):
     plan = "\n".join(
         row[0]
         for row in conn.execute(
-            "EXPLAIN " + sql.DEAD_LETTER_CAUSES, {"limit": 50, "offset": 0, "kinds": 6}
+            "EXPLAIN " + sql.causes.DEAD_LETTER_CAUSES, {"limit": 50, "offset": 0, "kinds": 6}
         )
     )
     assert "Index Only Scan using jobq_dead_fingerprint_idx" in plan

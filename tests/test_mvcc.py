@@ -348,9 +348,9 @@ def test_a_partitioned_table_is_read_as_its_partitions():
         )
         cursor.execute("CREATE INDEX ON jobq_test_parted (id)")
         names = {"tables": ["jobq_test_parted", "jobq_job", "jobq_no_such_table"]}
-        cursor.execute(sql.MVCC_TABLES, names)
+        cursor.execute(sql.mvcc.MVCC_TABLES, names)
         assert [row[0] for row in cursor.fetchall()] == ["jobq_job", "jobq_test_parted_low"]
-        cursor.execute(sql.MVCC_INDEXES, names)
+        cursor.execute(sql.mvcc.MVCC_INDEXES, names)
         tables = {row[1] for row in cursor.fetchall()}
     assert tables == {"jobq_job", "jobq_test_parted_low"}
 

@@ -283,7 +283,11 @@ def test_schedulers_enqueue_one_job_per_local_tick_across_dst(zone, cron, expect
 
 def test_the_statements_name_the_model_table():
     assert ScheduleRow._meta.db_table == "jobq_schedule"
-    for statement in (sql.SELECT_SCHEDULES, sql.SYNC_SCHEDULES, sql.ADVANCE_SCHEDULE):
+    for statement in (
+        sql.schedules.SELECT_SCHEDULES,
+        sql.schedules.SYNC_SCHEDULES,
+        sql.schedules.ADVANCE_SCHEDULE,
+    ):
         assert re.search(r"\bjobq_schedule\b", statement)
 
 

@@ -23,7 +23,7 @@ class DatabaseCollector:
     ``collect()`` reads :func:`django_jobq.stats.snapshot` (without the history) and
     :func:`django_jobq.mvcc.read` at most once per ``cache_timeout`` seconds (default
     ``JOBQ['METRICS_CACHE_TIMEOUT']``); concurrent scrapes share one read. Its cost: see
-    ``sql.QUEUE_STATES`` (the MVCC statements read catalogs only).
+    ``sql.stats.QUEUE_STATES`` (the MVCC statements read catalogs only).
 
     Raises (from ``collect``): database errors, as Django raises them.
     """
