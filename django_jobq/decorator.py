@@ -2,7 +2,7 @@
 
 Usage::
 
-    from django_jobq import job
+    from django_jobq import enqueue_many, job
 
 
     @job(queue="emails", max_attempts=5)

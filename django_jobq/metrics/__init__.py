@@ -19,11 +19,14 @@ Several processes on one host (``jobq_worker --processes N``) use prometheus-cli
 multiprocess mode (:mod:`.multiprocess`): each process writes its values to files in one
 directory, and the supervisor serves their sum. The supervisor calls, in this order::
 
-    directory = multiprocess.prepare_multiprocess(path)   # before starting any child
-    server = server.serve_multiprocess(port, addr)        # serves the children's sum
+    from django_jobq.metrics.multiprocess import mark_process_dead, prepare_multiprocess
+    from django_jobq.metrics.server import serve_multiprocess
+
+    directory = prepare_multiprocess(path)      # before starting any child
+    server = serve_multiprocess(port, addr)     # serves the children's sum
     ...
-    multiprocess.mark_process_dead(child_pid)             # each time a child has exited
-    server.close()                                        # at exit
+    mark_process_dead(child_pid)                # each time a child has exited
+    server.close()                              # at exit
 
 Counters of a child that died stay in the sum (a restart never makes a counter go back);
 its live gauges (``jobq_worker_threads``) leave with it.
