@@ -233,7 +233,7 @@ def measure_pages(count: int, reps: int) -> None:
     from django.urls import reverse
 
     from django_jobq import causes, sql
-    from django_jobq.cause_pages import PER_PAGE
+    from django_jobq.admin.cause_pages import PER_PAGE
 
     setup_test_environment()
     user, _ = get_user_model().objects.get_or_create(
@@ -260,7 +260,7 @@ def measure_pages(count: int, reps: int) -> None:
             params = {"limit": PER_PAGE, "offset": 0, "kinds": causes.KINDS_SHOWN + 1}
             page = median_seconds(lambda: client.get(causes_url), reps)
             statement = median_seconds(
-                lambda: execute(sql.DEAD_LETTER_CAUSES, params),  # noqa: B023 (called at once)
+                lambda: execute(sql.causes.DEAD_LETTER_CAUSES, params),  # noqa: B023 (called at once)
                 reps,
             )
             listed = median_seconds(lambda: client.get(list_url), reps)  # noqa: B023

@@ -103,16 +103,16 @@ def measure(count: int, reps: int) -> list[tuple[str, float, float]]:
                 rollups.add(f"queue-{n % 5}", f"bench.kind{n}", "succeeded", 0.01 * n)
             rollups.flush(cursor)
 
-        conn.execute(sql.SAMPLE_QUEUES)  # this minute is sampled: the others' skip path
+        conn.execute(sql.stats.SAMPLE_QUEUES)  # this minute is sampled: the others' skip path
         return [
-            ("QUEUE_STATES", *timed(reps, lambda: conn.execute(sql.QUEUE_STATES).fetchall())),
+            ("QUEUE_STATES", *timed(reps, lambda: conn.execute(sql.stats.QUEUE_STATES).fetchall())),
             (
                 "SAMPLE_QUEUES (the scan)",
-                *timed(reps, lambda: conn.execute(sql.SAMPLE_QUEUES).fetchall()),
+                *timed(reps, lambda: conn.execute(sql.stats.SAMPLE_QUEUES).fetchall()),
             ),
             (
                 "QUEUES_SAMPLED_THIS_MINUTE",
-                *timed(reps, lambda: conn.execute(sql.QUEUES_SAMPLED_THIS_MINUTE).fetchall()),
+                *timed(reps, lambda: conn.execute(sql.stats.QUEUES_SAMPLED_THIS_MINUTE).fetchall()),
             ),
             ("dead letters by kind", *timed(reps, stats.dead_letter_groups)),
             ("UPSERT_OUTCOME_ROLLUPS, 20 rows", *timed(reps, flush_rollups)),

@@ -14,8 +14,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .decorator import JobDefinition, job
     from .enqueueing import PreparedJob, enqueue, enqueue_many, prepare_job
-    from .registry import JobDefinition, job
     from .schedules import Schedule
 
 _EXPORTS = {
@@ -23,8 +23,8 @@ _EXPORTS = {
     "enqueue_many": "enqueueing",
     "prepare_job": "enqueueing",
     "PreparedJob": "enqueueing",
-    "job": "registry",
-    "JobDefinition": "registry",
+    "job": "decorator",
+    "JobDefinition": "decorator",
     "Schedule": "schedules",
 }
 

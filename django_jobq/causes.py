@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.db import connections
+from psycopg.rows import dict_row
 
 from . import operations, sql
 from .conf import get_settings
@@ -59,46 +60,41 @@ class CausePage:
 
 def _read(statement: str, params: dict[str, int | str]) -> CausePage:
     with connections[get_settings().DATABASE].cursor() as cursor:
+        cursor.cursor.row_factory = dict_row  # the psycopg cursor Django wraps
         cursor.execute(statement, {**params, "kinds": KINDS_SHOWN + 1})
-        rows = cursor.fetchall()
+        rows: list[dict[str, Any]] = cursor.fetchall()
     found = [
         Cause(
-            fingerprint=fingerprint,
-            dead_letters=dead_letters,
-            first_died=first_died,
-            last_died=last_died,
-            kinds=kinds[:KINDS_SHOWN],
-            more_kinds=len(kinds) > KINDS_SHOWN,
-            example_id=example_id,
-            example_reason=example_reason,
-            example_error=example_error,
+            fingerprint=row["fingerprint"],
+            dead_letters=row["dead_letters"],
+            first_died=row["first_died"],
+            last_died=row["last_died"],
+            kinds=row["kinds"][:KINDS_SHOWN],
+            more_kinds=len(row["kinds"]) > KINDS_SHOWN,
+            example_id=row["example_id"],
+            example_reason=row["example_reason"],
+            example_error=row["example_error"],
         )
-        for (
-            _,
-            _,
-            fingerprint,
-            dead_letters,
-            first_died,
-            last_died,
-            kinds,
-            example_id,
-            example_reason,
-            example_error,
-        ) in rows
-        if dead_letters is not None
+        for row in rows
+        if row["dead_letters"] is not None
     ]
-    return CausePage(causes=found, cause_count=rows[0][0], dead_letter_count=rows[0][1])
+    # Every row carries the totals (one row, its cause columns NULL, when the page is empty).
+    return CausePage(
+        causes=found, cause_count=rows[0]["causes"], dead_letter_count=rows[0]["total"]
+    )
 
 
 def page(*, limit: int, offset: int = 0) -> CausePage:
     """The causes from the ``offset``-th (0: the biggest), at most ``limit`` of them (both
-    whole numbers, ``limit`` at least 1). One statement (``sql.DEAD_LETTER_CAUSES``)."""
-    return _read(sql.DEAD_LETTER_CAUSES, {"limit": limit, "offset": offset})
+    whole numbers, ``limit`` at least 1). One statement (``sql.causes.DEAD_LETTER_CAUSES``)."""
+    return _read(sql.causes.DEAD_LETTER_CAUSES, {"limit": limit, "offset": offset})
 
 
 def get(fingerprint: str) -> Cause | None:
     """The cause ``fingerprint`` (exactly as stored), or ``None`` if no dead letter has it."""
-    found = _read(sql.DEAD_LETTER_CAUSE, {"fingerprint": fingerprint, "limit": 1, "offset": 0})
+    found = _read(
+        sql.causes.DEAD_LETTER_CAUSE, {"fingerprint": fingerprint, "limit": 1, "offset": 0}
+    )
     return found.causes[0] if found.causes else None
 
 
@@ -124,7 +120,7 @@ def redrive(fingerprint: str) -> Redriven:
 
 def delete(fingerprint: str) -> int:
     """Delete every dead letter of the cause ``fingerprint``, in one statement
-    (``sql.DELETE_DEAD_LETTERS_OF_CAUSE``). Returns how many were deleted."""
+    (``sql.causes.DELETE_DEAD_LETTERS_OF_CAUSE``). Returns how many were deleted."""
     with connections[get_settings().DATABASE].cursor() as cursor:
-        cursor.execute(sql.DELETE_DEAD_LETTERS_OF_CAUSE, {"fingerprint": fingerprint})
+        cursor.execute(sql.causes.DELETE_DEAD_LETTERS_OF_CAUSE, {"fingerprint": fingerprint})
         return int(cursor.rowcount)

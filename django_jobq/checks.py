@@ -59,7 +59,7 @@ from django.core.checks import CheckMessage, Error, Warning
 from django.db import DatabaseError, connections
 from django.urls import get_resolver
 
-from . import conf, mvcc, registry, schedules, task_results
+from . import conf, mvcc, registry, scheduling, task_results
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
@@ -167,7 +167,7 @@ def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
     """Report invalid schedules, declared with ``@job(schedule=...)`` or in settings."""
     if conf.validate(getattr(settings, "JOBQ", {})):
         return []  # check_settings reports those, and the schedules cannot be read
-    _, problems = schedules.declared()
+    _, problems = scheduling.declared()
     return [
         (Warning if ".W" in check_id else Error)(msg, id=check_id) for check_id, msg in problems
     ]

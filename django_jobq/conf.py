@@ -27,7 +27,8 @@ Users configure django-jobq with one dictionary in their settings module::
     }
 
 Durations are seconds (int or float) or ``datetime.timedelta``. ``SCHEDULES`` declares
-recurring jobs (see :mod:`django_jobq.schedules`); :func:`validate` checks its shape (E006),
+recurring jobs (see :mod:`django_jobq.schedules`; they are bound and checked by
+:mod:`django_jobq.scheduling`); :func:`validate` checks its shape (E006),
 and the schedules' system check its values (cron, timezone, payload: E006-E009). The
 ``STATS_RETENTION``, ``METRICS_*`` and ``ALERT_*`` keys are for observability
 (docs/operations.md): ``METRICS_TOKEN`` must be ``None`` or at least 16 characters (E012),

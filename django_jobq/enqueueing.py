@@ -26,18 +26,16 @@ from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack
 
 from django.conf import settings as django_settings
-from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, transaction
 from django.utils import timezone
+from psycopg.rows import class_row
 
-from . import db, metrics, registry, sql
-from .conf import KIND_NAME_RE, MAX_DURATION, QUEUE_NAME_RE, duration_seconds, get_settings
+from . import db, registry, sql
+from .conf import get_settings
 from .exceptions import UnknownKind
+from .metrics import instruments
 from .models import Job
-
-_INT_RANGE = (-(2**31), 2**31 - 1)
-_MAX_KEY_LENGTH = 200
-_MAX_DEPTH = 100
+from .validation import encode_payload, seconds_option, validate_options
 
 
 class EnqueueOptions(TypedDict, total=False):
@@ -80,179 +78,6 @@ class PreparedJob:
     idempotency_key: str | None
 
 
-def seconds_option(
-    name: str, value: timedelta | float, *, minimum: float, inclusive: bool = True
-) -> float:
-    """Seconds in a duration option (a number of seconds or a timedelta), range-checked.
-
-    The upper bound, ``MAX_DURATION`` (10 years), keeps every computed time within
-    PostgreSQL's and Python's date ranges.
-
-    Raises:
-        TypeError: not a number or a timedelta (or NaN / infinite).
-        ValueError: below ``minimum`` (or equal, unless ``inclusive``), or above 10 years.
-    """
-    seconds = duration_seconds(value)
-    if seconds is None:
-        raise TypeError(f"{name} must be a timedelta or a number of seconds, not {value!r}.")
-    too_small = seconds < minimum if inclusive else seconds <= minimum
-    if too_small or seconds > MAX_DURATION:
-        bound = "at least" if inclusive else "more than"
-        raise ValueError(
-            f"{name} must be {bound} {minimum:g} s and at most 10 years, not {value!r}."
-        )
-    return seconds
-
-
-def validate_options(
-    *,
-    kind: str,
-    queue: str | None = None,
-    priority: int | None = None,
-    max_attempts: int | None = None,
-    visibility_timeout: timedelta | float | None = None,
-    idempotency_key: str | None = None,
-) -> None:
-    """Check enqueue options; ``None`` means "not given" and always passes.
-
-    Raises:
-        ValueError: a name, range or length is invalid.
-        TypeError: a value has the wrong type.
-    """
-    if not isinstance(kind, str) or not KIND_NAME_RE.match(kind):
-        raise ValueError(f"invalid job kind {kind!r}: expected {KIND_NAME_RE.pattern}.")
-    if queue is not None and (not isinstance(queue, str) or not QUEUE_NAME_RE.match(queue)):
-        raise ValueError(f"invalid queue name {queue!r}: expected {QUEUE_NAME_RE.pattern}.")
-    for name, number, low in (
-        ("priority", priority, _INT_RANGE[0]),
-        ("max_attempts", max_attempts, 1),
-    ):
-        if number is None:
-            continue
-        if not isinstance(number, int) or isinstance(number, bool):
-            raise TypeError(f"{name} must be an int, not {number!r}.")
-        if not low <= number <= _INT_RANGE[1]:
-            raise ValueError(f"{name} must be between {low} and {_INT_RANGE[1]}, not {number}.")
-    if visibility_timeout is not None:
-        seconds_option("visibility_timeout", visibility_timeout, minimum=0.001)
-    if idempotency_key is not None and (
-        not isinstance(idempotency_key, str)
-        or not 0 < len(idempotency_key) <= _MAX_KEY_LENGTH
-        or not _is_storable_text(idempotency_key)
-    ):
-        raise ValueError(
-            f"idempotency_key must be a non-empty str of at most {_MAX_KEY_LENGTH} characters "
-            f"(no NUL, valid Unicode)."
-        )
-
-
-def _is_storable_text(text: str) -> bool:
-    """PostgreSQL text holds valid UTF-8 without NUL; lone surrogates cannot be encoded."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def find_unencodable(
-    value: Any,
-    path: str,
-    depth: int = 0,
-    *,
-    encoder: type[json.JSONEncoder] = DjangoJSONEncoder,
-) -> tuple[str, str] | None:
-    """Return ``(path, problem)`` for the first part of ``value`` that JSON (as written by
-    ``encoder``; jsonb refuses NUL and invalid Unicode too) cannot hold, or ``None``.
-
-    ``path`` names ``value`` in the message (``"payload"``); parts are named below it
-    (``payload['user']``). The default encoder turns dates, decimals and UUIDs into strings;
-    ``json.JSONEncoder`` accepts only JSON's own types.
-    """
-    if depth > _MAX_DEPTH:
-        return path, f"nesting deeper than {_MAX_DEPTH} levels (or a circular reference)"
-    if isinstance(value, dict):
-        for key, item in value.items():
-            where = f"{path}[{key!r}]"
-            if not isinstance(key, str):
-                return where, f"key {key!r} (type {type(key).__name__}) is not a str"
-            if not _is_storable_text(key):
-                return where, "a key with NUL (\\x00) or invalid Unicode, which jsonb rejects"
-            found = find_unencodable(item, where, depth + 1, encoder=encoder)
-            if found:
-                return found
-        return None
-    if isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            found = find_unencodable(item, f"{path}[{index}]", depth + 1, encoder=encoder)
-            if found:
-                return found
-        return None
-    if isinstance(value, str):
-        if _is_storable_text(value):
-            return None
-        return path, "a string with NUL (\\x00) or invalid Unicode, which jsonb rejects"
-    try:
-        json.dumps(value, cls=encoder, allow_nan=False)
-    except (TypeError, ValueError):
-        return path, f"{value!r} (type {type(value).__name__}) is not JSON-serialisable"
-    return None
-
-
-#: What :func:`encode_payload` writes with (one encoder: making one per call costs more
-#: than encoding a small payload).
-_ENCODER = DjangoJSONEncoder(allow_nan=False)
-_CONTAINERS = (dict, list, tuple)
-
-
-def encode_payload(payload: Any) -> str:
-    """Encode a payload as JSON text with :class:`DjangoJSONEncoder`.
-
-    Dates, times, decimals and UUIDs become strings (the handler receives strings).
-
-    Raises:
-        TypeError: ``payload`` is not a dict, or some value cannot be JSON; the message names
-            the offending key, e.g. ``payload['user']``.
-    """
-    if not isinstance(payload, dict):
-        raise TypeError(f"payload must be a dict of JSON values, not {type(payload).__name__}.")
-    try:
-        text = _ENCODER.encode(payload)
-    except (TypeError, ValueError, RecursionError):
-        text = None
-    # The walk that names the offending value runs only when something is wrong: encoding
-    # failed, the text has an escape jsonb may reject (NUL; a surrogate, which is fine only
-    # in a valid pair, as ``json`` writes characters beyond the BMP), a key is not a str
-    # (``json`` would turn ints and None into strings), or the nesting is too deep.
-    suspect = text is None or "\\u0000" in text or "\\ud" in text
-    if suspect or not _plain(payload):
-        found = find_unencodable(payload, "payload")
-        if found:
-            path, problem = found
-            raise TypeError(
-                f"{path}: {problem}. Job payloads are JSON; pass ids or plain values instead."
-            )
-    if text is None:  # the walk names the culprit in every case known; this is a backstop
-        raise TypeError("payload cannot be encoded as JSON.")
-    return text
-
-
-def _plain(value: Any, depth: int = 0) -> bool:
-    """Whether every dict key at any depth is a str and nesting stays within
-    :data:`_MAX_DEPTH`: what the encoding alone does not check."""
-    if depth > _MAX_DEPTH:
-        return False
-    if isinstance(value, dict):
-        if not all(isinstance(key, str) for key in value):
-            return False
-        items: Iterable[Any] = value.values()
-    else:
-        items = value
-    return all(_plain(item, depth + 1) for item in items if isinstance(item, _CONTAINERS))
-
-
 def _aware(name: str, moment: datetime) -> datetime:
     if not isinstance(moment, datetime):
         raise TypeError(f"{name} must be a datetime, not {moment!r}.")
@@ -269,7 +94,7 @@ class _KindDefaults:
     """What a job of one kind gets for the options its enqueue does not give: from the
     kind's ``@job(...)`` when it is registered in this process, then from ``JOBQ``."""
 
-    definition: registry.JobDefinition | None
+    definition: registry.KindDefinition | None
     queue: str
     priority: int
     max_attempts: int
@@ -453,9 +278,9 @@ def insert(
 ) -> tuple[list[Job], str]:
     """Insert prepared jobs by the transaction rules of the module docs.
 
-    ``statement`` is one built around ``sql.INSERT_JOBS`` with the same parameters and
-    columns (``sql.INSERT_TASK_JOBS``, for jobs without idempotency keys); by default
-    ``INSERT_JOBS``, or ``INSERT_UNKEYED_JOBS`` when no job has a key.
+    ``statement`` is one built on ``sql.enqueue.INSERT_JOBS_TEMPLATE`` with the same
+    parameters and columns (``sql.INSERT_TASK_JOBS``, for jobs without idempotency keys); by
+    default ``INSERT_JOBS``, or ``INSERT_UNKEYED_JOBS`` when no job has a key.
 
     Returns:
         The jobs in input order (unsaved placeholders, filled in at commit, when the insert
@@ -519,13 +344,27 @@ def _prepared_values(job: PreparedJob) -> dict[str, Any]:
 _JOB_FIELDS = [field.attname for field in Job._meta.concrete_fields]
 
 
-def _saved_job(alias: str, job: PreparedJob, row: Sequence[Any]) -> Job:
+@dataclass(frozen=True, slots=True)
+class _Inserted:
+    """A row of ``sql.enqueue.INSERT_JOBS`` and its forms: what the database chose for a new
+    job (its id and times, read in binary: aware datetimes in the session's time zone); the
+    keyed form also names the job by ``kind`` and ``idempotency_key``."""
+
+    id: int
+    run_at: datetime
+    created_at: datetime
+    expires_at: datetime | None
+    kind: str | None = None
+    idempotency_key: str | None = None
+
+
+def _saved_job(alias: str, job: PreparedJob, row: _Inserted) -> Job:
     """The :class:`Job` that ``INSERT_JOBS`` made of ``job``: its own values plus the
-    database's ``(id, run_at, created_at, expires_at)`` from ``row`` (read in binary: aware
-    datetimes in the session's time zone; without ``USE_TZ`` Django's ORM returns that wall
-    time, naive, and so does this)."""
+    database's from ``row`` (without ``USE_TZ`` Django's ORM returns the times' wall time in
+    the session's time zone, naive, and so does this)."""
     values = _prepared_values(job)
-    values["id"], *moments = row[:4]
+    values["id"] = row.id
+    moments = [row.run_at, row.created_at, row.expires_at]
     if not django_settings.USE_TZ:
         moments = [moment and moment.replace(tzinfo=None) for moment in moments]
     values["run_at"], values["created_at"], values["expires_at"] = moments
@@ -536,12 +375,12 @@ def _insert(alias: str, jobs: Sequence[PreparedJob], statement: str | None) -> l
     """Run ``statement``; return a saved :class:`Job` per input, existing ones included."""
     unique, position = _one_per_key(jobs)
     if any(job.idempotency_key is not None for job in unique):
-        saved, inserted = _insert_keyed(alias, unique, statement or sql.INSERT_JOBS)
+        saved, inserted = _insert_keyed(alias, unique, statement or sql.enqueue.INSERT_JOBS)
     else:
-        rows = _execute(alias, statement or sql.INSERT_UNKEYED_JOBS, unique)
+        rows = _execute(alias, statement or sql.enqueue.INSERT_UNKEYED_JOBS, unique)
         saved = [_saved_job(alias, job, row) for job, row in zip(unique, rows, strict=True)]
         inserted = saved
-    metrics.count_enqueued(alias, [(job.queue, job.kind) for job in inserted])
+    instruments.count_enqueued(alias, [(job.queue, job.kind) for job in inserted])
     return [saved[index] for index in position]
 
 
@@ -564,8 +403,9 @@ def _one_per_key(jobs: Sequence[PreparedJob]) -> tuple[list[PreparedJob], list[i
     return unique, position
 
 
-def _execute(alias: str, statement: str, jobs: Sequence[PreparedJob]) -> list[Any]:
-    """Run an insert statement built on ``sql.INSERT_JOBS`` for ``jobs``; return its rows."""
+def _execute(alias: str, statement: str, jobs: Sequence[PreparedJob]) -> list[_Inserted]:
+    """Run an insert statement built on ``sql.enqueue.INSERT_JOBS_TEMPLATE`` for ``jobs``;
+    return its rows."""
     parameters: dict[str, Any] = {
         "queue": [job.queue for job in jobs],
         "kind": [job.kind for job in jobs],
@@ -583,8 +423,9 @@ def _execute(alias: str, statement: str, jobs: Sequence[PreparedJob]) -> list[An
         "channel": sql.wake.WAKE_CHANNEL,
     }
     with db.server_binding_cursor(alias, binary_results=True) as cursor:
+        cursor.cursor.row_factory = class_row(_Inserted)  # the psycopg cursor Django wraps
         cursor.execute(statement, parameters)
-        rows: list[Any] = cursor.fetchall()
+        rows: list[_Inserted] = cursor.fetchall()
     return rows
 
 
@@ -604,8 +445,8 @@ def _insert_keyed(
     """Insert jobs of which some have idempotency keys (each key once); return a saved Job
     per input (the live job for a key one holds), and the jobs inserted.
 
-    No lock is taken on an existing job (see ``sql.INSERT_JOBS``): the insert skips its key
-    and a plain read returns it. The batch is inserted sorted by (kind, key), so concurrent
+    No lock is taken on an existing job (see ``sql.enqueue.INSERT_JOBS``): the insert skips
+    its key and a plain read returns it. The batch is inserted sorted by (kind, key), so concurrent
     batches wait for each other's keys in one order. Each round runs in a savepoint (or a
     transaction of its own): if a skipped key's job ended before the read, the round is
     rolled back, releasing every key it inserted, and the whole sorted batch goes again, so
@@ -648,15 +489,14 @@ def _insert_or_find(
         _KeyFreed: a skipped key has no live job any more.
     """
     rows = _execute(alias, statement, batch)
-    new_rows: dict[tuple[str, str] | int, Any] = {}
+    new_rows: dict[tuple[str, str] | int, _Inserted] = {}
     unkeyed = 0
     for row in rows:
-        *_, kind, key = row
-        if key is None:
+        if row.kind is None or row.idempotency_key is None:
             new_rows[unkeyed] = row
             unkeyed += 1
         else:
-            new_rows[(kind, key)] = row
+            new_rows[(row.kind, row.idempotency_key)] = row
     skipped = [
         (job.kind, job.idempotency_key)
         for job in batch
@@ -688,7 +528,7 @@ def _live_jobs_by_key(alias: str, keys: Sequence[tuple[str, str]]) -> dict[tuple
         return {}
     with connections[alias].cursor() as cursor:
         cursor.execute(
-            sql.SELECT_JOBS_BY_KEY,
+            sql.enqueue.SELECT_JOBS_BY_KEY,
             {"kind": [kind for kind, _ in keys], "idempotency_key": [key for _, key in keys]},
         )
         names = [column.name for column in cursor.description]

@@ -79,6 +79,6 @@ def idempotent(key: str, *, kind: str, job_id: int | None = None) -> Iterator[bo
             )
     alias = _queue_connection_in_transaction("idempotent()")
     with connections[alias].cursor() as cursor:
-        cursor.execute(sql.INSERT_DEDUP_KEY, {"kind": kind, "key": key, "job_id": job_id})
+        cursor.execute(sql.enqueue.INSERT_DEDUP_KEY, {"kind": kind, "key": key, "job_id": job_id})
         first_time = cursor.fetchone() is not None
     yield first_time

@@ -216,7 +216,7 @@ class DeadLetter(models.Model):
         indexes = [
             models.Index(fields=["queue", "kind"], name="jobq_dead_queue_kind_idx"),
             models.Index(fields=["died_at"], name="jobq_dead_died_at_idx"),
-            # Serve the dead letters by cause (sql.DEAD_LETTER_CAUSES: a pass in fingerprint
+            # Serve the dead letters by cause (sql.causes.DEAD_LETTER_CAUSES: a pass in fingerprint
             # order; a seek per kind of a cause) and the list of one cause, newest first.
             models.Index(fields=["fingerprint", "died_at", "id"], name="jobq_dead_fingerprint_idx"),
             models.Index(fields=["fingerprint", "kind"], name="jobq_dead_fingerprint_kind_idx"),

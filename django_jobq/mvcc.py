@@ -20,10 +20,10 @@ says what it means and what to do (docs/operations.md, "MVCC health")::
 
 Who reads it: ``manage.py jobq_doctor`` (all of it), ``jobq_stats --check`` (the horizon),
 the system checks ``django_jobq.W004``-``W006`` (``manage.py check --database default``), the
-MVCC gauges of :class:`django_jobq.metrics.DatabaseCollector` and the dashboard's panel. The
-statements (``sql.MVCC_*``) read statistics views and catalogs, never a table's rows: a few
-milliseconds, bounded by the sessions, slots and prepared transactions of the server and the
-jobq tables' indexes.
+MVCC gauges of :class:`django_jobq.metrics.collector.DatabaseCollector` and the dashboard's
+panel. The statements (``sql.mvcc``) read statistics views and catalogs, never a table's
+rows: bounded by the sessions, slots and prepared transactions of the server and the jobq
+tables' indexes.
 
 Privileges: a role that is neither a superuser nor a member of ``pg_read_all_stats`` sees
 other roles' sessions' pid, user, application and xmin, but not their transaction start,
@@ -61,7 +61,7 @@ WARNING = "warning"
 
 @dataclass(frozen=True)
 class Holder:
-    """Something that holds the xmin horizon back (``sql.MVCC_HORIZON_HOLDERS`` says which
+    """Something that holds the xmin horizon back (``sql.mvcc.MVCC_HORIZON_HOLDERS`` says which
     sessions count). ``holder`` is one of :data:`HOLDERS`; ``pid`` the session's (a slot's:
     its consumer's walsender, ``None`` when inactive); ``name`` a prepared transaction's gid
     or a slot's name. ``state`` is the session's (``active``, ``idle in transaction``, ...) or
@@ -103,7 +103,7 @@ class Holder:
 
 @dataclass(frozen=True)
 class TableHealth:
-    """A jobq table (or a partition of one) by its statistics (``sql.MVCC_TABLES``): live and
+    """A jobq table (or a partition of one) by its statistics (``sql.mvcc.MVCC_TABLES``): live and
     dead row versions (estimates); the last vacuum, autovacuum, analyze and autoanalyze
     (``None``: never); ``autovacuum_enabled``, its reloption (``None``: not set); ``autovacuum``
     whether autovacuum may vacuum it at all (the server's ``autovacuum`` and ``track_counts``
@@ -134,7 +134,7 @@ class TableHealth:
 
 @dataclass(frozen=True)
 class IndexHealth:
-    """An index of a jobq table (``sql.MVCC_INDEXES``): its size in bytes against its
+    """An index of a jobq table (``sql.mvcc.MVCC_INDEXES``): its size in bytes against its
     table's live rows."""
 
     index: str
@@ -237,10 +237,10 @@ _NAMES = ("name", "application_name", "user_name", "database")
 
 def read_holders(cursor: Any) -> list[Holder]:
     """Who holds the xmin horizon back, the oldest xmin first, read on ``cursor`` (a Django
-    or psycopg cursor on the queue database; one statement, ``sql.MVCC_HORIZON_HOLDERS``).
+    or psycopg cursor on the queue database; one statement, ``sql.mvcc.MVCC_HORIZON_HOLDERS``).
     Names and queries are :func:`django_jobq.text.printable`; a query is its first line, at
     most :data:`QUERY_LENGTH` characters (``None`` when hidden)."""
-    cursor.execute(sql.MVCC_HORIZON_HOLDERS)
+    cursor.execute(sql.mvcc.MVCC_HORIZON_HOLDERS)
     holders = []
     for row in _named(cursor):
         hidden = bool(row["hidden"])
@@ -256,7 +256,7 @@ def read_holders(cursor: Any) -> list[Holder]:
 def read(cursor: Any = None) -> Health:
     """Read the queue database's MVCC health: the server's autovacuum settings, every
     horizon holder, every jobq table's statistics and every index's size (four statements,
-    ``sql.MVCC_*``), on ``cursor`` (a Django or psycopg cursor on the queue database;
+    ``sql.mvcc``), on ``cursor`` (a Django or psycopg cursor on the queue database;
     default: one of Django's connection ``JOBQ['DATABASE']``).
 
     Raises:
@@ -266,11 +266,11 @@ def read(cursor: Any = None) -> Health:
     if cursor is None:
         with connections[get_settings().DATABASE].cursor() as own:
             return read(own)
-    cursor.execute(sql.MVCC_SERVER)
+    cursor.execute(sql.mvcc.MVCC_SERVER)
     (server,) = _named(cursor)
     holders = read_holders(cursor)
     tables = {"tables": jobq_tables()}
-    cursor.execute(sql.MVCC_TABLES, tables)
+    cursor.execute(sql.mvcc.MVCC_TABLES, tables)
     runs = server["autovacuum"] and server["track_counts"]
     table_rows = [
         TableHealth(
@@ -287,7 +287,7 @@ def read(cursor: Any = None) -> Health:
         )
         for row in _named(cursor)
     ]
-    cursor.execute(sql.MVCC_INDEXES, tables)
+    cursor.execute(sql.mvcc.MVCC_INDEXES, tables)
     index_rows = [
         IndexHealth(row["index_name"], row["table_name"], row["index_bytes"], row["live_rows"])
         for row in _named(cursor)

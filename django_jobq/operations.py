@@ -23,10 +23,12 @@ from . import sql
 from .conf import get_settings
 from .models import DeadLetter
 
-#: Dead letters redriven per statement: 10,000 keeps each statement well under a second.
+#: Dead letters redriven per statement: bounds the time each statement takes and the rows
+#: it locks, however many dead letters are selected.
 REDRIVE_BATCH_SIZE = 10_000
 #: Why a redrive leaves a dead letter in place, as the admin and ``jobq_redrive`` say it:
-#: its idempotency key is taken, or it is not a job (``sql.REDRIVABLE``), or either.
+#: its idempotency key is taken, or it is not a job (see ``sql.operations.REDRIVE_DEAD_LETTERS``),
+#: or either.
 KEY_HELD = "a live job of the same kind holds its idempotency key"
 NOT_A_JOB = (
     "it cannot become a job as it is (the dead letter of a poison row: a payload that is not "
@@ -49,13 +51,13 @@ def cancel(job_id: int) -> bool:
 
 def cancel_many(job_ids: Iterable[int]) -> int:
     """Delete the ready jobs among ``job_ids`` in one statement; return how many."""
-    return len(_execute_returning_ids(sql.CANCEL_JOBS, {"ids": list(job_ids)}))
+    return len(_execute_returning_ids(sql.operations.CANCEL_JOBS, {"ids": list(job_ids)}))
 
 
 def run_now(job_ids: Iterable[int]) -> int:
     """Make the scheduled or backing-off ready jobs among ``job_ids`` due now; return how
     many changed. Attempts are kept."""
-    return len(_execute_returning_ids(sql.RUN_JOBS_NOW, {"ids": list(job_ids)}))
+    return len(_execute_returning_ids(sql.operations.RUN_JOBS_NOW, {"ids": list(job_ids)}))
 
 
 def redrive_one(dead_letter_id: int) -> int | None:
@@ -85,8 +87,8 @@ def redrive(
     Returns:
         The number of jobs created. Dead letters whose idempotency key belongs to a live job
         of their kind (or to an older dead letter in the same call) are left in place, and so
-        are those the jobs table's constraints would refuse (``sql.REDRIVABLE``: the dead
-        letter of a poison row), so one of them never fails the others.
+        are those the jobs table's constraints would refuse (the dead letter of a poison row,
+        see ``sql.operations.REDRIVE_DEAD_LETTERS``), so one of them never fails the others.
     """
     if isinstance(dead_letters, QuerySet):
         ids: Iterable[int] = list(dead_letters.order_by("id").values_list("id", flat=True))
@@ -96,7 +98,7 @@ def redrive(
 
 
 #: Tries per batch: a retry happens only if a live job takes a redriven idempotency key
-#: between the statement's check and its insert (see ``sql.REDRIVE_DEAD_LETTERS``).
+#: between the statement's check and its insert (see ``sql.operations.REDRIVE_DEAD_LETTERS``).
 _REDRIVE_TRIES = 3
 
 
@@ -108,7 +110,7 @@ def _redrive_batch(ids: list[int]) -> list[int]:
     while True:
         try:
             with transaction.atomic(using=alias):
-                return _execute_returning_ids(sql.REDRIVE_DEAD_LETTERS, {"ids": ids})
+                return _execute_returning_ids(sql.operations.REDRIVE_DEAD_LETTERS, {"ids": ids})
         except IntegrityError:
             if tries == _REDRIVE_TRIES:
                 raise

@@ -28,7 +28,7 @@ signal                 sent                                                keywo
 
 Each outcome the worker records sends exactly one of the last three; an outcome it cannot
 record (another attempt holds the lease) sends none. ``sender`` is the kind's
-:class:`~django_jobq.registry.JobDefinition` (what ``@job`` returned), or ``None`` for a kind
+:class:`~django_jobq.JobDefinition` (what ``@job`` returned), or ``None`` for a kind
 not registered in the worker. ``job`` is a :class:`~django_jobq.leases.ClaimedJob` (``id``,
 ``queue``, ``kind``, ``payload``, ``attempt``, ``max_attempts``...). ``duration`` and
 ``retry_delay`` are seconds (``duration`` is ``None`` for a job dead-lettered unrun);

@@ -30,10 +30,11 @@ from typing import Any
 
 from django.db import connections, transaction
 from django.db.models import Count
+from psycopg.rows import dict_row
 
 from . import sql
 from .conf import get_settings
-from .metrics import DURATION_BUCKETS
+from .metrics.instruments import DURATION_BUCKETS
 from .models import DeadLetter, OutcomeRollup, QueueSample, WorkerProcess
 
 #: Seconds after its last beat (``WorkerProcess.last_seen``) that a worker counts as stale:
@@ -251,31 +252,40 @@ def quantile(
 
 def queue_states(count_cap: int | None = None) -> list[QueueState]:
     """Every queue holding live jobs, by name (one statement): counted exactly
-    (``sql.QUEUE_STATES``, which reads every live row), or with ``count_cap`` up to
-    ``count_cap + 1`` ready and scheduled jobs per queue (``sql.QUEUE_STATES_CAPPED``: a
+    (``sql.stats.QUEUE_STATES``, which reads every live row), or with ``count_cap`` up to
+    ``count_cap + 1`` ready and scheduled jobs per queue (``sql.stats.QUEUE_STATES_CAPPED``: a
     count above ``count_cap`` means "more than ``count_cap``")."""
     with connections[get_settings().DATABASE].cursor() as cursor:
+        cursor.cursor.row_factory = dict_row  # the psycopg cursor Django wraps
         if count_cap is None:
-            cursor.execute(sql.QUEUE_STATES)
+            cursor.execute(sql.stats.QUEUE_STATES)
         else:
-            cursor.execute(sql.QUEUE_STATES_CAPPED, {"cap": count_cap})
-        rows = cursor.fetchall()
+            cursor.execute(sql.stats.QUEUE_STATES_CAPPED, {"cap": count_cap})
+        rows: list[dict[str, Any]] = cursor.fetchall()
     return [
-        QueueState(queue, ready, scheduled, running, age or 0.0)
-        for queue, ready, scheduled, running, age in rows
+        QueueState(
+            queue=row["queue"],
+            ready=row["ready"],
+            scheduled=row["scheduled"],
+            running=row["running"],
+            oldest_ready_age=row["oldest_ready_age"] or 0.0,
+        )
+        for row in rows
     ]
 
 
 def dead_letter_groups(count_cap: int | None = None) -> list[DeadLetterGroup]:
     """Dead letters counted by queue and kind, sorted: every group counted exactly (reads
     every dead letter), or with ``count_cap`` the first :data:`CAPPED_GROUPS` groups, each
-    counted up to ``count_cap + 1`` (``sql.DEAD_LETTER_GROUPS_CAPPED``)."""
+    counted up to ``count_cap + 1`` (``sql.stats.DEAD_LETTER_GROUPS_CAPPED``)."""
     if count_cap is not None:
         with connections[get_settings().DATABASE].cursor() as cursor:
+            cursor.cursor.row_factory = dict_row  # the psycopg cursor Django wraps
             cursor.execute(
-                sql.DEAD_LETTER_GROUPS_CAPPED, {"cap": count_cap, "groups": CAPPED_GROUPS}
+                sql.stats.DEAD_LETTER_GROUPS_CAPPED, {"cap": count_cap, "groups": CAPPED_GROUPS}
             )
-            return [DeadLetterGroup(queue, kind, count) for queue, kind, count in cursor.fetchall()]
+            capped: list[dict[str, Any]] = cursor.fetchall()
+        return [DeadLetterGroup(row["queue"], row["kind"], row["dead_letters"]) for row in capped]
     rows = (
         DeadLetter.objects.using(get_settings().DATABASE)
         .values("queue", "kind")
@@ -381,7 +391,7 @@ def snapshot(*, history: bool = True, count_cap: int | None = None) -> Snapshot:
     dead letters and jobs waiting for a worker are counted up to ``count_cap + 1`` (a count
     above ``count_cap`` means "more than ``count_cap``"), only the first
     :data:`CAPPED_GROUPS` (queue, kind) groups of dead letters are read, and the statements
-    run in one transaction without JIT compilation (``sql.DISABLE_JIT``). Without it every
+    run in one transaction without JIT compilation (``sql.stats.DISABLE_JIT``). Without it every
     count is exact (``jobq_stats``, the metrics).
 
     Raises:
@@ -391,7 +401,7 @@ def snapshot(*, history: bool = True, count_cap: int | None = None) -> Snapshot:
         return _snapshot(history, None)
     with transaction.atomic(using=get_settings().DATABASE):
         with connections[get_settings().DATABASE].cursor() as cursor:
-            cursor.execute(sql.DISABLE_JIT)
+            cursor.execute(sql.stats.DISABLE_JIT)
         return _snapshot(history, count_cap)
 
 

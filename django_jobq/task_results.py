@@ -49,12 +49,12 @@ class TaskNotRun(Exception):
     """The error a task's result records when its job ended without running the attempt:
     dead-lettered because its task is not registered in the worker ("unknown kind") or the
     lease of its final attempt lapsed (the worker died), or cancelled by an operator
-    (``sql.CANCEL_JOBS`` names this class). The error's traceback holds the reason."""
+    (``sql.operations.CANCEL_JOBS`` names this class). The error's traceback holds the reason."""
 
 
 class TaskJobHandler:
     """Base of the handler the Tasks backend registers for each task (the ``func`` of its
-    :class:`~django_jobq.registry.JobDefinition`): how the worker tells tasks' jobs apart."""
+    :class:`~django_jobq.registry.KindDefinition`): how the worker tells tasks' jobs apart."""
 
     def finished(self, result: StoredTaskResult) -> None:
         """Called by the worker once ``result`` is SUCCESSFUL or FAILED (committed)."""

@@ -39,9 +39,10 @@ from django.db import transaction
 from django.dispatch import Signal
 from django.utils.crypto import get_random_string
 
-from . import conf, enqueueing, registry, sql, task_results
+from . import conf, enqueueing, registry, sql, task_results, validation
 from .backoff import BackoffPolicy, ExponentialBackoff
 from .context import JobContext
+from .decorator import JobDefinition
 from .enqueueing import EnqueueOptions
 from .exceptions import Fail
 from .idempotency import LeaseLost
@@ -142,7 +143,7 @@ class JobqBackend(BaseTaskBackend):
                 f"plain or async function returning a JSON value."
             )
         try:
-            enqueueing.validate_options(
+            validation.validate_options(
                 kind=task.module_path,
                 queue=task.queue_name,
                 max_attempts=_option(task, "max_attempts"),
@@ -251,7 +252,7 @@ class JobqBackend(BaseTaskBackend):
 def _check_arguments(task: Task[..., Any], args: list[Any], kwargs: dict[str, Any]) -> None:
     """Arguments must be JSON and fit the task function (checked here, not in the worker)."""
     for name, value in (("args", args), ("kwargs", kwargs)):
-        found = enqueueing.find_unencodable(value, name, encoder=json.JSONEncoder)
+        found = validation.find_unencodable(value, name, encoder=json.JSONEncoder)
         if found:
             path, problem = found
             raise TypeError(
@@ -308,7 +309,7 @@ class TaskRunner(task_results.TaskJobHandler):
             value = self.task.call(TaskContext(task_result=result), *args, **kwargs)
         else:
             value = self.task.call(*args, **kwargs)
-        found = enqueueing.find_unencodable(value, "return value", encoder=json.JSONEncoder)
+        found = validation.find_unencodable(value, "return value", encoder=json.JSONEncoder)
         if found:
             path, problem = found
             raise Fail(f"{self.task.module_path}: {path}: {problem}; task results are JSON")
@@ -375,7 +376,7 @@ def _register(task: Task[..., Any]) -> None:
             f"is either a @job or a @task."
         )
     registry.register(
-        registry.JobDefinition(
+        JobDefinition(
             func=TaskRunner(task), kind=task.module_path, takes_context=True, backoff=_Backoff(task)
         )
     )

@@ -8,7 +8,7 @@
 Who may read it: a logged-in, active staff user (handy in a browser), or a scraper sending
 ``Authorization: Bearer <JOBQ['METRICS_TOKEN']>``. Anyone else gets 401 (no or wrong
 credentials) or 403 (logged in, not staff). The gauges are those of
-:class:`django_jobq.metrics.DatabaseCollector`, cached ``JOBQ['METRICS_CACHE_TIMEOUT']``
+:class:`django_jobq.metrics.collector.DatabaseCollector`, cached ``JOBQ['METRICS_CACHE_TIMEOUT']``
 seconds per process; the per-process counters are served by the workers
 (``jobq_worker --metrics-port``), not here.
 """
@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .conf import get_settings
-from .metrics import database_registry
+from .metrics.collector import database_registry
 
 _REGISTRY = database_registry()
 

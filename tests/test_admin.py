@@ -14,9 +14,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_jobq.admin import JobAdmin
+from django_jobq.admin.pagination import CappedCountPaginator
 from django_jobq.checks import check_admin
 from django_jobq.models import DeadLetter, Job
-from django_jobq.pagination import CappedCountPaginator
 from tests.factories import DeadLetterFactory, JobFactory
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""The admin's "Dead letters by cause" (django_jobq.cause_pages): what the page shows, that
+"""The admin's "Dead letters by cause" (django_jobq.admin.cause_pages): what the page shows, that
 it reads the causes in one statement served by the fingerprint indexes, and that redriving
 or deleting a cause is a CSRF-protected POST after a confirmation, for staff with the
 permissions the list's redrive and delete need, changing nothing for anyone else."""
@@ -13,7 +13,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_jobq import cause_pages, causes, sql
+from django_jobq import causes, sql
+from django_jobq.admin import cause_pages
 from django_jobq.models import DeadLetter, Job
 from tests.factories import DeadLetterFactory, JobFactory
 
@@ -219,7 +220,7 @@ def test_the_causes_statement_reads_the_fingerprint_indexes(connect):
     plan = "\n".join(
         row[0]
         for row in conn.execute(
-            "EXPLAIN " + sql.DEAD_LETTER_CAUSES, {"limit": 50, "offset": 0, "kinds": 6}
+            "EXPLAIN " + sql.causes.DEAD_LETTER_CAUSES, {"limit": 50, "offset": 0, "kinds": 6}
         )
     )
     assert "Index Only Scan using jobq_dead_fingerprint_idx" in plan

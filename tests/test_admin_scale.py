@@ -46,8 +46,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from django_jobq.admin.pagination import CappedCountPaginator
 from django_jobq.models import DeadLetter, Job, WorkerProcess
-from django_jobq.pagination import CappedCountPaginator
 
 pytestmark = pytest.mark.django_db
 

@@ -306,7 +306,7 @@ def test_claim_with_two_hundred_kinds_reads_an_index_per_kind(connect):
 def test_sql_names_the_model_tables():
     from django_jobq.models import DeadLetter, DedupKey
 
-    assert "INSERT INTO jobq_job " in sql.INSERT_JOBS
+    assert "INSERT INTO jobq_job " in sql.enqueue.INSERT_JOBS
     assert "INSERT INTO jobq_dead_letter " in sql.DEAD_LETTER_JOB
     assert (Job._meta.db_table, DeadLetter._meta.db_table, DedupKey._meta.db_table) == (
         "jobq_job",

@@ -9,8 +9,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_jobq import dashboard, stats
-from django_jobq.charts import chart
+from django_jobq import stats
+from django_jobq.admin import dashboard
+from django_jobq.admin.charts import chart
 from django_jobq.models import OutcomeRollup, QueueSample, WorkerProcess
 from tests.factories import DeadLetterFactory, JobFactory, database_now, waiting_job
 

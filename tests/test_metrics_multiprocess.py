@@ -23,37 +23,39 @@ import os
 import subprocess
 import sys
 
-from django_jobq import metrics
+from django_jobq.metrics import instruments
+from django_jobq.metrics.multiprocess import mark_process_dead, prepare_multiprocess
+from django_jobq.metrics.server import serve_multiprocess
 
 CHILD = '''
-from django_jobq import metrics
+from django_jobq.metrics import instruments
 for _ in range(5):
-    metrics.observe_outcome("mp", "k", "succeeded", duration=0.5)
-metrics.threads_started(4)
+    instruments.observe_outcome("mp", "k", "succeeded", duration=0.5)
+instruments.threads_started(4)
 '''
 
-metrics.observe_outcome("mp", "k", "succeeded", duration=0.5)  # before: not in the sum
-metrics.prepare_multiprocess(sys.argv[1])
+instruments.observe_outcome("mp", "k", "succeeded", duration=0.5)  # before: not in the sum
+prepare_multiprocess(sys.argv[1])
 children = []
 for count in (2, 3):
     pid = os.fork()
     if pid == 0:
         for _ in range(count):
-            metrics.observe_outcome("mp", "k", "succeeded", duration=0.5)
-        metrics.threads_started(4)
+            instruments.observe_outcome("mp", "k", "succeeded", duration=0.5)
+        instruments.threads_started(4)
         os._exit(0)
     children.append(pid)
 spawned = subprocess.Popen([sys.executable, "-c", CHILD])
 for pid in children:
     os.waitpid(pid, 0)
 assert spawned.wait() == 0
-server = metrics.serve_multiprocess(0, "127.0.0.1")
+server = serve_multiprocess(0, "127.0.0.1")
 print(server.port, flush=True)
 for line in sys.stdin:
     if line.strip() != "mark":
         break
     for pid in (*children, spawned.pid):
-        metrics.mark_process_dead(pid)
+        mark_process_dead(pid)
     print("marked", flush=True)
 server.close()
 """
@@ -67,10 +69,11 @@ import traceback
 import django
 
 django.setup()
-from django_jobq import metrics
+from django_jobq.metrics.multiprocess import mark_process_dead, prepare_multiprocess
+from django_jobq.metrics.server import serve_multiprocess
 from django_jobq.worker import Worker
 
-metrics.prepare_multiprocess(sys.argv[1])
+prepare_multiprocess(sys.argv[1])
 children = []
 for queue in ("mp-a", "mp-b"):
     pid = os.fork()
@@ -86,8 +89,8 @@ for queue in ("mp-a", "mp-b"):
 for pid in children:
     _, status = os.waitpid(pid, 0)
     assert status == 0, status
-    metrics.mark_process_dead(pid)
-server = metrics.serve_multiprocess(0, "127.0.0.1")
+    mark_process_dead(pid)
+server = serve_multiprocess(0, "127.0.0.1")
 print(server.port, flush=True)
 sys.stdin.readline()
 server.close()

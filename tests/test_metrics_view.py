@@ -10,7 +10,7 @@ from django.utils import timezone
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_jobq.metrics import DatabaseCollector
+from django_jobq.metrics.collector import DatabaseCollector
 from django_jobq.models import Job, WorkerProcess
 from tests.factories import DeadLetterFactory, JobFactory
 

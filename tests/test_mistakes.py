@@ -17,10 +17,11 @@ from django_jobq.checks import check_definitions, check_settings
 from django_jobq.exceptions import UnknownKind
 from django_jobq.models import DeadLetter, Job, StoredTaskResult
 from django_jobq.operations import redrive
-from django_jobq.schedules import ScheduledJob, Timetable
+from django_jobq.scheduling import ScheduledJob
 from django_jobq.task_framework import TaskResultDoesNotExist, TaskResultStatus, task_finished
 from django_jobq.task_results import TaskNotRun, fail_unrun
 from django_jobq.tasks_backend import JobqBackend
+from django_jobq.timetables import Timetable
 from tests.conftest import REPO_ROOT, wait_until
 from tests.testapp import jobs, tasks, views_jobs
 from tests.testapp.models import Effect

@@ -21,8 +21,9 @@ from django.urls import reverse
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_jobq import conf, db, metrics, mvcc, sql
+from django_jobq import conf, db, mvcc, sql
 from django_jobq.checks import check_mvcc_health
+from django_jobq.metrics import collector
 from tests import cluster
 from tests.conftest import wait_until
 from tests.factories import JobFactory
@@ -137,7 +138,7 @@ def test_w006_says_when_the_queue_database_cannot_be_read(manage):
 
 
 def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = generate_latest(metrics.database_registry(cache_timeout=0)).decode()
+    text = generate_latest(collector.database_registry(cache_timeout=0)).decode()
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(text)
@@ -347,9 +348,9 @@ def test_a_partitioned_table_is_read_as_its_partitions():
         )
         cursor.execute("CREATE INDEX ON jobq_test_parted (id)")
         names = {"tables": ["jobq_test_parted", "jobq_job", "jobq_no_such_table"]}
-        cursor.execute(sql.MVCC_TABLES, names)
+        cursor.execute(sql.mvcc.MVCC_TABLES, names)
         assert [row[0] for row in cursor.fetchall()] == ["jobq_job", "jobq_test_parted_low"]
-        cursor.execute(sql.MVCC_INDEXES, names)
+        cursor.execute(sql.mvcc.MVCC_INDEXES, names)
         tables = {row[1] for row in cursor.fetchall()}
     assert tables == {"jobq_job", "jobq_test_parted_low"}
 

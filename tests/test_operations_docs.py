@@ -11,7 +11,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from django_jobq import metrics
+from django_jobq.metrics import collector, instruments
 from django_jobq.worker import Worker
 from tests.conftest import REPO_ROOT
 from tests.factories import dashboard_scene
@@ -28,10 +28,10 @@ _SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),
 def exposed_names():
     """Every series name the process metrics and the database gauges expose."""
     names = set()
-    for metric in metrics.PROCESS_METRICS:
+    for metric in instruments.PROCESS_METRICS:
         (family,) = metric.describe()
         names.update(family.name + suffix for suffix in _SUFFIXES[family.type])
-    names.update(family.name for family in metrics.DatabaseCollector().describe())
+    names.update(family.name for family in collector.DatabaseCollector().describe())
     return names
 
 

@@ -138,7 +138,7 @@ def test_queue_states_samples_and_the_idle_wake_up_survive_each_poison_row(case,
     assert bounded.ready == state.ready and 0 <= bounded.oldest_ready_age < 60
     worker = Worker(poll_interval=0.5)
     assert 0 <= worker._idle_timeout(queue_cursor) <= 0.5
-    queue_cursor.execute(sql.SAMPLE_QUEUES)
+    queue_cursor.execute(sql.stats.SAMPLE_QUEUES)
     assert queue_cursor.fetchall() == [("default",)]
 
 

@@ -14,13 +14,8 @@ from django.db import connection
 from django_jobq import enqueue, job, registry
 from django_jobq.models import Job
 from django_jobq.models import Schedule as ScheduleRow
-from django_jobq.schedules import (
-    InvalidCron,
-    ScheduledJob,
-    Timetable,
-    cron_meaning,
-    enqueue_due,
-)
+from django_jobq.scheduling import ScheduledJob, enqueue_due
+from django_jobq.timetables import InvalidCron, Timetable, cron_meaning
 from django_jobq.worker import Worker
 from django_jobq.worker.observer import log_fields
 from tests.testapp.jobs import renames_greet

@@ -24,19 +24,13 @@ from django.db import connection, connections
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_jobq import Schedule, enqueue, job, leases, registry, schedules, sql
+from django_jobq import Schedule, enqueue, job, leases, registry, scheduling, sql
 from django_jobq.checks import check_schedules, check_settings
 from django_jobq.conf import get_settings
 from django_jobq.models import Job
 from django_jobq.models import Schedule as ScheduleRow
-from django_jobq.schedules import (
-    InvalidCron,
-    InvalidTimezone,
-    ScheduledJob,
-    Timetable,
-    collect,
-    enqueue_due,
-)
+from django_jobq.scheduling import ScheduledJob, collect, enqueue_due
+from django_jobq.timetables import InvalidCron, InvalidTimezone, Timetable
 from django_jobq.worker import Worker
 from django_jobq.worker.scheduler import Scheduler
 from tests.conftest import REPO_ROOT, wait_until
@@ -289,7 +283,11 @@ def test_schedulers_enqueue_one_job_per_local_tick_across_dst(zone, cron, expect
 
 def test_the_statements_name_the_model_table():
     assert ScheduleRow._meta.db_table == "jobq_schedule"
-    for statement in (sql.SELECT_SCHEDULES, sql.SYNC_SCHEDULES, sql.ADVANCE_SCHEDULE):
+    for statement in (
+        sql.schedules.SELECT_SCHEDULES,
+        sql.schedules.SYNC_SCHEDULES,
+        sql.schedules.ADVANCE_SCHEDULE,
+    ):
         assert re.search(r"\bjobq_schedule\b", statement)
 
 
@@ -301,7 +299,7 @@ def test_the_job_insert_and_the_row_advance_commit_together(monkeypatch):
     def fail(jobs):
         raise RuntimeError("the insert failed")
 
-    monkeypatch.setattr(schedules.enqueueing, "enqueue_many", fail)
+    monkeypatch.setattr(scheduling.enqueueing, "enqueue_many", fail)
     with pytest.raises(RuntimeError):
         enqueue_due([every_minute], now=utc(2026, 5, 1, 12, 1))
     assert ScheduleRow.objects.get().last_tick is None  # the advance rolled back with it

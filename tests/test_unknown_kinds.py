@@ -9,7 +9,8 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
-from django_jobq import metrics, stats
+from django_jobq import stats
+from django_jobq.metrics import instruments
 from django_jobq.models import DeadLetter, Job, StoredTaskResult, WorkerProcess
 from django_jobq.worker.maintenance import Maintenance
 from tests.factories import JobFactory
@@ -87,7 +88,7 @@ def test_the_sweep_dead_letters_after_the_grace_naming_the_kinds_the_queue_knows
     late = jobs_of(NEW, 3, waited=120)
     recent = jobs_of(NEW, 2, waited=5)
     served = jobs_of(OLD, 1, waited=120)
-    before = metrics.JOBS_DEAD_LETTERED.labels("kinds", NEW, "unknown kind")._value.get()
+    before = instruments.JOBS_DEAD_LETTERED.labels("kinds", NEW, "unknown kind")._value.get()
 
     assert sweep(connect()) == 3
 
@@ -100,7 +101,7 @@ def test_the_sweep_dead_letters_after_the_grace_naming_the_kinds_the_queue_knows
     assert {d.attempts for d in dead} == {0}  # none ran
     remaining = set(Job.objects.values_list("pk", flat=True))
     assert remaining == {job.pk for job in recent + served}
-    after = metrics.JOBS_DEAD_LETTERED.labels("kinds", NEW, "unknown kind")._value.get()
+    after = instruments.JOBS_DEAD_LETTERED.labels("kinds", NEW, "unknown kind")._value.get()
     assert after - before == 3
 
 

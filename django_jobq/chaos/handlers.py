@@ -18,7 +18,7 @@ from .. import faults
 from ..backoff import FixedBackoff
 from ..conf import get_settings
 from ..context import JobContext
-from ..registry import job
+from ..decorator import job
 from . import sql
 
 #: The queue of every chaos job; the run touches no other queue's rows.

@@ -20,15 +20,16 @@ from typing import Any
 
 from django.db import close_old_connections, connections
 
-from .. import db, metrics, registry, signals, text
+from .. import db, registry, signals, text
 from ..backoff import ExponentialBackoff
 from ..conf import MAX_DURATION, get_settings
 from ..context import JobContext
 from ..exceptions import PermanentError, Retry
 from ..idempotency import LeaseLost
 from ..leases import ClaimedJob
+from ..metrics import instruments
 from ..models import DeadLetter
-from ..registry import JobDefinition
+from ..registry import KindDefinition
 from .held import HeldJob
 
 logger = logging.getLogger("django_jobq.worker")
@@ -145,7 +146,7 @@ def class_path(exc: BaseException) -> str:
     return f"{type(exc).__module__}.{type(exc).__qualname__}"
 
 
-def _retry_delay(job: ClaimedJob, definition: JobDefinition, exc: BaseException) -> float:
+def _retry_delay(job: ClaimedJob, definition: KindDefinition, exc: BaseException) -> float:
     """Seconds until the next attempt: ``Retry(delay=...)``, else the kind's policy. A policy
     that raises or returns something other than 0 to 10 years of seconds is a bug: it is
     logged and the default policy decides instead."""
@@ -164,7 +165,7 @@ def _retry_delay(job: ClaimedJob, definition: JobDefinition, exc: BaseException)
 
 
 def _verdict_on_failure(
-    job: ClaimedJob, definition: JobDefinition, exc: BaseException, duration: float
+    job: ClaimedJob, definition: KindDefinition, exc: BaseException, duration: float
 ) -> Outcome:
     """Retry, or dead-letter: a permanent error, an exception outside ``retry_on``, or the
     final attempt. A dead letter's reason quotes the error, cut to the reason's column (the
@@ -214,7 +215,7 @@ def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
         )
     db.close_unusable_connections()
     signals.send(signals.job_started, job)
-    metrics.handler_started()
+    instruments.handler_started()
     started = held.started = time.monotonic()
     try:
         if definition.takes_context:
@@ -230,7 +231,7 @@ def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
             return Outcome(job, Action.LEASE_LOST, duration=duration, error=error)
         return _verdict_on_failure(job, definition, exc, duration)
     finally:
-        metrics.handler_finished()
+        instruments.handler_finished()
         close_old_connections()
     duration = time.monotonic() - started
     if inspect.isawaitable(returned) and not held.acked:

@@ -26,7 +26,8 @@ from typing import Any
 
 import psycopg
 
-from .. import db, leases, metrics
+from .. import db, leases
+from ..metrics import instruments
 from .held import HeldJob, HeldJobs, Progress
 from .outage import OutageLog
 from .watchdog import Watchdog
@@ -180,7 +181,7 @@ class Heartbeater:
                 held.deadline = extended[held.job.id]
                 held.next_heartbeat = now + held.heartbeat_interval
                 self.heartbeats += 1
-                metrics.observe_heartbeat(held.job.queue)
+                instruments.observe_heartbeat(held.job.queue)
             elif held.job.id in extended.busy:
                 # Another transaction holds the row's lock (not a lost lease): try again soon.
                 held.next_heartbeat = now + min(_RECONNECT_DELAY, held.heartbeat_interval / 2)
@@ -191,7 +192,7 @@ class Heartbeater:
             else:
                 held.lease_lost = True
                 self.refused += 1
-                metrics.observe_refused("heartbeat")
+                instruments.observe_refused("heartbeat")
                 logger.warning(
                     "job %s %s attempt %s: heartbeat refused, lease lost (deadline %s passed "
                     "or another attempt holds the job)",

@@ -3,8 +3,8 @@
 Finished jobs are deleted by their ack, so what they did is kept here instead, for
 :mod:`django_jobq.stats` (``jobq_stats``, the admin dashboard). Nothing is written per job:
 :class:`OutcomeRollups` adds outcomes up in memory and writes them all with one statement
-(``sql.UPSERT_OUTCOME_ROLLUPS``); :func:`sample_queues` records every queue's depth for the
-current minute, once per minute across all workers (``sql.SAMPLE_QUEUES``). The worker's
+(``sql.stats.UPSERT_OUTCOME_ROLLUPS``); :func:`sample_queues` records every queue's depth for the
+current minute, once per minute across all workers (``sql.stats.SAMPLE_QUEUES``). The worker's
 :class:`~django_jobq.worker.observer.Observer` decides when (every :data:`FLUSH_INTERVAL` and
 :data:`SAMPLE_INTERVAL` seconds).
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from .. import sql
 from ..leases import Cursor
-from ..metrics import DURATION_BUCKETS
+from ..metrics.instruments import DURATION_BUCKETS
 
 #: Seconds between two flushes of a worker's outcome rollups (when it has outcomes).
 FLUSH_INTERVAL = 5.0
@@ -88,7 +88,7 @@ class OutcomeRollups:
         rows = [taken[key] for key in keys]
         try:
             cursor.execute(
-                sql.UPSERT_OUTCOME_ROLLUPS,
+                sql.stats.UPSERT_OUTCOME_ROLLUPS,
                 {
                     "queue": [queue for queue, _ in keys],
                     "kind": [kind for _, kind in keys],
@@ -119,9 +119,9 @@ def sample_queues(cursor: Cursor) -> int:
     """Sample every queue's depth and oldest ready age for the current minute, unless
     another worker already did; return the number of queues sampled (0: already done, or
     no live jobs)."""
-    cursor.execute(sql.QUEUES_SAMPLED_THIS_MINUTE)
+    cursor.execute(sql.stats.QUEUES_SAMPLED_THIS_MINUTE)
     ((sampled,),) = cursor.fetchall()
     if sampled:
         return 0
-    cursor.execute(sql.SAMPLE_QUEUES)
+    cursor.execute(sql.stats.SAMPLE_QUEUES)
     return len(cursor.fetchall())

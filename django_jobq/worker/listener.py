@@ -1,7 +1,7 @@
 """The listener: wakes the worker as soon as a job is enqueued.
 
 A thread with its own autocommit connection that runs ``LISTEN`` on ``sql.wake.WAKE_CHANNEL``.
-Enqueue sends one notification per queue at commit (``sql.INSERT_JOBS``); when it names a
+Enqueue sends one notification per queue at commit (``sql.enqueue.INSERT_JOBS``); when it names a
 queue this worker serves, the listener calls ``wake()`` and the worker claims at once instead
 of sleeping out its poll interval.
 

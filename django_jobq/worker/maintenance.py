@@ -34,8 +34,9 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row, scalar_row
 
-from .. import metrics, sql, task_results, text
+from .. import sql, task_results, text
 from ..conf import get_settings
+from ..metrics import instruments
 from ..stats import STALE_AFTER, WaitingKind, waiting_kinds
 from .registration import PRUNE_AFTER
 from .timers import Every
@@ -190,7 +191,7 @@ class Maintenance:
         task_results.announce_finished(failed)  # task_finished, once committed
         swept = Counter((letter.queue, letter.kind) for letter in letters)
         for (queue, kind), count in sorted(swept.items()):
-            metrics.observe_dead_lettered(queue, kind, "unknown kind", count)
+            instruments.observe_dead_lettered(queue, kind, "unknown kind", count)
             logger.warning(
                 "maintenance: %s jobs of kind %r on queue %r became dead letters: no live "
                 "worker serving the queue has that kind after %g s",

@@ -4,7 +4,7 @@ Per job, without any statement of its own: the claim's counts and pickup latenci
 (:meth:`Observer.claimed`); each outcome's counters, duration, rollup entry and signal
 (:meth:`Observer.record`, called by the completer after the outcome's write). Around each
 handler, on its thread, the executor sends ``job_started`` and counts the thread busy
-(:func:`django_jobq.metrics.handler_started`).
+(:func:`django_jobq.metrics.instruments.handler_started`).
 
 Periodically, from the worker's main loop (:meth:`Observer.tick`), on the worker's own
 connection, each on a timer of its own (:class:`.timers.Every`): the registration beat
@@ -21,8 +21,9 @@ from typing import Any
 
 import psycopg
 
-from .. import metrics, registry, signals
+from .. import registry, signals
 from ..leases import ClaimedJob, Cursor
+from ..metrics import instruments
 from .executor import Action, Outcome
 from .history import FLUSH_INTERVAL, SAMPLE_INTERVAL, OutcomeRollups, sample_queues
 from .registration import BEAT_INTERVAL, Registration
@@ -98,12 +99,12 @@ class Observer:
         """Register the worker and count its handler threads."""
         self._registration.register(cursor)
         self._beat.restart()  # registering is the first beat
-        metrics.threads_started(self._concurrency)
+        instruments.threads_started(self._concurrency)
 
     def claimed(self, jobs: Sequence[ClaimedJob]) -> None:
         """Count a claim's jobs, its reclaims and their pickup latencies."""
         if jobs:
-            metrics.observe_claims(jobs)
+            instruments.observe_claims(jobs)
 
     def record(self, outcome: Outcome, name: str) -> None:
         """Record an outcome the completer has just written (or found refused): metrics,
@@ -111,10 +112,12 @@ class Observer:
         touch what was recorded)."""
         job = outcome.job
         if name == "lease_lost":
-            metrics.observe_refused(_REFUSED_OPERATION.get(outcome.action, "ack"))
+            instruments.observe_refused(_REFUSED_OPERATION.get(outcome.action, "ack"))
             return
         duration = outcome.duration if outcome.ran else None
-        metrics.observe_outcome(job.queue, job.kind, name, duration=duration, reason=outcome.reason)
+        instruments.observe_outcome(
+            job.queue, job.kind, name, duration=duration, reason=outcome.reason
+        )
         self.rollups.add(job.queue, job.kind, name, duration)
         if name == "succeeded":
             signals.send(signals.job_succeeded, job, duration=duration)
@@ -156,7 +159,7 @@ class Observer:
     def stop(self, cursor: Cursor) -> None:
         """Flush the last outcomes and deregister; best effort, since the worker may be
         stopping because its connection broke (then its row goes stale, and is pruned)."""
-        metrics.threads_stopped(self._concurrency)
+        instruments.threads_stopped(self._concurrency)
         try:
             self.rollups.flush(cursor)
             self._registration.deregister(cursor)

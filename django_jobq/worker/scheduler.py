@@ -1,7 +1,7 @@
 """The scheduler: each worker enqueues the jobs of due schedule ticks.
 
 Every worker runs one (``jobq_worker --no-scheduler`` opts out); however many run, each
-tick yields one job (see :func:`django_jobq.schedules.enqueue_due`). :meth:`Scheduler.run_if_due`
+tick yields one job (see :func:`django_jobq.scheduling.enqueue_due`). :meth:`Scheduler.run_if_due`
 is called from the worker's main loop and returns at once until the next tick is due;
 :attr:`Scheduler.next_due` tells the idle worker when to wake up for it.
 
@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
-from .. import schedules
+from .. import scheduling
 
 logger = logging.getLogger("django_jobq.worker")
 
@@ -32,7 +32,7 @@ class Scheduler:
 
     Args:
         scheduled: the schedules to run; default every declared one
-            (:func:`django_jobq.schedules.collect`).
+            (:func:`django_jobq.scheduling.collect`).
         clock: returns the current aware datetime (tests pass a simulated clock).
 
     Raises:
@@ -41,11 +41,11 @@ class Scheduler:
 
     def __init__(
         self,
-        scheduled: Sequence[schedules.ScheduledJob] | None = None,
+        scheduled: Sequence[scheduling.ScheduledJob] | None = None,
         *,
         clock: Callable[[], datetime] = timezone.now,
     ) -> None:
-        self._schedules = list(schedules.collect() if scheduled is None else scheduled)
+        self._schedules = list(scheduling.collect() if scheduled is None else scheduled)
         self._clock = clock
         self._next_due: datetime | None = clock() if self._schedules else None
         self._floors: dict[str, datetime] = {}  # see enqueue_due
@@ -55,7 +55,7 @@ class Scheduler:
         """When :meth:`run_if_due` next has work (an aware datetime); ``None``: never."""
         return self._next_due
 
-    def run_if_due(self) -> list[schedules.Enqueued]:
+    def run_if_due(self) -> list[scheduling.Enqueued]:
         """Enqueue the due ticks' jobs if a tick is due; return what was enqueued."""
         if self._next_due is None:
             return []
@@ -64,7 +64,7 @@ class Scheduler:
             return []
         close_old_connections()
         try:
-            result = schedules.enqueue_due(self._schedules, now=now, floors=self._floors)
+            result = scheduling.enqueue_due(self._schedules, now=now, floors=self._floors)
         except DatabaseError as exc:  # e.g. the database is unreachable: try again later
             logger.warning("scheduler: could not enqueue due ticks, retrying soon: %s", exc)
             self._next_due = now + RETRY_AFTER_ERROR

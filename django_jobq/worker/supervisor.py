@@ -101,7 +101,7 @@ class Supervisor:
         restart_finished: restart a child that exited with status 0 (a worker only does so
             when stopped; a burst worker when its queue is drained, and then it is done).
         on_exit: called with the pid of each child reaped (e.g.
-            :func:`django_jobq.metrics.mark_process_dead`).
+            :func:`django_jobq.metrics.multiprocess.mark_process_dead`).
         stop_timeout: seconds after the first signal by which every child must have
             exited; those still running are SIGKILLed (``None``: wait however long).
     """

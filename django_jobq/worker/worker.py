@@ -148,7 +148,7 @@ class Worker:
         shutdown_timeout: seconds running jobs may take to finish after :meth:`stop`;
             ``None`` waits for them however long they take.
         scheduler: run the scheduler, which enqueues the jobs of due schedule ticks
-            (:mod:`django_jobq.schedules`); on by default.
+            (:mod:`django_jobq.scheduling`); on by default.
         listen: wake on enqueue notifications (LISTEN on a connection of its own); off, the
             worker only polls (e.g. behind a PgBouncer in transaction mode).
 

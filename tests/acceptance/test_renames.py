@@ -13,7 +13,7 @@ from django.db import connection
 
 from django_jobq import enqueue
 from django_jobq.models import DeadLetter, Job
-from django_jobq.schedules import Timetable
+from django_jobq.timetables import Timetable
 from tests.conftest import wait_until
 from tests.testapp.models import Effect
 

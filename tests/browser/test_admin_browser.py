@@ -19,8 +19,8 @@ from django.db.models.functions import Concat
 from django.utils import timezone
 
 from django_jobq.admin import DeadLetterAdmin
+from django_jobq.admin.pagination import CappedCountPaginator
 from django_jobq.models import DeadLetter, Job
-from django_jobq.pagination import CappedCountPaginator
 from tests.factories import DeadLetterFactory, JobFactory, dashboard_scene
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -113,7 +113,8 @@ def make_dead_letters(count, **fields):
 def demo_registry(monkeypatch):
     """The kind and queue filters offer the demo project's kinds and queues, as they do in
     the demo, not the ~40 kinds and ~10 queues the test settings add (screenshots show them)."""
-    from django_jobq import admin_filters, registry
+    from django_jobq import registry
+    from django_jobq.admin import filters as admin_filters
 
     demo = [d for d in registry.definitions() if d.kind.startswith("shop.")]
     kinds = sorted(name for d in demo for name in (d.kind, *d.aliases))

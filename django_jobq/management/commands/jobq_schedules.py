@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from ...conf import get_settings
 from ...models import Schedule
-from ...schedules import collect
+from ...scheduling import collect
 from ..tables import write_table
 
 _HEADER = ("NAME", "KIND", "CRON", "TIMEZONE", "NEXT (LOCAL)", "NEXT (UTC)", "LAST TICK (UTC)")

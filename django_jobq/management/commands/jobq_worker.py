@@ -15,8 +15,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import metrics, schedules
+from ... import scheduling
 from ...conf import QUEUE_NAME_RE
+from ...metrics.multiprocess import mark_process_dead, prepare_multiprocess
+from ...metrics.server import MetricsServer, serve, serve_multiprocess
 from ...worker.supervisor import Supervisor
 from ...worker.worker import (
     MAX_BATCH_SIZE,
@@ -179,7 +181,7 @@ class Command(BaseCommand):
         self._configure_logging(options["verbosity"])
         port, addr = options["metrics_port"], options["metrics_addr"]
         if processes == 1:
-            server = self._serve_metrics(port, addr, metrics.serve)
+            server = self._serve_metrics(port, addr, serve)
             try:
                 status = run_worker(options)
             finally:
@@ -206,7 +208,7 @@ class Command(BaseCommand):
         the sum of their metrics (prometheus-client's multiprocess mode, in a directory of
         its own for this run)."""
         if options["scheduler"]:
-            schedules.collect()  # an invalid schedule fails here, not in every child
+            scheduling.collect()  # an invalid schedule fails here, not in every child
 
         def run_slot(slot: int) -> int:
             given = options["worker_id"]
@@ -220,11 +222,11 @@ class Command(BaseCommand):
                 directory = cleanup.enter_context(
                     tempfile.TemporaryDirectory(prefix="jobq-metrics-")
                 )
-                metrics.prepare_multiprocess(directory)  # before any child is forked
-                server = self._serve_metrics(port, addr, metrics.serve_multiprocess)
+                prepare_multiprocess(directory)  # before any child is forked
+                server = self._serve_metrics(port, addr, serve_multiprocess)
                 assert server is not None
                 cleanup.callback(server.close)
-                on_exit = metrics.mark_process_dead
+                on_exit = mark_process_dead
             # A child exits by its shutdown timeout plus the slack; a second later it is killed.
             timeout = options["shutdown_timeout"]
             stop_timeout = None if timeout is None else timeout + SHUTDOWN_SLACK + 1
@@ -238,8 +240,8 @@ class Command(BaseCommand):
             return supervisor.run()
 
     def _serve_metrics(
-        self, port: int | None, addr: str, serve: Callable[[int, str], metrics.MetricsServer]
-    ) -> metrics.MetricsServer | None:
+        self, port: int | None, addr: str, serve: Callable[[int, str], MetricsServer]
+    ) -> MetricsServer | None:
         if port is None:
             return None
         try:

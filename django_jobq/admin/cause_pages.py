@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -38,14 +38,32 @@ from django.template.defaultfilters import pluralize
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from . import causes
-from .models import DeadLetter
+from .. import causes
+from ..models import DeadLetter
 
 if TYPE_CHECKING:
-    from .admin import DeadLetterAdmin
+    from django.contrib.admin import AdminSite
 
 #: Causes a page shows.
 PER_PAGE = 50
+
+
+class DeadLetterAdmin(Protocol):
+    """What these pages use of the dead letters' model admin
+    (:class:`django_jobq.admin.DeadLetterAdmin`, which routes their URLs to them): Django's
+    permissions and messages, plus its redrive permission and report."""
+
+    admin_site: AdminSite
+
+    def has_view_or_change_permission(
+        self, request: HttpRequest, obj: DeadLetter | None = None
+    ) -> bool: ...
+    def has_delete_permission(
+        self, request: HttpRequest, obj: DeadLetter | None = None
+    ) -> bool: ...
+    def has_redrive_permission(self, request: HttpRequest) -> bool: ...
+    def report_redrive(self, request: HttpRequest, selected: int, created: int) -> None: ...
+    def message_user(self, request: HttpRequest, message: str, level: int = ...) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -37,13 +37,13 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.safestring import SafeString
 
-from . import mvcc, stats
+from .. import mvcc, stats
+from ..conf import get_settings
+from ..models import DeadLetter, Job
 from .charts import chart
-from .conf import get_settings
-from .models import DeadLetter
 
 if TYPE_CHECKING:
-    from .admin import JobAdmin
+    from django.contrib.admin import ModelAdmin
 
 VIEW_DEAD_LETTERS_PERMISSION = "django_jobq.view_deadletter"
 #: The most jobs per queue and state, and dead letters per (queue, kind), the dashboard counts.
@@ -169,8 +169,9 @@ def _latest_sample(history: stats.QueueHistory | None) -> str | None:
     return None
 
 
-def dashboard_view(request: HttpRequest, model_admin: JobAdmin) -> TemplateResponse:
-    """Render the dashboard (one :func:`django_jobq.stats.snapshot`).
+def dashboard_view(request: HttpRequest, model_admin: ModelAdmin[Job]) -> TemplateResponse:
+    """Render the dashboard (one :func:`django_jobq.stats.snapshot`) for the jobs'
+    ``model_admin`` (:class:`~django_jobq.admin.JobAdmin`, whose URL it is).
 
     Raises:
         PermissionDenied: the user may not view jobs.

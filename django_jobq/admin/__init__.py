@@ -19,7 +19,7 @@ queue at a glance to staff who may view jobs.
 
 Every page stays about as fast with a million jobs as with a hundred: the lists count up to
 a cap (:mod:`.pagination`), their filters offer what the project names rather than what the
-rows hold (:mod:`.admin_filters`), search and ordering use the tables' indexes, and the
+rows hold (:mod:`.filters`), search and ordering use the tables' indexes, and the
 dashboard's counts are bounded (docs/operations.md, "The admin with a large queue").
 
 The actions are POSTs with Django's CSRF protection: Django's admin actions for the lists,
@@ -57,11 +57,12 @@ from django.utils.text import Truncator
 from django_object_actions import DjangoObjectActions
 from django_object_actions import action as object_action
 
-from . import cause_pages, operations
-from .admin_filters import KindFilter, QueueFilter, ReasonFilter, StatusFilter
-from .conf import get_settings
+from .. import operations
+from ..conf import get_settings
+from ..models import DeadLetter, Job
+from . import cause_pages
 from .dashboard import dashboard_view
-from .models import DeadLetter, Job
+from .filters import KindFilter, QueueFilter, ReasonFilter, StatusFilter
 from .pagination import CappedCountPaginator
 
 if TYPE_CHECKING:  # ModelAdmin is generic only in django-stubs

@@ -29,9 +29,9 @@ from django.contrib import admin
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 
-from . import registry, task_results
-from .conf import get_settings
-from .models import DeadLetter, Job
+from .. import registry, task_results
+from ..conf import get_settings
+from ..models import DeadLetter, Job
 
 
 def known_queues() -> list[str]:
