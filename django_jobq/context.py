@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from django.db import connections, transaction
 
-from . import faults, leases
+from . import faults, outcomes
 from .conf import get_settings
 from .idempotency import LeaseLost, idempotent
 
@@ -94,7 +94,7 @@ class JobContext:
         with transaction.atomic(using=alias):
             yield
             with connections[alias].cursor() as cursor:
-                if not leases.ack(cursor, self.job_id, self.attempt):
+                if not outcomes.ack_in_transaction(cursor, self.job_id, self.attempt):
                     raise LeaseLost(
                         f"job {self.job_id} attempt {self.attempt}: lease lost before commit; "
                         f"this attempt's writes were rolled back"

@@ -56,7 +56,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from .leases import ClaimedJob
+    from .claims import ClaimedJob
     from .mvcc import Health
     from .stats import Snapshot
 

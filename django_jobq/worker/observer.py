@@ -21,8 +21,9 @@ from typing import Any
 import psycopg
 
 from .. import metrics, registry, signals
-from ..leases import ClaimedJob, Cursor
-from .executor import Action, Outcome
+from ..claims import ClaimedJob
+from ..db import Cursor
+from ..outcomes import Action, Outcome
 from .history import FLUSH_INTERVAL, SAMPLE_INTERVAL, OutcomeRollups, sample_queues
 from .registration import BEAT_INTERVAL, Registration
 
