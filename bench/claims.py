@@ -377,7 +377,7 @@ def claimer(
 
         # The claimers register no handler: they claim ``KIND``. A django_jobq from before
         # claims took ``kinds`` (a commit measured for comparison) claims every kind.
-        takes_kinds = "kinds" in inspect.signature(leases.claim).parameters
+        takes_kinds = "kinds" in inspect.signature(claims.claim).parameters
         kinds: dict[str, Any] = {"kinds": [KIND]} if takes_kinds else {}
         worker_id = f"bench-{os.getpid()}-{index}"
         with db.connect(application_name=f"jobq-bench-claimer-{index}") as conn:

@@ -84,6 +84,7 @@ def load(conn: Any, statements: list[str]) -> None:
 
 def measure(conn: Any, claim: Callable[[Any], list[Any]], claims: int) -> list[float]:
     """Milliseconds of each timed claim (each claim's jobs acked, untimed)."""
+    from django_jobq import outcomes
 
     cursor = conn.cursor()
     timings = []
@@ -101,7 +102,7 @@ def measure(conn: Any, claim: Callable[[Any], list[Any]], claims: int) -> list[f
 
 def naive_claim(limit: int, kinds: list[str]) -> Callable[[Any], list[Any]]:
     """The old claim with ``AND kind = ANY(kinds)`` in its ready arm (old code only)."""
-    from django_jobq import sql
+    from django_jobq import claims, sql
 
     arm = "WHERE status = 'ready' AND run_at <= now() AND queue = %(queue)s"
     statement = sql.claims.CLAIM_JOBS_ONE_QUEUE.replace(arm, arm + " AND kind = ANY(%(kinds)s)")
@@ -135,7 +136,7 @@ def main() -> None:
     migrate()
     from django_jobq import claims, db
 
-    takes_kinds = "kinds" in inspect.signature(leases.claim).parameters
+    takes_kinds = "kinds" in inspect.signature(claims.claim).parameters
     with db.connect(application_name="jobq-bench-kind-claims") as conn:
         settings = ("server_version", "fsync", "synchronous_commit", "autovacuum", "jit")
         print(", ".join(f"{s}={conn.execute(f'SHOW {s}').fetchone()[0]}" for s in settings))

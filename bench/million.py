@@ -104,9 +104,10 @@ def explain_claim(conn: psycopg.Connection[Any], limit: int) -> dict[str, Any]:
 
 def claim_loop(conn: psycopg.Connection[Any], iterations: int, batch: int) -> dict[str, Any]:
     """``iterations`` x (claim ``batch`` + ack them), timed; every claim must be full."""
+    from django_jobq import claims, outcomes
 
     cursor = conn.cursor()
-    claims: list[int] = []
+    claim_times: list[int] = []
     acks: list[int] = []
     started = time.perf_counter()
     for _ in range(iterations):
@@ -121,14 +122,14 @@ def claim_loop(conn: psycopg.Connection[Any], iterations: int, batch: int) -> di
         t2 = time.perf_counter_ns()
         if len(acked) != batch:
             raise HarnessError(f"ack of {batch} jobs accepted {len(acked)}")
-        claims.append(t1 - t0)
+        claim_times.append(t1 - t0)
         acks.append(t2 - t1)
     seconds = time.perf_counter() - started
     return {
         "batch": batch,
         "iterations": iterations,
         "jobs_per_second": iterations * batch / seconds,
-        "claim_ms": summary_ms(claims),
+        "claim_ms": summary_ms(claim_times),
         "ack_ms": summary_ms(acks),
     }
 

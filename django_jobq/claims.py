@@ -245,7 +245,9 @@ def probe_claim_positions(
         probe_cursor.execute(statements.probe, params)
         (row,) = probe_cursor.fetchall()
     found = Probe(
-        ready=None if row.id is None else (row.priority, row.run_at, row.id),
+        ready=None
+        if row.id is None or row.priority is None
+        else (row.priority, row.run_at, row.id),
         lapsed=row.lapsed,
         lapsed_since=row.lapsed_since,
     )

@@ -454,7 +454,7 @@ def insert(
     """Insert prepared jobs by the transaction rules of the module docs.
 
     ``statement`` is one built around ``sql.INSERT_JOBS`` with the same parameters and
-    columns (``sql.INSERT_TASK_JOBS``, for jobs without idempotency keys); by default
+    columns (``sql.tasks.INSERT_TASK_JOBS``, for jobs without idempotency keys); by default
     ``INSERT_JOBS``, or ``INSERT_UNKEYED_JOBS`` when no job has a key.
 
     Returns:

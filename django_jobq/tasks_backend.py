@@ -24,7 +24,8 @@ transaction, as :func:`django_jobq.enqueue` does; ``task_enqueued`` is sent once
 retries with backoff, dead letters, redrive) through the
 :class:`~django_jobq.task_runner.TaskRunner` this backend registers for each task; the
 result is recorded in the same statements as the job's outcome
-(:mod:`django_jobq.task_results`). Works with ``django.tasks`` (Django 6.0+) and with the ``django-tasks`` backport on Django 5.2 (:mod:`django_jobq.task_framework`).
+(:mod:`django_jobq.task_results`). Works with ``django.tasks`` (Django 6.0+) and with the
+``django-tasks`` backport on Django 5.2 (:mod:`django_jobq.task_framework`).
 """
 
 from __future__ import annotations

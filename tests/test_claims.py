@@ -494,7 +494,10 @@ def test_the_walk_claims_the_served_jobs_behind_a_thousand_unserved_ones(queue_c
         cursor, worker_id="w", limit=10, queues=["default"], kinds=["kinds.mine"]
     )
     assert [job.id for job in claimed] == [job.pk for job in served[:10]]
-    assert cursor.statements == [sql.claims.CLAIM_JOBS_ONE_QUEUE, sql.claims.CLAIM_JOBS_WALK_ONE_QUEUE]
+    assert cursor.statements == [
+        sql.claims.CLAIM_JOBS_ONE_QUEUE,
+        sql.claims.CLAIM_JOBS_WALK_ONE_QUEUE,
+    ]
     assert Job.objects.filter(pk__in=[job.pk for job in unserved], status="ready").count() == 1000
 
 
@@ -507,4 +510,7 @@ def test_a_front_claim_short_of_its_limit_is_topped_up_by_the_walk(queue_cursor)
     claimed = claims.claim(cursor, worker_id="w", limit=10, kinds=["kinds.mine"])
     assert [job.priority for job in claimed] == [2] * 4 + [0] * 6
     assert [job.id for job in claimed[4:]] == [job.pk for job in behind[:6]]
-    assert cursor.statements == [sql.claims.CLAIM_JOBS_ANY_QUEUE, sql.claims.CLAIM_JOBS_WALK_ANY_QUEUE]
+    assert cursor.statements == [
+        sql.claims.CLAIM_JOBS_ANY_QUEUE,
+        sql.claims.CLAIM_JOBS_WALK_ANY_QUEUE,
+    ]
