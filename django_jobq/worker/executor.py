@@ -182,7 +182,8 @@ def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
     started = held.started = time.monotonic()
     try:
         if definition.takes_context:
-            returned = definition.func(JobContext(held, extend), **job.payload)
+            context = JobContext(held, lambda: extend(held))
+            returned = definition.func(context, **job.payload)
         else:
             returned = definition.func(**job.payload)
     except BaseException as exc:  # any failure of user code is the job's outcome

@@ -74,9 +74,10 @@ BURST_RECHECK_INTERVAL = 0.1
 #: commit for many jobs instead of one each). Short, so acks are still recorded promptly.
 ACK_FLUSH_DELAY = 0.005
 #: Seconds before the worker first tries again to record an outcome or release a job whose
-#: row another transaction had locked (busy: skipped, not waited for; see leases.py), and
-#: the most it waits between tries: the wait doubles from the first to the most, since a
-#: claimer's lock lasts one statement while an operator's may last minutes.
+#: row another transaction had locked (busy: skipped, not waited for; see
+#: :mod:`django_jobq.leases`), and the most it waits between tries: the wait doubles from
+#: the first to the most, since a claimer's lock lasts one statement while an operator's
+#: may last minutes.
 BUSY_RETRY_DELAYS = (0.005, 0.2)
 #: Seconds the worker's threads and its deregistration may take, together, once the main
 #: loop is done (each is cut short by then: the threads are daemons, the statement is cut).
