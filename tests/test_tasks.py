@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_jobq import claims, registry
+from django_jobq import claims, enqueue, outcomes, registry
 from django_jobq.checks import check_tasks_backends
 from django_jobq.conf import validate_tasks_backend
 from django_jobq.models import DeadLetter, Job, StoredTaskResult
@@ -247,6 +247,30 @@ def test_a_worker_runs_the_task_and_stores_its_return_value(signals):
         ("started", TaskResultStatus.RUNNING),
         ("finished", TaskResultStatus.SUCCESSFUL),
     ]
+
+
+def test_one_ack_statement_records_a_tasks_job_with_its_result_and_a_plain_job(queue_cursor):
+    # The outcome statements serve plain jobs and tasks' jobs alike: the task part (here its
+    # return value) is NULL for a plain job, whose ack then writes no result.
+    result = tasks.record.enqueue("together")
+    plain = enqueue("tests.testapp.jobs.record", {"label": "plain"})
+    jobs = claims.claim(queue_cursor, worker_id="w", limit=2)
+    (plain_job,) = [job for job in jobs if job.id == plain.pk]
+    (task_job,) = [job for job in jobs if job.id != plain.pk]
+    acked = outcomes.ack(
+        queue_cursor,
+        [task_job.lease, plain_job.lease],
+        return_values=['{"recorded": "together"}', None],
+    )
+
+    assert acked == {task_job.id, plain_job.id} and not acked.busy
+    assert [stored.id for stored in acked.results] == [result.id]
+    assert acked.results[0].status == "SUCCESSFUL"
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == {"recorded": "together"}
+    assert StoredTaskResult.objects.count() == 1
+    assert not Job.objects.exists()
 
 
 def test_an_async_task_runs():

@@ -6,8 +6,9 @@ psycopg 3 cursor and on a Django cursor.
 Table names are those of ``models.py`` (``Meta.db_table``); a test checks they agree.
 
 Fencing: a job's ``attempts`` is the number of its current attempt and serves as the lease's
-fencing token. Every write a worker makes about a running job names ``(id, attempts)`` and
-``status = 'running'``, so a late write from a worker whose job was reclaimed matches no row.
+fencing token. Every write a worker makes about a running job passes ``sql.leases.FENCED``
+(``(id, attempts)`` and ``status = 'running'``), so a late write from a worker whose job was
+reclaimed matches no row.
 """
 
 from __future__ import annotations
