@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.dispatch import Signal
 
@@ -26,6 +26,7 @@ from .task_framework import (
     InvalidTask,
     InvalidTaskBackend,
     Task,
+    TaskBase,
     TaskContext,
     TaskError,
     TaskResult,
@@ -35,11 +36,6 @@ from .task_framework import (
 )
 
 logger = logging.getLogger("django_jobq.tasks")
-
-if TYPE_CHECKING:
-    _TaskBase = Task[..., Any]
-else:
-    _TaskBase = Task  # Django 6's Task is not subscriptable at run time
 
 
 class TaskRunner(task_results.TaskJobHandler):
@@ -130,7 +126,7 @@ class TaskRunner(task_results.TaskJobHandler):
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class _MissingTask(_TaskBase):
+class _MissingTask(TaskBase):
     """A stand-in for a task whose function this process does not have: neither validated
     nor registered (it must not become a handler), only announced."""
 

@@ -34,7 +34,7 @@ import dataclasses
 import inspect
 import json
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from django.db import transaction
 from django.utils.crypto import get_random_string
@@ -48,6 +48,7 @@ from .task_framework import (
     InvalidTask,
     InvalidTaskBackend,
     Task,
+    TaskBase,
     TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
@@ -58,14 +59,9 @@ from .task_runner import TaskRunner
 P = ParamSpec("P")
 R = TypeVar("R")
 
-if TYPE_CHECKING:
-    _TaskBase = Task[..., Any]
-else:
-    _TaskBase = Task  # Django 6's Task is not subscriptable at run time
-
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class JobqTask(_TaskBase):
+class JobqTask(TaskBase):
     """The backend's ``task_class``: a ``Task`` with django-jobq's retry options.
 
     On Django 6.1+ and the backport, ``@task(max_attempts=..., ...)`` sets them; Django 6.0's
