@@ -25,6 +25,7 @@ from psycopg.rows import kwargs_row
 
 from . import sql, text
 from .claims import ClaimedJob
+from .db import Cursor
 from .leases import Lease, LeaseBusy, Written, lease_arrays
 from .models import StoredTaskResult
 
@@ -194,13 +195,13 @@ def dead_letter(
     return _once(job_id, _recorded(cursor, sql.outcomes.DEAD_LETTER_JOB, params))
 
 
-def ack_in_transaction(cursor: Any, job_id: int, attempt: int) -> bool:
+def ack_in_transaction(cursor: Cursor, job_id: int, attempt: int) -> bool:
     """Delete a finished job; ``False`` if ``attempt`` no longer holds its lease. Unlike
     :func:`ack` it waits for a row lock another transaction holds: it is the ack of
     ``ctx.atomic()``, on Django's cursor in the handler's own transaction
     (``sql.outcomes.ACK_JOB_IN_TRANSACTION``)."""
     cursor.execute(sql.outcomes.ACK_JOB_IN_TRANSACTION, {"id": job_id, "attempt": attempt})
-    return cursor.fetchone() is not None
+    return bool(cursor.fetchall())
 
 
 class TaskResults(Protocol):
