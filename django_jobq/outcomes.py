@@ -219,10 +219,10 @@ class TaskResults(Protocol):
 
 
 class Recorder:
-    """Writes outcomes, a task's result with its job's (through ``tasks``, if given).
-
-    Each write is fenced and skips a locked row, as the functions above; see them for
-    what is raised.
+    """Writes outcomes, a task's result with its job's (its part through ``tasks``, if
+    given). Each write is fenced and skips a locked row, as the functions above; see them
+    for what is raised. The caller :meth:`announce` s what a write returns once it has
+    committed (at once in autocommit).
     """
 
     def __init__(self, tasks: TaskResults | None = None) -> None:
@@ -231,54 +231,48 @@ class Recorder:
     def _part(self, outcome: Outcome) -> str | None:
         return self._tasks.part(outcome) if self._tasks is not None else None
 
-    def _announce(self, recorded: Recorded) -> Recorded:
+    def announce(self, recorded: Recorded) -> None:
+        """Hand the task results ``recorded`` finished to the hook (committed)."""
         if self._tasks is not None and recorded.results:
             self._tasks.finished(recorded.results)
-        return recorded
 
-    def ack(self, cursor: psycopg.Cursor[Any], outcomes: Sequence[Outcome]) -> Written:
+    def ack(self, cursor: psycopg.Cursor[Any], outcomes: Sequence[Outcome]) -> Recorded:
         """Ack ``outcomes`` (all ``Action.ACK``) in one statement; see :func:`ack`."""
-        return self._announce(
-            ack(
-                cursor,
-                [outcome.job.lease for outcome in outcomes],
-                return_values=[self._part(outcome) for outcome in outcomes],
-            )
+        return ack(
+            cursor,
+            [outcome.job.lease for outcome in outcomes],
+            return_values=[self._part(outcome) for outcome in outcomes],
         )
 
-    def record(self, cursor: psycopg.Cursor[Any], outcome: Outcome) -> bool:
+    def record(self, cursor: psycopg.Cursor[Any], outcome: Outcome) -> Recorded:
         """Run the statement ``outcome`` needs (none for an ack made in the handler's
-        transaction or a rolled-back one); return whether the lease still held.
+        transaction or a rolled-back one); the job's id is in the result if the lease
+        still held.
 
         Raises:
             LeaseBusy: another transaction holds the job's row lock; nothing was written.
         """
         job = outcome.job
         if outcome.action is Action.ACKED_BY_HANDLER:
-            return True
+            return Recorded([job.id])
         if outcome.action is Action.LEASE_LOST:
-            return False
+            return Recorded()
         if outcome.action is Action.ACK:
-            written = self.ack(cursor, [outcome])
-            if job.id in written.busy:
-                raise LeaseBusy(job.id)
-            return job.id in written
+            return _once(job.id, self.ack(cursor, [outcome]))
         if outcome.action is Action.RETRY:
-            recorded = retry(
+            return retry(
                 cursor,
                 *job.lease,
                 delay=outcome.retry_delay,
                 error=outcome.error,
                 task_error=self._part(outcome),
             )
-        else:
-            recorded = dead_letter(
-                cursor,
-                *job.lease,
-                reason=outcome.reason,
-                error=outcome.error,
-                traceback=outcome.traceback,
-                ran=outcome.ran,
-                task_error=self._part(outcome),
-            )
-        return job.id in self._announce(recorded)
+        return dead_letter(
+            cursor,
+            *job.lease,
+            reason=outcome.reason,
+            error=outcome.error,
+            traceback=outcome.traceback,
+            ran=outcome.ran,
+            task_error=self._part(outcome),
+        )

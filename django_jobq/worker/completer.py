@@ -126,6 +126,7 @@ class Completer:
             for outcome in batch:
                 self._record(cursor, outcome)
             return set()
+        self._recorder.announce(acked)
         for outcome in batch:
             if outcome.job.id not in acked.busy:  # a busy one stays pending (not lost)
                 self._done(outcome, outcome.job.id in acked)
@@ -199,9 +200,12 @@ class Completer:
                 the table lock outlasted the wait); nothing was written.
         """
         if outcome.action not in (Action.RETRY, Action.DEAD_LETTER):
-            return self._recorder.record(cursor, outcome)
-        with _waiting_briefly_for_table_locks(cursor, outcome.job.id):
-            return self._recorder.record(cursor, outcome)
+            recorded = self._recorder.record(cursor, outcome)
+        else:
+            with _waiting_briefly_for_table_locks(cursor, outcome.job.id):
+                recorded = self._recorder.record(cursor, outcome)
+        self._recorder.announce(recorded)  # committed: a task's result is final
+        return outcome.job.id in recorded
 
     def _done(self, outcome: Outcome, applied: bool) -> None:
         """Count and log a recorded (or refused) outcome, and let it go."""
