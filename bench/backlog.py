@@ -395,7 +395,7 @@ class Backlog:
         extra["log_read_s"] = time.monotonic() - started
         if not any(statement.group == "claim" for statement in found):
             raise HarnessError(
-                f"no claim statement recognised in {self.cluster.log} (did sql.CLAIM_JOBS_* "
+                f"no claim statement recognised in {self.cluster.log} (did sql.claims.CLAIM_JOBS_* "
                 "change shape, or the log format?)"
             )
         return found

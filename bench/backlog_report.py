@@ -391,8 +391,9 @@ NOTES = [
     "- first/last tenth jobs/s: the jobs sorted by their handler's start "
     "(bench/benchsite/recorder.py); the first tenth of them by count over the time from "
     "the first's start to the last's, likewise the last tenth; last/first is their ratio.",
-    "- claim, probe, ack: every `sql.CLAIM_JOBS_*` (the front and the walk), "
-    "`sql.PROBE_CLAIM_POSITIONS_*` and `sql.ACK_JOBS` statement, timed by the server "
+    "- claim, probe, ack: every `sql.claims.CLAIM_JOBS_*` (the front and the walk), "
+    "`sql.claims.PROBE_CLAIM_POSITIONS_*` and `sql.outcomes.ACK_JOBS` statement, timed by the "
+    "server "
     "(parse + bind + execute, from its log; commit and round trip not included); p50/p99 "
     "nearest rank. A statement belongs to the tenth of the jobs during whose handler starts "
     "it ended (those after the last start, such as the empty claims before a burst worker "

@@ -4,7 +4,7 @@ Not a test: it measures. Every cell of the table is one (claimer count, batch si
 For each repetition the script empties ``jobq_job``, loads a fixed number of ready jobs on
 one queue with ``django_jobq.enqueue_many``, then starts that many separate processes. Each
 opens its own connection (``django_jobq.db.connect()``, autocommit, as the worker does) and
-loops ``leases.claim(limit=batch)`` + ``leases.ack_many(...)`` until a claim comes back
+loops ``claims.claim(limit=batch)`` + ``outcomes.ack(...)`` until a claim comes back
 empty. Throughput is the jobs claimed and acked divided by the wall time from the shared
 start barrier to the last claimer's last ack. Each run checks that every loaded job was
 claimed exactly once and acked, and that the table is empty afterwards.
@@ -373,11 +373,11 @@ def claimer(
     result = ClaimerResult(index=index, start=0.0, end=0.0)
     try:
         configure_django(database_url)
-        from django_jobq import db, leases
+        from django_jobq import claims, db, outcomes
 
         # The claimers register no handler: they claim ``KIND``. A django_jobq from before
         # claims took ``kinds`` (a commit measured for comparison) claims every kind.
-        takes_kinds = "kinds" in inspect.signature(leases.claim).parameters
+        takes_kinds = "kinds" in inspect.signature(claims.claim).parameters
         kinds: dict[str, Any] = {"kinds": [KIND]} if takes_kinds else {}
         worker_id = f"bench-{os.getpid()}-{index}"
         with db.connect(application_name=f"jobq-bench-claimer-{index}") as conn:
@@ -387,7 +387,7 @@ def claimer(
             result.start = time.monotonic()
             while True:
                 t0 = time.perf_counter_ns()
-                jobs = leases.claim(
+                jobs = claims.claim(
                     cursor, worker_id=worker_id, limit=batch_size, queues=queues, **kinds
                 )
                 elapsed = time.perf_counter_ns() - t0
@@ -401,7 +401,7 @@ def claimer(
                 # worker acks it again a moment later, and so does this loop.
                 pending = jobs
                 while pending:
-                    acked = leases.ack_many(cursor, [job.lease for job in pending])
+                    acked = outcomes.ack(cursor, [job.lease for job in pending])
                     result.ack_refused.extend(
                         job.id for job in pending if job.id not in acked | acked.busy
                     )

@@ -77,7 +77,7 @@ def timed(reps: int, run: Callable[[], Any]) -> tuple[float, float]:
 
 
 def measure(count: int, reps: int) -> list[tuple[str, float, float]]:
-    from django_jobq import db, leases, sql, stats
+    from django_jobq import claims, db, leases, sql, stats
     from django_jobq.worker.history import OutcomeRollups
 
     with db.connect(application_name="jobq bench gauges") as conn:
@@ -92,7 +92,7 @@ def measure(count: int, reps: int) -> list[tuple[str, float, float]]:
         cursor = conn.cursor()
 
         def claim_and_release() -> None:
-            jobs = leases.claim(
+            jobs = claims.claim(
                 cursor, worker_id="bench", limit=10, queues=["queue-2"], kinds=GAUGE_KINDS
             )
             leases.release(cursor, [job.lease for job in jobs])

@@ -84,7 +84,7 @@ def load(conn: Any, statements: list[str]) -> None:
 
 def measure(conn: Any, claim: Callable[[Any], list[Any]], claims: int) -> list[float]:
     """Milliseconds of each timed claim (each claim's jobs acked, untimed)."""
-    from django_jobq import leases
+    from django_jobq import outcomes
 
     cursor = conn.cursor()
     timings = []
@@ -94,7 +94,7 @@ def measure(conn: Any, claim: Callable[[Any], list[Any]], claims: int) -> list[f
         elapsed = time.perf_counter() - started
         if not jobs:
             raise SystemExit("the queue ran dry: load more jobs or claim fewer times")
-        leases.ack_many(cursor, [job.lease for job in jobs])
+        outcomes.ack(cursor, [job.lease for job in jobs])
         if n >= WARM_UP:
             timings.append(elapsed * 1000)
     return timings
@@ -102,16 +102,16 @@ def measure(conn: Any, claim: Callable[[Any], list[Any]], claims: int) -> list[f
 
 def naive_claim(limit: int, kinds: list[str]) -> Callable[[Any], list[Any]]:
     """The old claim with ``AND kind = ANY(kinds)`` in its ready arm (old code only)."""
-    from django_jobq import leases, sql
+    from django_jobq import claims, sql
 
     arm = "WHERE status = 'ready' AND run_at <= now() AND queue = %(queue)s"
-    statement = sql.CLAIM_JOBS_ONE_QUEUE.replace(arm, arm + " AND kind = ANY(%(kinds)s)")
-    assert statement != sql.CLAIM_JOBS_ONE_QUEUE
+    statement = sql.claims.CLAIM_JOBS_ONE_QUEUE.replace(arm, arm + " AND kind = ANY(%(kinds)s)")
+    assert statement != sql.claims.CLAIM_JOBS_ONE_QUEUE
 
     def claim(cursor: Any) -> list[Any]:
         params = {"limit": limit, "worker_id": "bench", "queue": QUEUE, "kinds": kinds}
         cursor.execute(statement, params)
-        return [leases._claimed_job(*row) for row in cursor.fetchall()]
+        return [claims._claimed_job(*row) for row in cursor.fetchall()]
 
     return claim
 
@@ -134,9 +134,9 @@ def main() -> None:
     ensure_database(options.database_url)
     configure_django(options.database_url)
     migrate()
-    from django_jobq import db, leases
+    from django_jobq import claims, db
 
-    takes_kinds = "kinds" in inspect.signature(leases.claim).parameters
+    takes_kinds = "kinds" in inspect.signature(claims.claim).parameters
     with db.connect(application_name="jobq-bench-kind-claims") as conn:
         settings = ("server_version", "fsync", "synchronous_commit", "autovacuum", "jit")
         print(", ".join(f"{s}={conn.execute(f'SHOW {s}').fetchone()[0]}" for s in settings))
@@ -148,7 +148,7 @@ def main() -> None:
             extra = {"kinds": kinds} if takes_kinds else {}
 
             def claim(cursor: Any, extra: dict[str, Any] = extra) -> list[Any]:
-                return leases.claim(
+                return claims.claim(
                     cursor, worker_id="bench", limit=options.limit, queues=[QUEUE], **extra
                 )
 

@@ -71,14 +71,14 @@ def explain_claim(conn: psycopg.Connection[Any], limit: int) -> dict[str, Any]:
         from django_jobq.claim_positions import FROM_THE_START
     except ImportError:
         FROM_THE_START = {}
-    statement = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql.CLAIM_JOBS_ONE_QUEUE
+    statement = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql.claims.CLAIM_JOBS_ONE_QUEUE
     params = {
         **FROM_THE_START,
         "limit": limit,
         "queue": QUEUE,
         "worker_id": "bench-explain",
         "kinds": [KIND],
-        "front": limit * sql.CLAIM_FRONT_FACTOR,
+        "front": limit * sql.claims.CLAIM_FRONT_FACTOR,
     }
     with conn.transaction(force_rollback=True):
         row = conn.execute(statement, params).fetchone()
@@ -104,32 +104,32 @@ def explain_claim(conn: psycopg.Connection[Any], limit: int) -> dict[str, Any]:
 
 def claim_loop(conn: psycopg.Connection[Any], iterations: int, batch: int) -> dict[str, Any]:
     """``iterations`` x (claim ``batch`` + ack them), timed; every claim must be full."""
-    from django_jobq import leases
+    from django_jobq import claims, outcomes
 
     cursor = conn.cursor()
-    claims: list[int] = []
+    claim_times: list[int] = []
     acks: list[int] = []
     started = time.perf_counter()
     for _ in range(iterations):
         t0 = time.perf_counter_ns()
-        jobs = leases.claim(
+        jobs = claims.claim(
             cursor, worker_id="bench-million", limit=batch, queues=[QUEUE], kinds=[KIND]
         )
         t1 = time.perf_counter_ns()
         if len(jobs) != batch:
             raise HarnessError(f"claim of {batch} returned {len(jobs)} jobs")
-        acked = leases.ack_many(cursor, [job.lease for job in jobs])
+        acked = outcomes.ack(cursor, [job.lease for job in jobs])
         t2 = time.perf_counter_ns()
         if len(acked) != batch:
             raise HarnessError(f"ack of {batch} jobs accepted {len(acked)}")
-        claims.append(t1 - t0)
+        claim_times.append(t1 - t0)
         acks.append(t2 - t1)
     seconds = time.perf_counter() - started
     return {
         "batch": batch,
         "iterations": iterations,
         "jobs_per_second": iterations * batch / seconds,
-        "claim_ms": summary_ms(claims),
+        "claim_ms": summary_ms(claim_times),
         "ack_ms": summary_ms(acks),
     }
 

@@ -35,7 +35,8 @@ LOG_SETTINGS = {
     "log_parameter_max_length": "0",
 }
 
-#: Statement groups: the prefix of the ``django_jobq.sql`` constants' names in each.
+#: Statement groups: the prefix of the ``django_jobq.sql.claims`` / ``.outcomes`` constants'
+#: names in each.
 WATCHED = {
     "claim": "CLAIM_JOBS_",  # the front and the walk (CLAIM_JOBS_WALK_*)
     "probe": "PROBE_CLAIM_POSITIONS_",
@@ -83,18 +84,19 @@ def collapse(text: str) -> str:
 
 @cache
 def watched_texts() -> dict[str, tuple[str, str]]:
-    """``{text as sent: (constant name, group)}`` for every watched ``django_jobq.sql``
-    statement."""
+    """``{text as sent: (constant name, group)}`` for every watched statement (of
+    ``django_jobq.sql.claims`` and ``django_jobq.sql.outcomes``)."""
     from django_jobq import sql
 
     texts: dict[str, tuple[str, str]] = {}
-    for name in dir(sql):
-        value = getattr(sql, name)
-        if not isinstance(value, str) or name.startswith("_"):
-            continue
-        for group, prefix in WATCHED.items():
-            if name.startswith(prefix):
-                texts[as_sent(value)] = (name, group)
+    for module in (sql.claims, sql.outcomes):
+        for name in dir(module):
+            value = getattr(module, name)
+            if not isinstance(value, str) or name.startswith("_"):
+                continue
+            for group, prefix in WATCHED.items():
+                if name.startswith(prefix):
+                    texts[as_sent(value)] = (name, group)
     return texts
 
 

@@ -23,6 +23,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .conf import get_settings
+
 #: A retry delay policy: attempt number that failed (1, 2, …) -> seconds to wait.
 BackoffPolicy = Callable[[int], float]
 
@@ -65,3 +67,9 @@ class FixedBackoff:
 
     def __call__(self, attempt: int) -> float:
         return self.delay
+
+
+def default_backoff() -> ExponentialBackoff:
+    """The policy for kinds without ``@job(backoff=...)``, from the ``JOBQ`` setting."""
+    config = get_settings()
+    return ExponentialBackoff(base=config.RETRY_BACKOFF_BASE, cap=config.RETRY_BACKOFF_CAP)

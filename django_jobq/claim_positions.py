@@ -26,8 +26,8 @@ puts a job *behind* a position that has already moved on. Within the lag, claims
 A row can still come to sort before a position: a job whose enqueueing transaction stayed
 open longer than the lag, a job enqueued with a past ``run_at``, a row another
 transaction's lock hid from a claim (the claim skips locked rows), a lease that lapsed
-while locked. The **probe** (``sql.PROBE_CLAIM_POSITIONS_*``, run by
-:func:`django_jobq.leases.probe_claim_positions`) finds them: it reads the worker's first
+while locked. The **probe** (``sql.claims.PROBE_CLAIM_POSITIONS_*``, run by
+:func:`django_jobq.claims.probe_claim_positions`) finds them: it reads the worker's first
 claimable job and earliest lapsed lease from the start of the claim order, and
 :meth:`ClaimPositions.lower` moves a position back to it. The probe pays the walk the claim
 avoids, so the worker runs it only every :meth:`ClaimPositions.probe_interval` seconds

@@ -20,16 +20,29 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from django.db import connections, transaction
 
-from . import faults, leases
+from . import faults, outcomes
+from .claims import ClaimedJob
 from .conf import get_settings
 from .idempotency import LeaseLost, idempotent
 
-if TYPE_CHECKING:
-    from .worker.held import HeldJob
+
+class HeldAttempt(Protocol):
+    """What a context reads of the worker's hold on the attempt (the worker's ``HeldJob``):
+    the job, the lease's last confirmed deadline, whether the lease is lost; and what it
+    writes: that the handler acked the job in its transaction."""
+
+    @property
+    def job(self) -> ClaimedJob: ...
+    @property
+    def deadline(self) -> datetime: ...
+    @property
+    def lease_lost(self) -> bool: ...
+
+    acked: bool
 
 
 class JobContext:
@@ -41,7 +54,9 @@ class JobContext:
         kind, queue: the job's kind and queue.
     """
 
-    def __init__(self, held: HeldJob, extend: Callable[[HeldJob], bool]) -> None:
+    def __init__(self, held: HeldAttempt, extend: Callable[[], bool]) -> None:
+        """``extend`` extends the attempt's lease at once (the worker's heartbeater), as
+        :meth:`heartbeat` returns."""
         self._held = held
         self._extend = extend
         self.job_id = held.job.id
@@ -68,7 +83,7 @@ class JobContext:
             true), the database could not be reached (logged; the worker keeps trying) or
             another transaction holds the job's row lock (the worker tries again soon).
         """
-        return self._extend(self._held)
+        return self._extend()
 
     @contextmanager
     def atomic(self) -> Iterator[None]:
@@ -94,7 +109,7 @@ class JobContext:
         with transaction.atomic(using=alias):
             yield
             with connections[alias].cursor() as cursor:
-                if not leases.ack(cursor, self.job_id, self.attempt):
+                if not outcomes.ack_in_transaction(cursor, self.job_id, self.attempt):
                     raise LeaseLost(
                         f"job {self.job_id} attempt {self.attempt}: lease lost before commit; "
                         f"this attempt's writes were rolled back"

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 from django.db import close_old_connections, connections
@@ -39,6 +39,15 @@ M = TypeVar("M", bound=Model)
 CUT_AFTER_STATEMENT_TIMEOUTS = 2.0
 #: TCP keepalive probes sent before an unanswered connection counts as dead.
 KEEPALIVE_COUNT = 3
+
+
+class Cursor(Protocol):
+    """The part of a DB-API cursor (psycopg's or Django's) that plain statement runners use."""
+
+    def execute(self, query: Any, params: Any = ..., /) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+    @property
+    def description(self) -> Any: ...
 
 
 class WatchedConnection(psycopg.Connection[Any]):

@@ -279,8 +279,8 @@ def insert(
     """Insert prepared jobs by the transaction rules of the module docs.
 
     ``statement`` is one built on ``sql.enqueue.INSERT_JOBS_TEMPLATE`` with the same
-    parameters and columns (``sql.INSERT_TASK_JOBS``, for jobs without idempotency keys); by
-    default ``INSERT_JOBS``, or ``INSERT_UNKEYED_JOBS`` when no job has a key.
+    parameters and columns (``sql.tasks.INSERT_TASK_JOBS``, for jobs without idempotency
+    keys); by default ``INSERT_JOBS``, or ``INSERT_UNKEYED_JOBS`` when no job has a key.
 
     Returns:
         The jobs in input order (unsaved placeholders, filled in at commit, when the insert

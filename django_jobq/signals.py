@@ -29,7 +29,7 @@ signal                 sent                                                keywo
 Each outcome the worker records sends exactly one of the last three; an outcome it cannot
 record (another attempt holds the lease) sends none. ``sender`` is the kind's
 :class:`~django_jobq.JobDefinition` (what ``@job`` returned), or ``None`` for a kind
-not registered in the worker. ``job`` is a :class:`~django_jobq.leases.ClaimedJob` (``id``,
+not registered in the worker. ``job`` is a :class:`~django_jobq.claims.ClaimedJob` (``id``,
 ``queue``, ``kind``, ``payload``, ``attempt``, ``max_attempts``...). ``duration`` and
 ``retry_delay`` are seconds (``duration`` is ``None`` for a job dead-lettered unrun);
 ``error`` is the exception as text (``"ValueError: ..."``).
@@ -51,7 +51,7 @@ from django.dispatch import Signal
 from . import registry
 
 if TYPE_CHECKING:
-    from .leases import ClaimedJob
+    from .claims import ClaimedJob
 
 logger = logging.getLogger("django_jobq.signals")
 

@@ -320,7 +320,7 @@ def workers(now: datetime) -> list[WorkerState]:
 
 def _database_now() -> datetime:
     with connections[get_settings().DATABASE].cursor() as cursor:
-        cursor.execute(sql.DATABASE_NOW)
+        cursor.execute(sql.clock.DATABASE_NOW)
         now: datetime = cursor.fetchone()[0]
     return now
 

@@ -10,7 +10,7 @@ whichever is installed. Import it only where the framework is needed: it raises
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # django-stubs describe the core module; the backport has the same API.
     from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
@@ -51,11 +51,18 @@ else:
         from django_tasks.exceptions import TaskException, TaskResultDoesNotExist
         from django_tasks.signals import task_enqueued, task_finished, task_started
 
+if TYPE_CHECKING:
+    TaskBase = Task[..., Any]
+else:
+    TaskBase = Task  # Django 6's Task is not subscriptable at run time
+"""What a task class subclasses (``Task``, subscripted for the type checker only)."""
+
 __all__ = [
     "BaseTaskBackend",
     "InvalidTask",
     "InvalidTaskBackend",
     "Task",
+    "TaskBase",
     "TaskContext",
     "TaskError",
     "TaskException",

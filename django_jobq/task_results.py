@@ -7,11 +7,11 @@ runs it like any other job (leases, heartbeats, retries, dead letters). What dif
 recorded here:
 
 - :func:`start_attempt` marks the result RUNNING as an attempt starts (fenced);
-- :func:`ack` and :func:`record` record the outcomes of tasks' jobs with statements that
-  write the result in the same statement as the ack (SUCCESSFUL, with the return value),
-  the retry (READY again, with the attempt's error) or the dead letter (FAILED, with the
-  error); the worker's completer calls them for the outcomes :func:`is_task_outcome`
-  picks and records the others itself.
+- :class:`TaskOutcomes` is the hook of the outcome recorder (:mod:`django_jobq.outcomes`):
+  it gives a task's job's outcome its task part, which the recorder's statement writes in
+  the same statement as the ack (SUCCESSFUL, with the return value), the retry (READY
+  again, with the attempt's error) or the dead letter (FAILED, with the error), and
+  announces the results that finished.
 
 Tasks are found in the registry of job kinds, where the backend registers each task it
 validates (a task is validated when it is defined). :func:`discover` imports every installed
@@ -19,28 +19,35 @@ app's ``tasks`` module at worker start, so the worker knows the tasks those modu
 Nothing is ever imported from a name found in the database: a job whose task this worker
 does not know is dead-lettered as "unknown kind", its result marked FAILED (a
 :class:`TaskNotRun` error) and ``task_finished`` sent for it all the same, with a stand-in
-task of the same module path (:func:`announce_finished`). :func:`fail_unrun` does the
+task of the same module path (:func:`announce_finished`, through the stand-in
+:mod:`django_jobq.tasks_backend` provides). :func:`fail_unrun` does the
 same for jobs that another statement dead-lettered unrun (a maintenance sweep).
 
 This module does not import Django's Tasks framework, so a worker runs on a Django without
-it; :mod:`django_jobq.tasks_backend` does, and is imported only when configured.
+it; :mod:`django_jobq.tasks_backend` and :mod:`django_jobq.task_runner` do, and are imported
+only when configured. Neither is imported from here.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+import psycopg
 from django.conf import settings
 from django.db import connections
 from django.utils.module_loading import autodiscover_modules, import_string
+from psycopg.rows import class_row
 
-from . import db, leases, registry, sql, text
+from . import db, registry, sql, text
 from .conf import get_settings
 from .models import StoredTaskResult
-from .worker.executor import Action, Outcome
+from .outcomes import Action, Outcome
+
+#: The ``TASKS`` backend path of django-jobq's backend (:mod:`django_jobq.tasks_backend`).
+BACKEND = "django_jobq.tasks_backend.JobqBackend"
 
 logger = logging.getLogger("django_jobq.worker")
 
@@ -50,6 +57,11 @@ class TaskNotRun(Exception):
     dead-lettered because its task is not registered in the worker ("unknown kind") or the
     lease of its final attempt lapsed (the worker died), or cancelled by an operator
     (``sql.operations.CANCEL_JOBS`` names this class). The error's traceback holds the reason."""
+
+
+#: How to announce the end of a task this process does not define: a handler of a stand-in
+#: task of that module path, provided by :mod:`django_jobq.tasks_backend` when imported.
+_stand_in: Callable[[str], TaskJobHandler] | None = None
 
 
 class TaskJobHandler:
@@ -75,12 +87,13 @@ def jobq_backends() -> dict[str, Any]:
             continue
         try:
             backend = import_string(path)  # a setting, written by the project: trusted
-            from .tasks_backend import JobqBackend
         except ImportError:
             if path.startswith("django_jobq."):
                 raise
             continue  # another backend, or a typo the framework itself reports
-        if isinstance(backend, type) and issubclass(backend, JobqBackend):
+        if isinstance(backend, type) and any(
+            f"{base.__module__}.{base.__qualname__}" == BACKEND for base in backend.__mro__
+        ):
             found[alias] = params
     return found
 
@@ -108,9 +121,9 @@ def start_attempt(job_id: int, attempt: int) -> StoredTaskResult | None:
     """Mark the result of a task's job RUNNING for attempt ``attempt`` (appending the
     worker's id), on Django's connection to the queue database; return the result.
 
-    Its commit does not wait for the disk (see ``sql.START_TASK_ATTEMPT``): a durable commit
-    per task would cap each handler thread at a few hundred tasks per second (2-3 ms each,
-    FACTS.md), and this write only informs (status, start time, worker id). Only a crash of
+    Its commit does not wait for the disk (see ``sql.tasks.START_TASK_ATTEMPT``): a durable
+    commit per task would cap each handler thread's rate of tasks at the disk's flush rate,
+    and this write only informs (status, start time, worker id). Only a crash of
     the database server can lose it, and then only the last such writes; every outcome is
     written durably. Outside a transaction (a worker's handler thread is) it is one round trip.
 
@@ -118,17 +131,17 @@ def start_attempt(job_id: int, attempt: int) -> StoredTaskResult | None:
     """
     alias = get_settings().DATABASE
     with connections[alias].cursor() as cursor:
-        cursor.execute(sql.START_TASK_ATTEMPT, {"job_id": job_id, "attempt": attempt})
+        cursor.execute(sql.tasks.START_TASK_ATTEMPT, {"id": job_id, "attempt": attempt})
         names = [column.name for column in cursor.description]
         rows = cursor.fetchall()
     return db.from_rows(StoredTaskResult, alias, names, rows)[0] if rows else None
 
 
 def is_task_outcome(outcome: Outcome) -> bool:
-    """A task's job whose outcome is an ack, retry or dead letter, to record with
-    :func:`ack` or :func:`record`. A dead letter of an unknown kind with a task's payload
-    counts too: its result must fail (the statement updates no result if there is none of
-    that kind)."""
+    """A task's job whose outcome is an ack, retry or dead letter, whose statement writes
+    its result too (see :class:`TaskOutcomes`). A dead letter of an unknown kind with a
+    task's payload counts too: its result must fail (the statement updates no result if
+    there is none of that kind)."""
     if outcome.action not in (Action.ACK, Action.RETRY, Action.DEAD_LETTER):
         return False
     if handler(outcome.job.kind) is not None:
@@ -177,12 +190,12 @@ class DeadLettered(Protocol):
 
 
 def fail_unrun(
-    cursor: leases.Cursor, dead_letters: Iterable[DeadLettered], *, announce: bool = True
+    cursor: psycopg.Cursor[Any], dead_letters: Iterable[DeadLettered], *, announce: bool = True
 ) -> list[StoredTaskResult]:
     """Make FAILED the results of tasks' jobs that were dead-lettered without running (for
     a sweep that dead-letters jobs of unknown kinds with a statement of its own), with a
     :class:`TaskNotRun` error quoting each dead letter's reason and error, in one statement
-    (``sql.FAIL_UNRUN_TASK_RESULTS``); then, with ``announce``, send ``task_finished`` for
+    (``sql.tasks.FAIL_UNRUN_TASK_RESULTS``); then, with ``announce``, send ``task_finished`` for
     each (:func:`announce_finished`).
 
     ``dead_letters`` may hold any dead letters: those whose payload names no result of
@@ -205,106 +218,66 @@ def fail_unrun(
     if not unrun:
         return []
     result_ids, task_paths, task_errors = (list(column) for column in zip(*unrun, strict=True))
-    cursor.execute(
-        sql.FAIL_UNRUN_TASK_RESULTS,
-        {"result_ids": result_ids, "task_paths": task_paths, "task_errors": task_errors},
-    )
-    names = [column.name for column in cursor.description]
-    results = _results(names, cursor.fetchall())
+    with cursor.connection.cursor(row_factory=class_row(StoredTaskResult)) as typed:
+        typed.execute(
+            sql.tasks.FAIL_UNRUN_TASK_RESULTS,
+            {"result_ids": result_ids, "task_paths": task_paths, "task_errors": task_errors},
+        )
+        results = typed.fetchall()
     if announce:
         announce_finished(results)
     return results
 
 
-def _results(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[StoredTaskResult]:
-    """Result rows read on a worker's psycopg connection (jsonb already decoded)."""
-    return [StoredTaskResult(**dict(zip(names, row, strict=True))) for row in rows]
+class TaskOutcomes:
+    """The outcome recorder's hook for Django tasks (:class:`django_jobq.outcomes.TaskResults`):
+    the task part of a task's job's outcome, and the announcement of finished results."""
 
+    def part(self, outcome: Outcome) -> str | None:
+        """The return value (JSON text, as the task runner returns it) of a task's ack, the
+        framework's error record (JSON text) of a task's retry or dead letter; ``None`` for
+        a plain job's outcome (its statement then writes no result)."""
+        if not is_task_outcome(outcome):
+            return None
+        if outcome.action is Action.ACK:
+            return str(outcome.returned)
+        return _task_error(outcome)
 
-def ack(cursor: leases.Cursor, outcomes: Sequence[Outcome]) -> leases.Written:
-    """Ack tasks' jobs (outcomes of :func:`is_task_outcome` with action ACK) in one statement
-    that also makes their results SUCCESSFUL with their return values; announce each
-    finished result to its task handler (which sends the framework's ``task_finished``).
-    Fenced and locked like :func:`django_jobq.leases.ack_many`.
-
-    Returns:
-        The ids of the jobs acked; ``.busy``: those whose row another transaction had locked
-        (nothing written, ack them again later). An id in neither: the lease was lost.
-
-    Raises:
-        psycopg.Error: the statement failed; nothing was written for any of ``outcomes``.
-    """
-    if not outcomes:
-        return leases.Written()
-    cursor.execute(
-        sql.ACK_TASK_JOBS,
-        {
-            "ids": [outcome.job.id for outcome in outcomes],
-            "attempts": [outcome.job.attempt for outcome in outcomes],
-            "return_values": [outcome.returned for outcome in outcomes],  # JSON text
-        },
-    )
-    names, rows = _after_busy(cursor)
-    busy = {job_id for job_id, is_busy, *_ in rows if is_busy}
-    results = _results(names, [row[2:] for row in rows if not row[1]])
-    announce_finished(results)
-    return leases.Written((result.job_id for result in results if result.job_id is not None), busy)
-
-
-def record(cursor: leases.Cursor, outcome: Outcome) -> bool:
-    """Retry or dead-letter a task's job (an outcome of :func:`is_task_outcome`) with the
-    statement that also writes its result (READY again or FAILED, with this attempt's
-    error); announce a FAILED result. Each write is fenced and locked like its plain-job
-    twin in :mod:`django_jobq.leases`, and its texts fitted as there.
-
-    Returns:
-        Whether it applied (``False``: the lease was lost, nothing was written).
-
-    Raises:
-        django_jobq.leases.LeaseBusy: another transaction holds the job's row lock (nothing
-            was written; record it again later).
-        psycopg.Error: the statement failed; nothing was written.
-    """
-    params: dict[str, Any] = {
-        "id": outcome.job.id,
-        "attempt": outcome.job.attempt,
-        "task_error": _task_error(outcome),
-    }
-    if outcome.action is Action.RETRY:
-        params.update(error=text.fit(outcome.error), delay_seconds=outcome.retry_delay)
-        cursor.execute(sql.RETRY_TASK_JOB, params)
-        return leases.applied_once(outcome.job.id, cursor.fetchall())
-    texts = leases.dead_letter_texts(outcome.reason, outcome.error, outcome.traceback)
-    cursor.execute(sql.DEAD_LETTER_TASK_JOB, {**params, **texts, "ran": outcome.ran})
-    names, rows = _after_busy(cursor)
-    applied = leases.applied_once(outcome.job.id, rows)
-    failed = [row[2:] for row in rows if not row[1] and row[2] is not None]
-    announce_finished(_results(names, failed))
-    return applied
-
-
-def _after_busy(cursor: leases.Cursor) -> tuple[list[str], list[Any]]:
-    """The result columns' names (after the job id and ``busy``) and the rows of a locked
-    task statement (see ``sql.ACK_TASK_JOBS``)."""
-    names = [column.name for column in cursor.description][2:]
-    return names, cursor.fetchall()
+    def finished(self, results: Sequence[StoredTaskResult]) -> None:
+        """Announce ``results`` (committed: the worker's connection is in autocommit, or the
+        statement ran in a transaction that has committed)."""
+        announce_finished(results)
 
 
 def announce_finished(results: Iterable[StoredTaskResult]) -> None:
     """Send the framework's ``task_finished`` for each SUCCESSFUL or FAILED (and committed)
     result: through its task's handler, or, for a task not defined in this process (a job
     dead-lettered as "unknown kind"), with a stand-in task of the same module path (see
-    :func:`django_jobq.tasks_backend.missing_task`). Never raises (receivers are user
-    code); a failure is logged."""
+    :func:`provide_stand_in`; none without :mod:`django_jobq.tasks_backend`, then its end
+    is only logged). Never raises (receivers are user code); a failure is logged."""
     for result in results:
         try:
             task = handler(result.task_path)
+            if task is None and _stand_in is not None:
+                task = _stand_in(result.task_path)
             if task is None:
-                from .tasks_backend import TaskRunner
-
-                task = TaskRunner.of_missing(result.task_path)
+                logger.warning(
+                    "task %s result %s: its end is not announced: no TASKS backend of "
+                    "django_jobq is loaded in this process",
+                    result.task_path,
+                    result.id,
+                )
+                continue
             task.finished(result)
         except Exception:
             logger.exception(
                 "task %s result %s: announcing its end failed", result.task_path, result.id
             )
+
+
+def provide_stand_in(make: Callable[[str], TaskJobHandler]) -> None:
+    """Set how :func:`announce_finished` announces the end of a task this process does not
+    define: ``make(task_path)`` returns the handler of a stand-in task (called by
+    :mod:`django_jobq.tasks_backend` when it is imported)."""
+    global _stand_in
+    _stand_in = make

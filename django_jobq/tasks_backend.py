@@ -21,9 +21,11 @@
 Each enqueue writes a job (kind: the task's module path) and its result row in the caller's
 transaction, as :func:`django_jobq.enqueue` does; ``task_enqueued`` is sent once that commits.
 ``manage.py jobq_worker`` runs the job with every django-jobq guarantee (leases, heartbeats,
-retries with backoff, dead letters, redrive); :mod:`django_jobq.task_results` records the
-result in the same statements as the job's outcome. Works with ``django.tasks`` (Django
-6.0+) and with the ``django-tasks`` backport on Django 5.2 (:mod:`django_jobq.task_framework`).
+retries with backoff, dead letters, redrive) through the
+:class:`~django_jobq.task_runner.TaskRunner` this backend registers for each task; the
+result is recorded in the same statements as the job's outcome
+(:mod:`django_jobq.task_results`). Works with ``django.tasks`` (Django 6.0+) and with the
+``django-tasks`` backport on Django 5.2 (:mod:`django_jobq.task_framework`).
 """
 
 from __future__ import annotations
@@ -31,51 +33,36 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-import logging
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from django.db import transaction
-from django.dispatch import Signal
 from django.utils.crypto import get_random_string
 
 from . import conf, enqueueing, registry, sql, task_results, validation
-from .backoff import BackoffPolicy, ExponentialBackoff
-from .context import JobContext
+from .backoff import BackoffPolicy, ExponentialBackoff, default_backoff
 from .decorator import JobDefinition
 from .enqueueing import EnqueueOptions
-from .exceptions import Fail
-from .idempotency import LeaseLost
 from .models import StoredTaskResult
 from .task_framework import (
     BaseTaskBackend,
     InvalidTask,
     InvalidTaskBackend,
     Task,
-    TaskContext,
-    TaskError,
+    TaskBase,
     TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
     task_enqueued,
-    task_finished,
-    task_started,
 )
-from .worker.executor import default_backoff
-
-logger = logging.getLogger("django_jobq.tasks")
+from .task_runner import TaskRunner
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-if TYPE_CHECKING:
-    _TaskBase = Task[..., Any]
-else:
-    _TaskBase = Task  # Django 6's Task is not subscriptable at run time
-
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class JobqTask(_TaskBase):
+class JobqTask(TaskBase):
     """The backend's ``task_class``: a ``Task`` with django-jobq's retry options.
 
     On Django 6.1+ and the backport, ``@task(max_attempts=..., ...)`` sets them; Django 6.0's
@@ -187,7 +174,7 @@ class JobqBackend(BaseTaskBackend):
             options["visibility_timeout"] = visibility_timeout
         payload = {"result_id": result_id, "backend": self.alias, "args": args, "kwargs": kwargs}
         prepared = enqueueing.prepare_job(task.module_path, payload, **options)
-        (job,), commit_alias = enqueueing.insert([prepared], statement=sql.INSERT_TASK_JOBS)
+        (job,), commit_alias = enqueueing.insert([prepared], statement=sql.tasks.INSERT_TASK_JOBS)
         result: TaskResult[P, R] = TaskResult(
             task=task,
             id=result_id,
@@ -267,103 +254,6 @@ def _check_arguments(task: Task[..., Any], args: list[Any], kwargs: dict[str, An
         raise TypeError(f"{task.module_path}: {exc}") from None
 
 
-# -- the worker's side ---------------------------------------------------------------------
-
-
-class TaskRunner(task_results.TaskJobHandler):
-    """The job handler of one task: what the worker runs for the task's jobs.
-
-    Called with the job's context and payload, it marks the result RUNNING, sends
-    ``task_started``, calls the task function (async ones through ``async_to_sync``) and
-    returns its return value as JSON text, which the worker stores with the job's ack.
-    """
-
-    def __init__(self, task: Task[..., Any]) -> None:
-        self.task = task
-        # The registry names a handler by module and qualified name: the task's.
-        self.__module__ = task.func.__module__
-        self.__qualname__ = task.func.__qualname__
-
-    def __call__(
-        self,
-        context: JobContext,
-        result_id: str,
-        backend: str,
-        args: list[Any],
-        kwargs: dict[str, Any],
-    ) -> str:
-        """Run one attempt; return the JSON text of the task's return value.
-
-        Raises:
-            LeaseLost: the attempt no longer holds the job (the task is not called).
-            Fail: the return value is not JSON (the job dead-letters at once: retrying
-                would only repeat the task's effects).
-            Exception: whatever the task raises (the worker retries or dead-letters).
-        """
-        stored = task_results.start_attempt(context.job_id, context.attempt)
-        if stored is None:
-            raise LeaseLost(f"job {context.job_id} attempt {context.attempt}: lease lost")
-        result = self.result_of(stored)
-        _send(task_started, result)
-        if self.task.takes_context:
-            value = self.task.call(TaskContext(task_result=result), *args, **kwargs)
-        else:
-            value = self.task.call(*args, **kwargs)
-        found = validation.find_unencodable(value, "return value", encoder=json.JSONEncoder)
-        if found:
-            path, problem = found
-            raise Fail(f"{self.task.module_path}: {path}: {problem}; task results are JSON")
-        return json.dumps(value, allow_nan=False)
-
-    def finished(self, result: StoredTaskResult) -> None:
-        """Send ``task_finished`` for a SUCCESSFUL or FAILED result (once it committed)."""
-        _send(task_finished, self.result_of(result))
-
-    @classmethod
-    def of_missing(cls, task_path: str) -> TaskRunner:
-        """The runner of a stand-in for a task not defined in this process (a job
-        dead-lettered as "unknown kind"), so its end can be announced: the stand-in has the
-        task's module path, and its function raises :class:`TaskNotRun` if called."""
-        module, _, name = task_path.rpartition(".")
-
-        def missing(*args: Any, **kwargs: Any) -> Any:
-            raise task_results.TaskNotRun(f"{task_path} is not defined in this process")
-
-        missing.__module__, missing.__qualname__, missing.__name__ = module, name, name
-        return cls(_MissingTask(func=missing))
-
-    def result_of(self, stored: StoredTaskResult) -> TaskResult[..., Any]:
-        """The framework's ``TaskResult`` for a stored result of this task: its ``task``
-        is this one as enqueued (queue, priority, backend, run_after) when that is still
-        valid."""
-        result: TaskResult[..., Any] = TaskResult(
-            task=_as_enqueued(self.task, stored),
-            id=stored.id,
-            status=TaskResultStatus(stored.status),
-            enqueued_at=stored.enqueued_at,
-            started_at=stored.started_at,
-            finished_at=stored.finished_at,
-            last_attempted_at=stored.last_attempted_at,
-            args=stored.args,
-            kwargs=stored.kwargs,
-            backend=stored.backend,
-            errors=[TaskError(**error) for error in stored.errors],
-            worker_ids=list(stored.worker_ids),
-        )
-        object.__setattr__(result, "_return_value", stored.return_value)
-        return result
-
-
-class _MissingTask(JobqTask):
-    """A stand-in for a task whose function this process does not have: neither validated
-    nor registered (it must not become a handler), only announced."""
-
-    __slots__ = ()
-
-    def __post_init__(self) -> None:
-        pass
-
-
 def _register(task: Task[..., Any]) -> None:
     """Register the task's runner under its module path, unless a variant of the same task
     (``task.using(...)``) came first: the first definition, the decorated one, stays."""
@@ -377,7 +267,10 @@ def _register(task: Task[..., Any]) -> None:
         )
     registry.register(
         JobDefinition(
-            func=TaskRunner(task), kind=task.module_path, takes_context=True, backoff=_Backoff(task)
+            func=TaskRunner(task, backend=JobqBackend),
+            kind=task.module_path,
+            takes_context=True,
+            backoff=_Backoff(task),
         )
     )
 
@@ -421,44 +314,9 @@ def to_task_result(stored: StoredTaskResult) -> TaskResult[..., Any]:
     return runner.result_of(stored)
 
 
-def _as_enqueued(task: Task[..., Any], stored: StoredTaskResult) -> Task[..., Any]:
-    """``task`` with the queue, priority, backend and run_after it was enqueued with; the
-    task as defined if those are no longer valid (settings changed since)."""
-    if (task.queue_name, task.priority, task.backend, task.run_after) == (
-        stored.queue,
-        stored.priority,
-        stored.backend,
-        stored.run_after,
-    ):
-        return task
-    try:
-        return task.using(
-            queue_name=stored.queue,
-            priority=stored.priority,
-            backend=stored.backend,
-            run_after=stored.run_after,
-        )
-    except (InvalidTask, InvalidTaskBackend):
-        return task
-
-
-def _send(signal: Signal, result: TaskResult[..., Any]) -> None:
-    """Send a framework signal from the worker, as the task's backend class. Receivers are
-    user code: their errors are logged, never allowed to derail the worker."""
-    try:
-        sender: type[BaseTaskBackend] = type(result.task.get_backend())
-    except InvalidTaskBackend:
-        sender = JobqBackend
-    for receiver, response in signal.send_robust(sender, task_result=result):
-        if isinstance(response, Exception):
-            logger.error(
-                "task %s result %s: signal receiver %r raised %r",
-                result.task.module_path,
-                result.id,
-                receiver,
-                response,
-                exc_info=response,
-            )
+task_results.provide_stand_in(
+    lambda task_path: TaskRunner.of_missing(task_path, backend=JobqBackend)
+)
 
 
 __all__ = ["JobqBackend", "JobqTask", "to_task_result"]

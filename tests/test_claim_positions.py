@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from django_jobq import claim_positions, enqueue_many, leases, sql
+from django_jobq import claim_positions, claims, enqueue_many, outcomes, sql
 from django_jobq.claim_positions import (
     FROM_THE_START,
     MAX_PRIORITY,
@@ -36,13 +36,13 @@ def labels():
 
 
 def claim(cursor, positions, limit=10):
-    return leases.claim(cursor, worker_id="w", limit=limit, positions=positions)
+    return claims.claim(cursor, worker_id="w", limit=limit, positions=positions)
 
 
 def ack(cursor, jobs):
     pending = [job.lease for job in jobs]
     while pending:
-        busy = leases.ack_many(cursor, pending).busy
+        busy = outcomes.ack(cursor, pending).busy
         pending = [lease for lease in pending if lease.job_id in busy]
 
 
@@ -138,11 +138,11 @@ def front_buffers(connect, positions):
     """Shared buffers the claim's ``front`` CTE reads (EXPLAIN ANALYZE, rolled back)."""
     conn = connect()
     params = {"worker_id": "explain", "kinds": [record.kind], "queue": "default"}
-    params.update(limit=10, front=10 * sql.CLAIM_FRONT_FACTOR)
+    params.update(limit=10, front=10 * sql.claims.CLAIM_FRONT_FACTOR)
     params.update(FROM_THE_START if positions is None else positions.params())
     with conn.transaction(force_rollback=True):
         (document,) = conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql.CLAIM_JOBS_ONE_QUEUE, params
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql.claims.CLAIM_JOBS_ONE_QUEUE, params
         ).fetchone()
     plan = document if isinstance(document, list) else json.loads(document)
 
@@ -180,9 +180,9 @@ def test_a_job_enqueued_behind_the_position_waits_for_the_probe(queue_cursor):
     ack(queue_cursor, claim(queue_cursor, positions))
     (straggler,) = enqueue(1, run_at=timezone.now() - timedelta(days=1))  # behind the position
     assert claim(queue_cursor, positions) == []
-    assert leases.probe_claim_positions(queue_cursor, positions, queues=["default"])
+    assert claims.probe_claim_positions(queue_cursor, positions, queues=["default"])
     assert [job.id for job in claim(queue_cursor, positions)] == [straggler.pk]
-    assert not leases.probe_claim_positions(queue_cursor, positions)  # nothing behind now
+    assert not claims.probe_claim_positions(queue_cursor, positions)  # nothing behind now
 
 
 def test_a_transaction_that_commits_within_the_commit_lag_is_claimed_without_the_probe(
@@ -215,7 +215,7 @@ def test_a_higher_priority_job_is_claimed_at_once_without_the_probe(queue_cursor
 
 def test_a_lapsed_lease_hidden_by_a_lock_is_reclaimed_after_the_probe(connect, queue_cursor):
     (job,) = enqueue(1, visibility_timeout=1)
-    (held,) = leases.claim(queue_cursor, worker_id="dead", limit=1)
+    (held,) = claims.claim(queue_cursor, worker_id="dead", limit=1)
     Job.objects.filter(pk=job.pk).update(lease_deadline=timezone.now() - timedelta(minutes=1))
     locker = connect(autocommit=False)
     locker.execute("SELECT id FROM jobq_job WHERE id = %s FOR UPDATE", [job.pk])
@@ -224,7 +224,7 @@ def test_a_lapsed_lease_hidden_by_a_lock_is_reclaimed_after_the_probe(connect, q
     assert positions.lapsed_from is not None  # ... and now looks only at later lapses
     locker.rollback()
     assert claim(queue_cursor, positions) == []
-    assert leases.probe_claim_positions(queue_cursor, positions)
+    assert claims.probe_claim_positions(queue_cursor, positions)
     (reclaimed,) = claim(queue_cursor, positions)
     assert (reclaimed.id, reclaimed.reclaimed, reclaimed.attempt) == (
         job.pk,
@@ -250,7 +250,7 @@ def test_a_claim_reads_past_a_front_that_other_transactions_hold(connect, queue_
     taken = drain(queue_cursor, positions)
     # In the backlog, the held rows sort before the positions now: only the probe finds
     # them. Fresh ones are within the commit lag: the claims read them again.
-    assert leases.probe_claim_positions(queue_cursor, positions) == (age > timedelta(0))
+    assert claims.probe_claim_positions(queue_cursor, positions) == (age > timedelta(0))
     taken += drain(queue_cursor, positions)
     assert not Job.objects.exists()
     assert len(taken) == 50

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from django_jobq import enqueue_many, leases, sql
+from django_jobq import claims, enqueue_many, outcomes, sql
 from django_jobq.claim_positions import FROM_THE_START
 from django_jobq.models import Job
 from django_jobq.worker import Worker
@@ -28,7 +28,7 @@ def ack_all(cursor, claimed):
     it found just claimed lasts until that claim's statement ends), as the worker does."""
     pending = {job.id: job.lease for job in claimed}
     while pending:
-        written = leases.ack_many(cursor, list(pending.values()))
+        written = outcomes.ack(cursor, list(pending.values()))
         pending = {job_id: lease for job_id, lease in pending.items() if job_id in written.busy}
 
 
@@ -43,7 +43,7 @@ def run_claimers(connect, count, *, limit, rounds=None):
         cursor = connections[index].cursor()
         start.wait()
         while True:
-            claimed = leases.claim(cursor, worker_id=f"claimer-{index}", limit=limit)
+            claimed = claims.claim(cursor, worker_id=f"claimer-{index}", limit=limit)
             if not claimed:
                 return
             results[index].append([job.id for job in claimed])
@@ -69,17 +69,17 @@ def test_two_concurrent_workers_never_get_the_same_job_and_drain_all(connect):
 def test_a_locked_row_is_skipped_not_waited_on(connect):
     first, second = enqueue_labels(2)
     holder = connect(autocommit=False)
-    held = leases.claim(holder.cursor(), worker_id="holder", limit=1)  # transaction left open
+    held = claims.claim(holder.cursor(), worker_id="holder", limit=1)  # transaction left open
     assert [job.id for job in held] == [first.pk]
 
     other = connect()
     # If the claim waited for the holder's row lock, this would fail after 100 ms.
     other.execute("SET lock_timeout = '100ms'")
-    claimed = leases.claim(other.cursor(), worker_id="other", limit=2)
+    claimed = claims.claim(other.cursor(), worker_id="other", limit=2)
     assert [job.id for job in claimed] == [second.pk]
 
     holder.rollback()  # the holder's claim never happened: the row is ready again
-    assert [job.id for job in leases.claim(other.cursor(), worker_id="other", limit=2)] == [
+    assert [job.id for job in claims.claim(other.cursor(), worker_id="other", limit=2)] == [
         first.pk
     ]
 
@@ -95,7 +95,7 @@ def test_claim_never_returns_more_than_its_limit_under_concurrency(connect):
 
 def test_claim_leases_exactly_the_rows_it_returns(queue_cursor):
     enqueue_labels(50)
-    claimed = leases.claim(queue_cursor, worker_id="w", limit=7)
+    claimed = claims.claim(queue_cursor, worker_id="w", limit=7)
     running = Job.objects.filter(status=Job.Status.RUNNING)
     assert len(claimed) == 7
     assert {job.id for job in claimed} == set(running.values_list("id", flat=True))
@@ -109,8 +109,8 @@ def test_non_positive_limit_returns_nothing_without_a_query():
         def execute(self, *args):
             raise AssertionError("claim with limit <= 0 queried the database")
 
-    assert leases.claim(NoQueryCursor(), worker_id="w", limit=0) == []
-    assert leases.claim(NoQueryCursor(), worker_id="w", limit=-1) == []
+    assert claims.claim(NoQueryCursor(), worker_id="w", limit=0) == []
+    assert claims.claim(NoQueryCursor(), worker_id="w", limit=-1) == []
 
 
 def test_claim_order_is_priority_then_run_at_then_id(queue_cursor):
@@ -120,7 +120,7 @@ def test_claim_order_is_priority_then_run_at_then_id(queue_cursor):
     high_early = JobFactory(priority=5, run_at=now - timedelta(minutes=2))
     high_early_twin = JobFactory(priority=5, run_at=high_early.run_at)
     negative = JobFactory(priority=-1, run_at=now - timedelta(hours=1))
-    claimed = leases.claim(queue_cursor, worker_id="w", limit=10)
+    claimed = claims.claim(queue_cursor, worker_id="w", limit=10)
     assert [job.id for job in claimed] == [
         high_early.pk,
         high_early_twin.pk,
@@ -129,7 +129,7 @@ def test_claim_order_is_priority_then_run_at_then_id(queue_cursor):
         negative.pk,
     ]
     one_at_a_time = [JobFactory(priority=p).pk for p in (1, 3, 2)]
-    assert [leases.claim(queue_cursor, worker_id="w", limit=1)[0].id for _ in range(3)] == [
+    assert [claims.claim(queue_cursor, worker_id="w", limit=1)[0].id for _ in range(3)] == [
         one_at_a_time[1],
         one_at_a_time[2],
         one_at_a_time[0],
@@ -163,30 +163,30 @@ def test_a_worker_runs_jobs_in_priority_then_run_at_then_id_order():
 def test_future_run_at_is_not_claimed_early(queue_cursor):
     later = record.using(delay=timedelta(hours=1)).enqueue("later")
     due = record.enqueue("now")
-    assert [job.id for job in leases.claim(queue_cursor, worker_id="w", limit=10)] == [due.pk]
+    assert [job.id for job in claims.claim(queue_cursor, worker_id="w", limit=10)] == [due.pk]
     Job.objects.filter(pk=later.pk).update(run_at=timezone.now() - timedelta(seconds=1))
-    assert [job.id for job in leases.claim(queue_cursor, worker_id="w", limit=10)] == [later.pk]
+    assert [job.id for job in claims.claim(queue_cursor, worker_id="w", limit=10)] == [later.pk]
 
 
 def test_claim_takes_only_the_named_queues(queue_cursor):
     emails = record.using(queue="emails").enqueue("e")
     reports = record.using(queue="reports").enqueue("r")
     other = record.using(queue="other").enqueue("o")
-    claimed = leases.claim(queue_cursor, worker_id="w", limit=10, queues=["emails", "reports"])
+    claimed = claims.claim(queue_cursor, worker_id="w", limit=10, queues=["emails", "reports"])
     assert {job.id for job in claimed} == {emails.pk, reports.pk}
-    claimed = leases.claim(queue_cursor, worker_id="w", limit=10, queues=["other"])
+    claimed = claims.claim(queue_cursor, worker_id="w", limit=10, queues=["other"])
     assert [job.id for job in claimed] == [other.pk]
 
 
 FRONT_STATEMENTS = [
-    (sql.CLAIM_JOBS_ONE_QUEUE, {"queue": "rare"}),
-    (sql.CLAIM_JOBS_QUEUES, {"queues": ["rare", "idle"]}),
-    (sql.CLAIM_JOBS_ANY_QUEUE, {}),
+    (sql.claims.CLAIM_JOBS_ONE_QUEUE, {"queue": "rare"}),
+    (sql.claims.CLAIM_JOBS_QUEUES, {"queues": ["rare", "idle"]}),
+    (sql.claims.CLAIM_JOBS_ANY_QUEUE, {}),
 ]
 WALK_STATEMENTS = [
-    (sql.CLAIM_JOBS_WALK_ONE_QUEUE, {"queue": "rare"}),
-    (sql.CLAIM_JOBS_WALK_QUEUES, {"queues": ["rare", "idle"]}),
-    (sql.CLAIM_JOBS_WALK_ANY_QUEUE, {}),
+    (sql.claims.CLAIM_JOBS_WALK_ONE_QUEUE, {"queue": "rare"}),
+    (sql.claims.CLAIM_JOBS_WALK_QUEUES, {"queues": ["rare", "idle"]}),
+    (sql.claims.CLAIM_JOBS_WALK_ANY_QUEUE, {}),
 ]
 
 
@@ -206,7 +206,7 @@ def explain(conn, statement, params, *, analyze=False):
     """The plan of a claim as a worker's connection would plan it (server-side parameters);
     with ``analyze``, run it (in a transaction rolled back) and return the JSON plan."""
     params = {"limit": 10, "worker_id": "w", "kinds": ["k"], **FROM_THE_START, **params}
-    params["front"] = params["limit"] * sql.CLAIM_FRONT_FACTOR  # as leases.claim passes it
+    params["front"] = params["limit"] * sql.claims.CLAIM_FRONT_FACTOR  # as leases.claim passes it
     if not analyze:
         return "\n".join(row[0] for row in conn.execute("EXPLAIN " + statement, params))
     with conn.transaction(force_rollback=True):
@@ -273,7 +273,7 @@ def test_claim_never_walks_the_jobs_of_kinds_it_does_not_have(connect, statement
     analyzed = explain(conn, statement, params, analyze=True)[0]["Plan"]
     # One seek per (queue, kind) pair and the served kind's rows; never the 20,000.
     assert index_rows_read(analyzed) < 1000, analyzed
-    claimed = leases.claim(conn.cursor(), worker_id="w", limit=10, kinds=["k"], **_queues(params))
+    claimed = claims.claim(conn.cursor(), worker_id="w", limit=10, kinds=["k"], **_queues(params))
     assert [job.kind for job in claimed] == ["k"] * 10
 
 
@@ -294,10 +294,10 @@ def test_claim_with_two_hundred_kinds_reads_an_index_per_kind(connect):
     kinds = [f"kind-{n}" for n in range(200)]
     conn = connect()
     params = {"queue": "rare", "kinds": kinds}
-    plan = explain(conn, sql.CLAIM_JOBS_WALK_ONE_QUEUE, params)
+    plan = explain(conn, sql.claims.CLAIM_JOBS_WALK_ONE_QUEUE, params)
     assert "Seq Scan" not in plan, plan
     assert "Bitmap" not in plan, plan
-    analyzed = explain(conn, sql.CLAIM_JOBS_WALK_ONE_QUEUE, params, analyze=True)[0]["Plan"]
+    analyzed = explain(conn, sql.claims.CLAIM_JOBS_WALK_ONE_QUEUE, params, analyze=True)[0]["Plan"]
     # 201 seeks walking the pairs; the first job of each of the 100 kinds with jobs; up to
     # 10 rows of the 10 kinds whose first jobs come first; 10 locked, 10 leased.
     assert index_rows_read(analyzed) < 201 + 100 + 10 * 10 + 50, analyzed
@@ -307,7 +307,7 @@ def test_sql_names_the_model_tables():
     from django_jobq.models import DeadLetter, DedupKey
 
     assert "INSERT INTO jobq_job " in sql.enqueue.INSERT_JOBS
-    assert "INSERT INTO jobq_dead_letter " in sql.DEAD_LETTER_JOB
+    assert "INSERT INTO jobq_dead_letter " in sql.outcomes.DEAD_LETTER_JOB
     assert (Job._meta.db_table, DeadLetter._meta.db_table, DedupKey._meta.db_table) == (
         "jobq_job",
         "jobq_dead_letter",
@@ -340,10 +340,10 @@ def test_with_a_million_jobs_every_claim_is_an_index_scan(connect):
         cursor.execute("ANALYZE jobq_job")
     conn = connect()
     for statement, params in [
-        (sql.CLAIM_JOBS_ONE_QUEUE, {"queue": "q3"}),
-        (sql.CLAIM_JOBS_ANY_QUEUE, {}),
-        (sql.CLAIM_JOBS_WALK_ONE_QUEUE, {"queue": "q3"}),
-        (sql.CLAIM_JOBS_WALK_ANY_QUEUE, {}),
+        (sql.claims.CLAIM_JOBS_ONE_QUEUE, {"queue": "q3"}),
+        (sql.claims.CLAIM_JOBS_ANY_QUEUE, {}),
+        (sql.claims.CLAIM_JOBS_WALK_ONE_QUEUE, {"queue": "q3"}),
+        (sql.claims.CLAIM_JOBS_WALK_ANY_QUEUE, {}),
     ]:
         plan = explain(conn, statement, {"limit": 100, **params})
         assert "Seq Scan" not in plan, plan
@@ -352,19 +352,19 @@ def test_with_a_million_jobs_every_claim_is_an_index_scan(connect):
         if "WITH RECURSIVE" in statement:
             assert "Scan using jobq_job_kind_claim_idx" in plan, plan  # the (queue, kind) walk
     # And it claims what it should: lapsed leases first, then ready jobs in claim order.
-    reclaimed = leases.claim(conn.cursor(), worker_id="w2", limit=100, kinds=["k"])
+    reclaimed = claims.claim(conn.cursor(), worker_id="w2", limit=100, kinds=["k"])
     assert [job.attempt for job in reclaimed] == [2] * 100
-    ready = leases.claim(conn.cursor(), worker_id="w2", limit=100, queues=["q3"], kinds=["k"])
+    ready = claims.claim(conn.cursor(), worker_id="w2", limit=100, queues=["q3"], kinds=["k"])
     assert [(job.attempt, job.priority) for job in ready] == [(1, 2)] * 100
 
 
 def test_claim_takes_only_the_kinds_given_and_leaves_the_others_ready(queue_cursor):
     mine = JobFactory(kind="kinds.mine")
     theirs = JobFactory(kind="kinds.theirs", priority=9)
-    claimed = leases.claim(queue_cursor, worker_id="w", limit=10, kinds=["kinds.mine"])
+    claimed = claims.claim(queue_cursor, worker_id="w", limit=10, kinds=["kinds.mine"])
     assert [job.id for job in claimed] == [mine.pk]
     assert Job.objects.get(pk=theirs.pk).status == Job.Status.READY
-    assert leases.claim(queue_cursor, worker_id="w", limit=10, kinds=[]) == []
+    assert claims.claim(queue_cursor, worker_id="w", limit=10, kinds=[]) == []
 
 
 def test_claim_order_holds_across_kinds_and_queues(queue_cursor):
@@ -386,12 +386,12 @@ def test_claim_order_holds_across_kinds_and_queues(queue_cursor):
     for queues in (None, ["a", "b"]):
         Job.objects.update(status=Job.Status.READY, attempts=0)
         one_by_one = [
-            leases.claim(queue_cursor, worker_id="w", limit=1, queues=queues, kinds=kinds)[0].id
+            claims.claim(queue_cursor, worker_id="w", limit=1, queues=queues, kinds=kinds)[0].id
             for _ in rows
         ]
         assert one_by_one == expected
     Job.objects.update(status=Job.Status.READY, attempts=0)
-    claimed = leases.claim(queue_cursor, worker_id="w", limit=4, queues=None, kinds=kinds)
+    claimed = claims.claim(queue_cursor, worker_id="w", limit=4, queues=None, kinds=kinds)
     assert [job.id for job in claimed] == expected[:4]
 
 
@@ -399,11 +399,11 @@ def test_a_locked_candidate_is_replaced_by_the_next_job_of_its_kind(connect):
     first, second, third = (JobFactory(kind="kinds.mine").pk for _ in range(3))
     other = JobFactory(kind="kinds.other", run_at=timezone.now() - timedelta(days=1)).pk
     holder = connect(autocommit=False)
-    held = leases.claim(holder.cursor(), worker_id="holder", limit=1, kinds=["kinds.mine"])
+    held = claims.claim(holder.cursor(), worker_id="holder", limit=1, kinds=["kinds.mine"])
     assert [job.id for job in held] == [first]  # transaction left open: the row stays locked
     claimer = connect()
     claimer.execute("SET lock_timeout = '100ms'")  # a wait for the holder would fail
-    claimed = leases.claim(claimer.cursor(), worker_id="w", limit=2, kinds=["kinds.mine"])
+    claimed = claims.claim(claimer.cursor(), worker_id="w", limit=2, kinds=["kinds.mine"])
     assert sorted(job.id for job in claimed) == [second, third]
     holder.rollback()
     assert Job.objects.get(pk=other).status == Job.Status.READY
@@ -416,24 +416,25 @@ def test_a_lapsed_lease_of_a_kind_the_worker_lacks_is_left_for_another(queue_cur
         attempts=1,
         lease_deadline=timezone.now() - timedelta(seconds=5),
     )
-    assert leases.claim(queue_cursor, worker_id="w", limit=5, kinds=["kinds.mine"]) == []
-    reclaimed = leases.claim(queue_cursor, worker_id="w", limit=5, kinds=["kinds.theirs"])
+    assert claims.claim(queue_cursor, worker_id="w", limit=5, kinds=["kinds.mine"]) == []
+    reclaimed = claims.claim(queue_cursor, worker_id="w", limit=5, kinds=["kinds.theirs"])
     assert [(job.id, job.attempt) for job in reclaimed] == [(lapsed.pk, 2)]
 
 
 def test_a_kind_whose_first_job_is_not_due_yields_its_first_due_one(queue_cursor):
     JobFactory(kind="kinds.mine", priority=9, run_at=timezone.now() + timedelta(hours=1))
     due = JobFactory(kind="kinds.mine", priority=0, run_at=timezone.now() - timedelta(minutes=1))
-    claimed = leases.claim(queue_cursor, worker_id="w", limit=5, kinds=["kinds.mine"])
+    claimed = claims.claim(queue_cursor, worker_id="w", limit=5, kinds=["kinds.mine"])
     assert [job.id for job in claimed] == [due.pk]
 
 
 class CountingCursor:
-    """A real cursor that records the statements it runs."""
+    """A real cursor that records the statements it (and the cursors made on its
+    connection, as the claim's typed ones are) runs."""
 
-    def __init__(self, cursor):
+    def __init__(self, cursor, statements=None):
         self.cursor = cursor
-        self.statements = []
+        self.statements = [] if statements is None else statements
 
     def execute(self, query, params=None, /):
         self.statements.append(query)
@@ -445,6 +446,27 @@ class CountingCursor:
     @property
     def description(self):
         return self.cursor.description
+
+    @property
+    def connection(self):
+        return CountingConnection(self.cursor.connection, self.statements)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.cursor.close()
+
+
+class CountingConnection:
+    """A real connection whose cursors record their statements in ``statements``."""
+
+    def __init__(self, connection, statements):
+        self._connection = connection
+        self._statements = statements
+
+    def cursor(self, **options):
+        return CountingCursor(self._connection.cursor(**options), self._statements)
 
 
 def create_jobs(count, **fields):
@@ -459,20 +481,23 @@ def test_a_claim_served_at_the_front_is_one_small_statement(queue_cursor, jobs):
     create_jobs(jobs, kind="kinds.mine")
     create_jobs(15, kind="kinds.other", priority=-1)  # the front of 20 holds them all
     cursor = CountingCursor(queue_cursor)
-    claimed = leases.claim(cursor, worker_id="w", limit=10, kinds=["kinds.mine"])
+    claimed = claims.claim(cursor, worker_id="w", limit=10, kinds=["kinds.mine"])
     assert len(claimed) == min(jobs, 10)
-    assert cursor.statements == [sql.CLAIM_JOBS_ANY_QUEUE]
+    assert cursor.statements == [sql.claims.CLAIM_JOBS_ANY_QUEUE]
 
 
 def test_the_walk_claims_the_served_jobs_behind_a_thousand_unserved_ones(queue_cursor):
     unserved = create_jobs(1000, kind="kinds.other")
     served = create_jobs(15, kind="kinds.mine", priority=-1)
     cursor = CountingCursor(queue_cursor)
-    claimed = leases.claim(
+    claimed = claims.claim(
         cursor, worker_id="w", limit=10, queues=["default"], kinds=["kinds.mine"]
     )
     assert [job.id for job in claimed] == [job.pk for job in served[:10]]
-    assert cursor.statements == [sql.CLAIM_JOBS_ONE_QUEUE, sql.CLAIM_JOBS_WALK_ONE_QUEUE]
+    assert cursor.statements == [
+        sql.claims.CLAIM_JOBS_ONE_QUEUE,
+        sql.claims.CLAIM_JOBS_WALK_ONE_QUEUE,
+    ]
     assert Job.objects.filter(pk__in=[job.pk for job in unserved], status="ready").count() == 1000
 
 
@@ -482,7 +507,10 @@ def test_a_front_claim_short_of_its_limit_is_topped_up_by_the_walk(queue_cursor)
     create_jobs(16, kind="kinds.other", priority=1)
     behind = create_jobs(10, kind="kinds.mine")
     cursor = CountingCursor(queue_cursor)
-    claimed = leases.claim(cursor, worker_id="w", limit=10, kinds=["kinds.mine"])
+    claimed = claims.claim(cursor, worker_id="w", limit=10, kinds=["kinds.mine"])
     assert [job.priority for job in claimed] == [2] * 4 + [0] * 6
     assert [job.id for job in claimed[4:]] == [job.pk for job in behind[:6]]
-    assert cursor.statements == [sql.CLAIM_JOBS_ANY_QUEUE, sql.CLAIM_JOBS_WALK_ANY_QUEUE]
+    assert cursor.statements == [
+        sql.claims.CLAIM_JOBS_ANY_QUEUE,
+        sql.claims.CLAIM_JOBS_WALK_ANY_QUEUE,
+    ]

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from django_jobq import db, leases
+from django_jobq import claims, db
 from django_jobq.models import Job
 from django_jobq.worker.heartbeat import Heartbeater
 from django_jobq.worker.held import HeldJob, HeldJobs, Progress
@@ -108,7 +108,7 @@ def test_connections_have_server_side_timeouts_derived_from_the_lease(settings):
 def claimed_held(queue_cursor, count):
     for n in range(count):
         record.using(visibility_timeout=timedelta(seconds=1)).enqueue(f"held {n}")
-    return [HeldJob(job) for job in leases.claim(queue_cursor, worker_id="hb", limit=count)]
+    return [HeldJob(job) for job in claims.claim(queue_cursor, worker_id="hb", limit=count)]
 
 
 def deadline(held):

@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_jobq import leases
+from django_jobq import claims, leases, outcomes
 from django_jobq.models import DeadLetter, Job
 from tests.testapp.jobs import record
 
@@ -16,25 +16,25 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def claimed(queue_cursor):
     record.enqueue("x")
-    (job,) = leases.claim(queue_cursor, worker_id="w", limit=1)
+    (job,) = claims.claim(queue_cursor, worker_id="w", limit=1)
     return job
 
 
 def test_ack_deletes_the_job_once(queue_cursor, claimed):
-    assert leases.ack(queue_cursor, claimed.id, claimed.attempt) is True
+    assert outcomes.ack_in_transaction(queue_cursor, claimed.id, claimed.attempt) is True
     assert not Job.objects.exists()
-    assert leases.ack(queue_cursor, claimed.id, claimed.attempt) is False
+    assert outcomes.ack_in_transaction(queue_cursor, claimed.id, claimed.attempt) is False
 
 
 @pytest.mark.parametrize(
     "write",
     [
-        lambda cursor, job_id, attempt: leases.ack(cursor, job_id, attempt),
-        lambda cursor, job_id, attempt: leases.retry(
-            cursor, job_id, attempt, delay=0, error="late"
+        lambda cursor, job_id, attempt: outcomes.ack_in_transaction(cursor, job_id, attempt),
+        lambda cursor, job_id, attempt: bool(
+            outcomes.retry(cursor, job_id, attempt, delay=0, error="late")
         ),
-        lambda cursor, job_id, attempt: leases.dead_letter(
-            cursor, job_id, attempt, reason="failed", error="late"
+        lambda cursor, job_id, attempt: bool(
+            outcomes.dead_letter(cursor, job_id, attempt, reason="failed", error="late")
         ),
         lambda cursor, job_id, attempt: bool(
             leases.release(cursor, [leases.Lease(job_id, attempt)])
@@ -55,20 +55,20 @@ def test_a_stale_attempt_cannot_write(queue_cursor, claimed, write):
 
 def test_writes_about_a_job_that_is_not_running_are_refused(queue_cursor):
     ready = record.enqueue("never claimed")
-    assert leases.ack(queue_cursor, ready.pk, 0) is False
+    assert outcomes.ack_in_transaction(queue_cursor, ready.pk, 0) is False
     assert Job.objects.filter(pk=ready.pk).exists()
 
 
 def test_retry_makes_the_job_ready_later_and_keeps_its_attempt_count(queue_cursor, claimed):
-    assert leases.retry(queue_cursor, claimed.id, claimed.attempt, delay=60, error="E: x")
+    assert outcomes.retry(queue_cursor, claimed.id, claimed.attempt, delay=60, error="E: x")
     job = Job.objects.get()
     assert (job.status, job.attempts, job.last_error, job.worker_id) == ("ready", 1, "E: x", "")
     assert job.lease_deadline is None
-    assert leases.claim(queue_cursor, worker_id="w", limit=1) == []  # not due for a minute
+    assert claims.claim(queue_cursor, worker_id="w", limit=1) == []  # not due for a minute
 
 
 def test_dead_letter_moves_the_job_with_its_reason_in_one_statement(queue_cursor, claimed):
-    assert leases.dead_letter(
+    assert outcomes.dead_letter(
         queue_cursor,
         claimed.id,
         claimed.attempt,
@@ -95,7 +95,7 @@ def test_release_gives_back_the_attempt(queue_cursor, claimed):
     assert leases.release(queue_cursor, [claimed.lease]) == {claimed.id}
     job = Job.objects.get()
     assert (job.status, job.attempts, job.worker_id, job.started_at) == ("ready", 0, "", None)
-    (again,) = leases.claim(queue_cursor, worker_id="w2", limit=1)
+    (again,) = claims.claim(queue_cursor, worker_id="w2", limit=1)
     assert again.attempt == 1
 
 
@@ -120,23 +120,23 @@ def test_heartbeat_is_refused_once_the_deadline_has_passed(queue_cursor, claimed
 
 
 def test_a_lapsed_lease_is_reclaimed_and_consumes_an_attempt(queue_cursor, claimed):
-    assert leases.claim(queue_cursor, worker_id="w2", limit=1) == []  # lease still held
+    assert claims.claim(queue_cursor, worker_id="w2", limit=1) == []  # lease still held
     expire(claimed.id)
-    (again,) = leases.claim(queue_cursor, worker_id="w2", limit=1)
+    (again,) = claims.claim(queue_cursor, worker_id="w2", limit=1)
     assert (again.id, again.attempt) == (claimed.id, 2)
-    assert leases.ack(queue_cursor, claimed.id, claimed.attempt) is False
-    assert leases.ack(queue_cursor, again.id, again.attempt) is True
+    assert outcomes.ack_in_transaction(queue_cursor, claimed.id, claimed.attempt) is False
+    assert outcomes.ack_in_transaction(queue_cursor, again.id, again.attempt) is True
 
 
 def test_an_ack_after_the_deadline_is_accepted_if_nobody_reclaimed(queue_cursor, claimed):
     expire(claimed.id)
-    assert leases.ack(queue_cursor, claimed.id, claimed.attempt) is True
+    assert outcomes.ack_in_transaction(queue_cursor, claimed.id, claimed.attempt) is True
 
 
 def test_reclaims_come_before_ready_jobs_and_share_the_limit(queue_cursor, claimed):
     ready = [record.enqueue(f"r{n}") for n in range(3)]
     expire(claimed.id)
-    jobs = leases.claim(queue_cursor, worker_id="w2", limit=2)
+    jobs = claims.claim(queue_cursor, worker_id="w2", limit=2)
     assert {job.id for job in jobs} == {claimed.id, ready[0].pk}
 
 
@@ -152,7 +152,7 @@ def test_heartbeat_and_reclaim_racing_never_leave_two_live_attempts(connect):
     job = record.using(visibility_timeout=0.05).enqueue("raced")
     outcomes = {"heartbeat won": 0, "reclaim won": 0}
     for _ in range(150):
-        (held,) = leases.claim(heart, worker_id="holder", limit=1) or leases.claim(
+        (held,) = claims.claim(heart, worker_id="holder", limit=1) or claims.claim(
             thief, worker_id="holder", limit=1
         )
         Job.objects.filter(pk=job.pk).update(worker_id="holder")
@@ -166,7 +166,7 @@ def test_heartbeat_and_reclaim_racing_never_leave_two_live_attempts(connect):
 
         def steal(results=results, start=start):
             start.wait()
-            results["reclaim"] = leases.claim(thief, worker_id="thief", limit=1)
+            results["reclaim"] = claims.claim(thief, worker_id="thief", limit=1)
 
         threads = [threading.Thread(target=beat), threading.Thread(target=steal)]
         for thread in threads:

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import pytest
 from django.db import DatabaseError, connection, connections, transaction
 
-from django_jobq import enqueue_many, leases
+from django_jobq import claims, enqueue_many, leases, outcomes
 from django_jobq.models import DeadLetter, Job
 from django_jobq.worker import Worker
 from tests.conftest import run_together, wait_until
@@ -226,29 +226,29 @@ def test_keyed_enqueue_many_racing_with_workers_never_deadlocks(queue_cursor):
 
 def test_every_fenced_write_skips_a_locked_row_and_reports_it_busy(connect, queue_cursor):
     record.enqueue("locked")
-    (job,) = leases.claim(queue_cursor, worker_id="w", limit=1)
+    (job,) = claims.claim(queue_cursor, worker_id="w", limit=1)
     before = Job.objects.values().get(pk=job.id)
     with operator_locking_the_row(connect, Job.objects.get(pk=job.id)):
-        acked = leases.ack_many(queue_cursor, [job.lease])
+        acked = outcomes.ack(queue_cursor, [job.lease])
         extended = leases.heartbeat(queue_cursor, [job.lease])
         released = leases.release(queue_cursor, [job.lease])
         assert (set(acked), acked.busy) == (set(), {job.id})
         assert (dict(extended), extended.busy) == ({}, {job.id})
         assert (set(released), released.busy) == (set(), {job.id})
         with pytest.raises(leases.LeaseBusy):
-            leases.retry(queue_cursor, job.id, job.attempt, delay=0, error="x")
+            outcomes.retry(queue_cursor, job.id, job.attempt, delay=0, error="x")
         with pytest.raises(leases.LeaseBusy):
-            leases.dead_letter(queue_cursor, job.id, job.attempt, reason="failed")
+            outcomes.dead_letter(queue_cursor, job.id, job.attempt, reason="failed")
         # A stale attempt is lost, not busy, even while the row is locked.
         stale = leases.Lease(job.id, job.attempt + 1)
-        assert leases.ack_many(queue_cursor, [stale]).busy == frozenset()
+        assert outcomes.ack(queue_cursor, [stale]).busy == frozenset()
     assert Job.objects.values().get(pk=job.id) == before
-    assert leases.ack_many(queue_cursor, [job.lease]) == {job.id}
+    assert outcomes.ack(queue_cursor, [job.lease]) == {job.id}
 
 
 def test_a_table_lock_on_the_dead_letters_delays_only_that_jobs_dead_letter(connect):
     # A CREATE INDEX (or LOCK TABLE) on jobq_dead_letter: the dead letter's insert waits a
-    # moment at most (sql.locks.SET_SHORT_LOCK_TIMEOUT), then the outcome stays pending while the
+    # moment at most (sql.outcomes.SET_SHORT_LOCK_TIMEOUT), then the outcome stays pending while the
     # worker records the others and claims on.
     operator = connect(autocommit=False)
     operator.execute("LOCK TABLE jobq_dead_letter IN ACCESS EXCLUSIVE MODE")

@@ -12,11 +12,11 @@ from django.db import connection, transaction
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
-from django_jobq import leases
+from django_jobq import claims
 from django_jobq.models import Job
+from django_jobq.outcomes import Action, Outcome
 from django_jobq.worker import Worker
 from django_jobq.worker.completer import Completer
-from django_jobq.worker.executor import Action, Outcome
 from django_jobq.worker.heartbeat import Heartbeater
 from django_jobq.worker.held import HeldJob, HeldJobs
 from django_jobq.worker.observer import Observer
@@ -126,10 +126,10 @@ def test_refused_writes_and_heartbeats_are_counted(queue_cursor):
     before = {op: value(refused, operation=op) for op in ("ack", "retry", "heartbeat")}
     for label in ("a", "b", "c"):
         record.using(queue=queue, visibility_timeout=0.001).enqueue(label)
-    jobs = leases.claim(queue_cursor, worker_id="stalled", limit=3, queues=[queue])
+    jobs = claims.claim(queue_cursor, worker_id="stalled", limit=3, queues=[queue])
     # Their leases lapse at once; another worker reclaims all three.
     wait_until(
-        lambda: leases.claim(queue_cursor, worker_id="other", limit=3, queues=[queue]),
+        lambda: claims.claim(queue_cursor, worker_id="other", limit=3, queues=[queue]),
         what="the reclaim",
     )
     observer = Observer(worker_id="stalled", queues=[queue], concurrency=1, kinds=[])
@@ -149,7 +149,7 @@ def test_refused_writes_and_heartbeats_are_counted(queue_cursor):
 
     beats = value("jobq_heartbeats_total", queue="metrics-heartbeat")
     record.using(queue="metrics-heartbeat").enqueue("d")
-    (fresh,) = leases.claim(queue_cursor, worker_id="w", limit=1, queues=["metrics-heartbeat"])
+    (fresh,) = claims.claim(queue_cursor, worker_id="w", limit=1, queues=["metrics-heartbeat"])
     assert extend_once([fresh], "w")
     assert value("jobq_heartbeats_total", queue="metrics-heartbeat") - beats == 1
 

@@ -12,12 +12,12 @@ import threading
 import pytest
 from django.db import connection
 
-from django_jobq import job, leases, registry, text
+from django_jobq import claims, job, registry, text
 from django_jobq.models import DeadLetter, Job
+from django_jobq.outcomes import Action, Outcome
 from django_jobq.task_framework import InvalidTask, TaskResultStatus
 from django_jobq.worker import Worker
 from django_jobq.worker.completer import Completer
-from django_jobq.worker.executor import Action, Outcome
 from django_jobq.worker.observer import Observer
 from tests.conftest import REPO_ROOT, wait_until
 from tests.testapp import tasks
@@ -121,7 +121,7 @@ def test_a_batched_ack_that_fails_for_one_job_records_the_others(refuse, queue_c
     refuse("outcomes_refuse_delete", "BEFORE DELETE ON jobq_job", row="OLD")
     for label in ("a", "refused", "b", "c"):
         outcomes_record.enqueue(label)
-    claimed = leases.claim(queue_cursor, worker_id="test", limit=4, queues=["outcomes"])
+    claimed = claims.claim(queue_cursor, worker_id="test", limit=4, queues=["outcomes"])
     completer, applied = _completer()
     completer.pending = [Outcome(job, Action.ACK, duration=0.01) for job in claimed]
 

@@ -20,7 +20,7 @@ from django.core.management import call_command
 from django.db import IntegrityError, OperationalError, connection
 from django.db.migrations.recorder import MigrationRecorder
 
-from django_jobq import leases, operations, sql, stats
+from django_jobq import claims, operations, sql, stats
 from django_jobq.conf import MAX_DURATION
 from django_jobq.models import JOB_INSERT_CONSTRAINTS, DeadLetter, Job
 from django_jobq.task_framework import TaskResultStatus
@@ -75,7 +75,7 @@ def test_the_claim_leases_a_poison_row_and_names_its_problem(case, queue_cursor)
     columns, reason = CLAIMED_POISON[case]
     poison_id = insert_row(columns)
     healthy = record.enqueue("healthy")
-    claimed = {job.id: job for job in leases.claim(queue_cursor, worker_id="w", limit=10)}
+    claimed = {job.id: job for job in claims.claim(queue_cursor, worker_id="w", limit=10)}
     assert set(claimed) == {poison_id, healthy.pk}
     assert (claimed[healthy.pk].poison, claimed[healthy.pk].payload) == ("", {"label": "healthy"})
     poisoned = claimed[poison_id]

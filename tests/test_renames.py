@@ -155,7 +155,7 @@ def test_jobs_stored_under_an_old_kind_run_once_on_the_new_handler():
 def test_a_job_line_names_the_stored_kind_and_the_handler():
     from types import SimpleNamespace
 
-    from django_jobq.worker.executor import Action
+    from django_jobq.outcomes import Action
 
     def fields(kind):
         stored = SimpleNamespace(id=1, queue="renames", kind=kind, attempt=1, max_attempts=3)

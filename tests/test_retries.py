@@ -10,7 +10,7 @@ import pytest
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_jobq import leases
+from django_jobq import claims
 from django_jobq.backoff import ExponentialBackoff, FixedBackoff
 from django_jobq.exceptions import Retry
 from django_jobq.models import DeadLetter, Job
@@ -160,7 +160,7 @@ def test_cancel_removes_a_ready_job_but_not_a_running_one(queue_cursor):
     ready = record.enqueue("ready")
     running = record.enqueue("running")
     Job.objects.filter(pk=ready.pk).update(priority=-1)
-    (claimed,) = leases.claim(queue_cursor, worker_id="w", limit=1)
+    (claimed,) = claims.claim(queue_cursor, worker_id="w", limit=1)
     assert claimed.id == running.pk
     assert cancel(running.pk) is False
     assert cancel(ready.pk) is True

@@ -24,7 +24,7 @@ from django.db import connection, connections
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_jobq import Schedule, enqueue, job, leases, registry, scheduling, sql
+from django_jobq import Schedule, claims, enqueue, job, registry, scheduling, sql
 from django_jobq.checks import check_schedules, check_settings
 from django_jobq.conf import get_settings
 from django_jobq.models import Job
@@ -444,7 +444,7 @@ def test_an_idle_worker_wakes_for_a_delayed_job_before_its_poll_interval():
 @needs_db
 def test_an_idle_worker_wakes_at_another_workers_lease_deadline(queue_cursor):
     record.using(visibility_timeout=1).enqueue("orphaned")
-    assert len(leases.claim(queue_cursor, worker_id="crashed", limit=1)) == 1
+    assert len(claims.claim(queue_cursor, worker_id="crashed", limit=1)) == 1
     worker = Worker(poll_interval=30)
     run_worker_until(worker, Effect.objects.exists, "the orphaned job to be reclaimed")
     assert Effect.objects.get().label == "orphaned"
@@ -472,10 +472,10 @@ def test_jobq_worker_runs_the_scheduler_unless_told_not_to(temp_registry, flag, 
 @pytest.mark.parametrize(
     ("statement", "params", "index"),
     [
-        (sql.SECONDS_UNTIL_DUE_ONE_QUEUE, {"queue": "rare"}, "jobq_job_claim_idx"),
-        (sql.SECONDS_UNTIL_DUE_ANY_QUEUE, {}, "jobq_job_claim_all_idx"),
+        (sql.claims.SECONDS_UNTIL_DUE_ONE_QUEUE, {"queue": "rare"}, "jobq_job_claim_idx"),
+        (sql.claims.SECONDS_UNTIL_DUE_ANY_QUEUE, {}, "jobq_job_claim_all_idx"),
         # Several queues: either claim index, whichever the planner finds cheaper.
-        (sql.SECONDS_UNTIL_DUE_QUEUES, {"queues": ["rare", "other"]}, "jobq_job_claim"),
+        (sql.claims.SECONDS_UNTIL_DUE_QUEUES, {"queues": ["rare", "other"]}, "jobq_job_claim"),
     ],
 )
 @needs_db
@@ -522,7 +522,7 @@ def test_the_wake_up_query_reads_only_the_leases_that_lapse_within_the_horizon(c
     conn = connect()
     params = {"held": [], "queue": "rare", "horizon": 5}
     ((plan,),) = conn.execute(
-        "EXPLAIN (ANALYZE, FORMAT JSON) " + sql.SECONDS_UNTIL_DUE_ONE_QUEUE, params
+        "EXPLAIN (ANALYZE, FORMAT JSON) " + sql.claims.SECONDS_UNTIL_DUE_ONE_QUEUE, params
     ).fetchall()
 
     def lease_scans(node):

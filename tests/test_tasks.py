@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_jobq import leases, registry
+from django_jobq import claims, enqueue, outcomes, registry
 from django_jobq.checks import check_tasks_backends
 from django_jobq.conf import validate_tasks_backend
 from django_jobq.models import DeadLetter, Job, StoredTaskResult
@@ -114,7 +114,7 @@ def test_the_backend_supports_deferral_async_tasks_results_and_priorities():
 def test_enqueue_writes_a_job_and_a_ready_result_in_the_callers_transaction(queue_cursor):
     with transaction.atomic():
         result = tasks.record.enqueue("hello")
-        assert leases.claim(queue_cursor, worker_id="w", limit=10) == []  # not committed yet
+        assert claims.claim(queue_cursor, worker_id="w", limit=10) == []  # not committed yet
     assert result.status == TaskResultStatus.READY
     assert (result.args, result.kwargs, result.backend) == (["hello"], {}, "default")
     job = Job.objects.get()
@@ -159,7 +159,7 @@ def test_a_caller_in_another_database_enqueues_at_its_commit(signals):
 def test_priorities_are_kept_exactly_and_higher_runs_first(queue_cursor):
     for priority in (-100, 0, 100, 7):
         tasks.add.using(priority=priority).enqueue(1, 1)
-    claimed = leases.claim(queue_cursor, worker_id="w", limit=10)
+    claimed = claims.claim(queue_cursor, worker_id="w", limit=10)
     assert [job.priority for job in claimed] == [100, 7, 0, -100]
 
 
@@ -167,7 +167,7 @@ def test_run_after_defers_the_job(queue_cursor):
     later = timezone.now() + timedelta(hours=1)
     result = tasks.add.using(run_after=later).enqueue(1, 1)
     assert Job.objects.get().run_at == later
-    assert leases.claim(queue_cursor, worker_id="w", limit=10) == []
+    assert claims.claim(queue_cursor, worker_id="w", limit=10) == []
     assert tasks.add.get_result(result.id).task.run_after == later
 
 
@@ -249,6 +249,30 @@ def test_a_worker_runs_the_task_and_stores_its_return_value(signals):
     ]
 
 
+def test_one_ack_statement_records_a_tasks_job_with_its_result_and_a_plain_job(queue_cursor):
+    # The outcome statements serve plain jobs and tasks' jobs alike: the task part (here its
+    # return value) is NULL for a plain job, whose ack then writes no result.
+    result = tasks.record.enqueue("together")
+    plain = enqueue("tests.testapp.jobs.record", {"label": "plain"})
+    jobs = claims.claim(queue_cursor, worker_id="w", limit=2)
+    (plain_job,) = [job for job in jobs if job.id == plain.pk]
+    (task_job,) = [job for job in jobs if job.id != plain.pk]
+    acked = outcomes.ack(
+        queue_cursor,
+        [task_job.lease, plain_job.lease],
+        return_values=['{"recorded": "together"}', None],
+    )
+
+    assert acked == {task_job.id, plain_job.id} and not acked.busy
+    assert [stored.id for stored in acked.results] == [result.id]
+    assert acked.results[0].status == "SUCCESSFUL"
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == {"recorded": "together"}
+    assert StoredTaskResult.objects.count() == 1
+    assert not Job.objects.exists()
+
+
 def test_an_async_task_runs():
     result = tasks.async_double.enqueue(21)
     run_burst()
@@ -301,7 +325,7 @@ def test_a_dead_lettered_task_fails_with_every_error_and_a_redrive_makes_it_read
 def test_a_task_whose_final_attempt_lapsed_fails_without_running_again(queue_cursor):
     with with_options(MAX_ATTEMPTS=1):
         result = tasks.record.enqueue("once")
-    (claimed,) = leases.claim(queue_cursor, worker_id="died", limit=1)  # then it crashed
+    (claimed,) = claims.claim(queue_cursor, worker_id="died", limit=1)  # then it crashed
     Job.objects.update(lease_deadline=timezone.now() - timedelta(seconds=1))
     run_burst()
     result.refresh()

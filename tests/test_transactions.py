@@ -3,14 +3,14 @@
 import pytest
 from django.db import transaction
 
-from django_jobq import leases
+from django_jobq import claims
 from django_jobq.models import Job
 from tests.testapp.jobs import record
 from tests.testapp.models import Effect
 
 
 def claim_all(cursor):
-    return leases.claim(cursor, worker_id="test", limit=100)
+    return claims.claim(cursor, worker_id="test", limit=100)
 
 
 @pytest.mark.django_db(transaction=True)

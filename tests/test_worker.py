@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_jobq import leases, registry
+from django_jobq import claims, registry
 from django_jobq.models import DeadLetter, Job
 from django_jobq.worker import Worker
 from tests.conftest import wait_until
@@ -151,7 +151,7 @@ def test_a_job_past_max_runtime_is_no_longer_heartbeated(caplog, queue_cursor):
             what="the worker to claim the job",
         )
         (reclaimed,) = wait_until(
-            lambda: leases.claim(queue_cursor, worker_id="other", limit=1, queues=["leases"]),
+            lambda: claims.claim(queue_cursor, worker_id="other", limit=1, queues=["leases"]),
             what="the overrunning job's lease to lapse",
         )
         assert (reclaimed.id, reclaimed.attempt) == (job.pk, 2)

@@ -1,9 +1,9 @@
 """Applies verdicts: ack successes in one batch, retry or dead-letter the rest.
 
-Every write is fenced by the job's attempt (see :mod:`django_jobq.leases`); a write that
-matches nothing means the lease was lost (another attempt holds the job) and is only logged.
-The jobs of Django tasks are recorded by :mod:`django_jobq.task_results` (their statements
-also write the task's result); this module logs and counts them.
+Every write is made by the outcome recorder (:mod:`django_jobq.outcomes`), fenced by the
+job's attempt; a write that matches nothing means the lease was lost (another attempt holds
+the job) and is only logged. The jobs of Django tasks are recorded by the same statements,
+which also write the task's result (the recorder's hook, :mod:`django_jobq.task_results`).
 
 A write that fails is that job's problem, unless the connection is (see :meth:`Completer.flush`):
 the others are recorded, and the job gets a dead letter "outcome could not be recorded: …".
@@ -16,13 +16,14 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import psycopg
 
-from .. import faults, leases, sql, task_results, text
+from .. import faults, outcomes, sql, task_results, text
+from ..leases import LeaseBusy
 from ..models import DeadLetter
-from .executor import Action, Outcome
+from ..outcomes import Action, Outcome
 from .observer import Observer, log_fields, outcome_name
 
 logger = logging.getLogger("django_jobq.worker")
@@ -38,8 +39,8 @@ _WHAT = {
 
 
 @dataclass
-class Tally:
-    """Counts of applied outcomes since the worker started."""
+class OutcomeCounts:
+    """How many outcomes of each kind the worker recorded since it started."""
 
     succeeded: int = 0
     retried: int = 0
@@ -71,14 +72,14 @@ class Completer:
         self._on_applied = on_applied
         self._observer = observer
         self.pending: list[Outcome] = []
-        self.tally = Tally()
+        self.tally = OutcomeCounts()
+        self._recorder = outcomes.Recorder(task_results.TaskOutcomes())
         self._let_go: set[int] = set()  # id() of the pending outcomes done with in this flush
 
-    def flush(self, cursor: leases.Cursor) -> None:
-        """Apply every pending outcome: the acks of tasks' jobs in one statement, the other
-        acks in another, then each retry and dead letter. An outcome whose job's row another
-        transaction has locked (busy, see :mod:`django_jobq.leases`) is not written and stays
-        pending for the next call.
+    def flush(self, cursor: psycopg.Cursor[Any]) -> None:
+        """Apply every pending outcome: the acks in one statement, then each retry and dead
+        letter. An outcome whose job's row another transaction has locked (busy, see
+        :mod:`django_jobq.leases`) is not written and stays pending for the next call.
 
         A statement that fails for a reason of the job's data (``psycopg.DatabaseError``
         other than ``OperationalError``: a value the column refuses, a constraint or a
@@ -96,19 +97,12 @@ class Completer:
         """
         if not self.pending:
             return
-        tasks: list[Outcome] = []
-        jobs: list[Outcome] = []
-        others: list[Outcome] = []
-        for outcome in self.pending:
-            if outcome.action is not Action.ACK:
-                others.append(outcome)
-            else:
-                (tasks if task_results.is_task_outcome(outcome) else jobs).append(outcome)
+        acks = [outcome for outcome in self.pending if outcome.action is Action.ACK]
+        others = [outcome for outcome in self.pending if outcome.action is not Action.ACK]
         try:
-            self._ack(cursor, tasks, task_results.ack)
-            if jobs:
+            if acks:
                 faults.reached("after_handler")
-                if self._ack(cursor, jobs, _ack_jobs):
+                if self._ack(cursor, acks):
                     faults.reached("after_ack")
             for outcome in others:
                 self._record(cursor, outcome)
@@ -116,18 +110,11 @@ class Completer:
             self.pending = [o for o in self.pending if id(o) not in self._let_go]
             self._let_go.clear()
 
-    def _ack(
-        self,
-        cursor: leases.Cursor,
-        batch: Sequence[Outcome],
-        write: Callable[[leases.Cursor, Sequence[Outcome]], leases.Written],
-    ) -> set[int]:
-        """Ack ``batch`` in one statement (``write``); return the ids acked. If the
-        statement fails for one job's data, record the jobs one at a time instead."""
-        if not batch:
-            return set()
+    def _ack(self, cursor: psycopg.Cursor[Any], batch: Sequence[Outcome]) -> set[int]:
+        """Ack ``batch`` in one statement; return the ids acked. If the statement fails for
+        one job's data, record the jobs one at a time instead."""
         try:
-            acked = write(cursor, batch)
+            acked = self._recorder.ack(cursor, batch)
         except psycopg.DatabaseError as exc:
             if _is_connection_fault(exc):
                 raise
@@ -139,16 +126,17 @@ class Completer:
             for outcome in batch:
                 self._record(cursor, outcome)
             return set()
+        self._recorder.announce(acked)
         for outcome in batch:
             if outcome.job.id not in acked.busy:  # a busy one stays pending (not lost)
                 self._done(outcome, outcome.job.id in acked)
         return acked
 
-    def _record(self, cursor: leases.Cursor, outcome: Outcome) -> None:
+    def _record(self, cursor: psycopg.Cursor[Any], outcome: Outcome) -> None:
         """Record one outcome; if its statement fails for its data, its dead letter."""
         try:
-            applied = _write(cursor, outcome)
-        except leases.LeaseBusy:
+            applied = self._write(cursor, outcome)
+        except LeaseBusy:
             return  # another transaction holds the job's row: stays pending, not lost
         except psycopg.DatabaseError as exc:
             if _is_connection_fault(exc):
@@ -158,7 +146,7 @@ class Completer:
         self._done(outcome, applied)
 
     def _record_unrecordable(
-        self, cursor: leases.Cursor, outcome: Outcome, exc: psycopg.DatabaseError
+        self, cursor: psycopg.Cursor[Any], outcome: Outcome, exc: psycopg.DatabaseError
     ) -> None:
         """Dead-letter a job whose outcome's statement failed with ``exc``; if that fails
         too, log it and give the job up (its lease lapses, another attempt runs it)."""
@@ -183,8 +171,8 @@ class Completer:
             error=text.fit(f"{error}\n{outcome.error}" if outcome.error else error),
         )
         try:
-            applied = _write(cursor, fallback)
-        except leases.LeaseBusy:
+            applied = self._write(cursor, fallback)
+        except LeaseBusy:
             return  # the original outcome stays pending and is tried again
         except psycopg.DatabaseError as again:
             if _is_connection_fault(again):
@@ -202,6 +190,22 @@ class Completer:
             return
         self._let_go.add(id(outcome))  # recorded as ``fallback``
         self._done(fallback, applied)
+
+    def _write(self, cursor: psycopg.Cursor[Any], outcome: Outcome) -> bool:
+        """Record ``outcome`` alone (a retry or dead letter waiting briefly for a table
+        lock, see :func:`_waiting_briefly_for_table_locks`); whether the lease still held.
+
+        Raises:
+            django_jobq.leases.LeaseBusy: another transaction holds the job's row lock (or
+                the table lock outlasted the wait); nothing was written.
+        """
+        if outcome.action not in (Action.RETRY, Action.DEAD_LETTER):
+            recorded = self._recorder.record(cursor, outcome)
+        else:
+            with _waiting_briefly_for_table_locks(cursor, outcome.job.id):
+                recorded = self._recorder.record(cursor, outcome)
+        self._recorder.announce(recorded)  # committed: a task's result is final
+        return outcome.job.id in recorded
 
     def _done(self, outcome: Outcome, applied: bool) -> None:
         """Count and log a recorded (or refused) outcome, and let it go."""
@@ -274,60 +278,20 @@ class Completer:
             )
 
 
-def _ack_jobs(cursor: leases.Cursor, outcomes: Sequence[Outcome]) -> leases.Written:
-    return leases.ack_many(cursor, [outcome.job.lease for outcome in outcomes])
-
-
-def _write(cursor: leases.Cursor, outcome: Outcome) -> bool:
-    """Run the statement ``outcome`` needs (none for an ack made in the handler's
-    transaction or a rolled-back one); return whether the lease still held.
-
-    Raises:
-        django_jobq.leases.LeaseBusy: another transaction holds the job's row lock; nothing
-            was written.
-    """
-    job = outcome.job
-    if outcome.action is Action.ACKED_BY_HANDLER:
-        return True
-    if outcome.action is Action.LEASE_LOST:
-        return False
-    is_task = task_results.is_task_outcome(outcome)
-    if outcome.action is Action.ACK:
-        ack = task_results.ack if is_task else _ack_jobs
-        written = ack(cursor, [outcome])
-        if job.id in written.busy:
-            raise leases.LeaseBusy(job.id)
-        return job.id in written
-    with _waiting_briefly_for_table_locks(cursor, job.id):
-        if is_task:
-            return task_results.record(cursor, outcome)
-        if outcome.action is Action.RETRY:
-            return leases.retry(cursor, *job.lease, delay=outcome.retry_delay, error=outcome.error)
-        return leases.dead_letter(
-            cursor,
-            *job.lease,
-            reason=outcome.reason,
-            error=outcome.error,
-            traceback=outcome.traceback,
-            ran=outcome.ran,
-        )
-
-
 @contextmanager
-def _waiting_briefly_for_table_locks(cursor: leases.Cursor, job_id: int) -> Iterator[None]:
+def _waiting_briefly_for_table_locks(cursor: psycopg.Cursor[Any], job_id: int) -> Iterator[None]:
     """Run one job's retry or dead letter in a transaction that waits at most
-    ``sql.locks.SET_SHORT_LOCK_TIMEOUT`` for a table lock (a ``CREATE INDEX`` or ``LOCK TABLE`` on
-    ``jobq_dead_letter`` or ``jobq_task_result``): the other jobs' outcomes and the claims
-    go on meanwhile.
+    ``sql.outcomes.SET_SHORT_LOCK_TIMEOUT`` for a table lock (a ``CREATE INDEX`` or
+    ``LOCK TABLE`` on ``jobq_dead_letter`` or ``jobq_task_result``): the other jobs'
+    outcomes and the claims go on meanwhile.
 
     Raises:
         django_jobq.leases.LeaseBusy: the lock was not granted in time; nothing was written
             (the outcome stays pending and is written again later).
     """
-    connection = cast(psycopg.Cursor[Any], cursor).connection
     try:
-        with connection.transaction():
-            cursor.execute(sql.locks.SET_SHORT_LOCK_TIMEOUT)
+        with cursor.connection.transaction():
+            cursor.execute(sql.outcomes.SET_SHORT_LOCK_TIMEOUT)
             yield
     except psycopg.errors.LockNotAvailable as exc:
-        raise leases.LeaseBusy(job_id) from exc
+        raise LeaseBusy(job_id) from exc

@@ -7,7 +7,6 @@ connection never leaks from one job into the next.
 
 from __future__ import annotations
 
-import enum
 import inspect
 import logging
 import queue
@@ -15,53 +14,24 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import close_old_connections, connections
 
 from .. import db, registry, signals, text
-from ..backoff import ExponentialBackoff
-from ..conf import MAX_DURATION, get_settings
+from ..backoff import default_backoff
+from ..claims import ClaimedJob
+from ..conf import MAX_DURATION
 from ..context import JobContext
 from ..exceptions import PermanentError, Retry
 from ..idempotency import LeaseLost
-from ..leases import ClaimedJob
 from ..metrics import instruments
 from ..models import DeadLetter
+from ..outcomes import Action, Outcome
 from ..registry import KindDefinition
 from .held import HeldJob
 
 logger = logging.getLogger("django_jobq.worker")
-
-
-class Action(enum.Enum):
-    """What the completer must do with a job once its handler ran (or could not run)."""
-
-    ACK = "ack"
-    RETRY = "retry"
-    DEAD_LETTER = "dead letter"
-    ACKED_BY_HANDLER = "acked by handler"  # in its transaction (JobContext.atomic)
-    LEASE_LOST = "lease lost"  # the handler's transaction found another attempt in charge
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """The verdict on one claimed job. ``duration`` and ``retry_delay`` are in seconds;
-    ``reason`` is set for dead letters. ``exception_class_path`` (``module.QualName``) names
-    the exception of a failed attempt, ``returned`` is what a successful handler returned
-    (kept as the result of a Django task's job, see :mod:`django_jobq.task_results`)."""
-
-    job: ClaimedJob
-    action: Action
-    duration: float = 0.0
-    retry_delay: float = 0.0
-    reason: str = ""
-    error: str = ""
-    traceback: str = ""
-    ran: bool = True  # False: dead-lettered without running this attempt
-    exception_class_path: str = ""
-    returned: Any = None
 
 
 def _failed(
@@ -191,12 +161,6 @@ def _verdict_on_failure(
     return _failed(job, exc, described, duration, retry_delay=delay)
 
 
-def default_backoff() -> ExponentialBackoff:
-    """The policy for kinds without ``@job(backoff=...)``, from the ``JOBQ`` setting."""
-    config = get_settings()
-    return ExponentialBackoff(base=config.RETRY_BACKOFF_BASE, cap=config.RETRY_BACKOFF_CAP)
-
-
 def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
     """Run a held job's handler with its payload as keyword arguments, and return the
     verdict; never raises.
@@ -219,7 +183,8 @@ def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
     started = held.started = time.monotonic()
     try:
         if definition.takes_context:
-            returned = definition.func(JobContext(held, extend), **job.payload)
+            context = JobContext(held, lambda: extend(held))
+            returned = definition.func(context, **job.payload)
         else:
             returned = definition.func(**job.payload)
     except BaseException as exc:  # any failure of user code is the job's outcome

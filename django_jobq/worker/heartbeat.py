@@ -2,10 +2,11 @@
 
 A thread with its own database connection. Each held job is due a heartbeat every third of
 its visibility timeout; all jobs due together are extended by one statement
-(``HEARTBEAT_JOBS``). A refused heartbeat means the lease is lost: the job is marked so (its
-handler can see it through ``JobContext.lease_lost``), a warning is logged and counted. A
-job whose row another transaction has locked is skipped, not waited for (busy: the lease is
-not lost), and tried again within half a heartbeat interval (at most a second).
+(``sql.leases.HEARTBEAT_JOBS``). A refused heartbeat means the lease is lost: the job is
+marked so (its handler can see it through ``JobContext.lease_lost``), a warning is logged
+and counted. A job whose row another transaction has locked is skipped, not waited for
+(busy: the lease is not lost), and tried again within half a heartbeat interval (at most a
+second).
 A running job past its ``max_runtime`` is no longer extended, so its lease lapses and
 another worker can take the job; that is logged as an error.
 

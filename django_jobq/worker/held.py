@@ -8,7 +8,8 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..leases import ClaimedJob, Lease
+from ..claims import ClaimedJob
+from ..leases import Lease
 
 
 @dataclass(eq=False)

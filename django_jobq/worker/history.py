@@ -15,7 +15,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from .. import sql
-from ..leases import Cursor
+from ..db import Cursor
 from ..metrics.instruments import DURATION_BUCKETS
 
 #: Seconds between two flushes of a worker's outcome rollups (when it has outcomes).

@@ -22,9 +22,10 @@ from typing import Any
 import psycopg
 
 from .. import registry, signals
-from ..leases import ClaimedJob, Cursor
+from ..claims import ClaimedJob
+from ..db import Cursor
 from ..metrics import instruments
-from .executor import Action, Outcome
+from ..outcomes import Action, Outcome
 from .history import FLUSH_INTERVAL, SAMPLE_INTERVAL, OutcomeRollups, sample_queues
 from .registration import BEAT_INTERVAL, Registration
 from .timers import Every

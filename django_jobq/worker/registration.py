@@ -17,7 +17,7 @@ import socket
 from collections.abc import Sequence
 
 from .. import sql
-from ..leases import Cursor
+from ..db import Cursor
 from ..registry import kinds_fingerprint
 
 #: Seconds between two beats of a worker.

@@ -41,11 +41,12 @@ import psycopg
 from django.db import connections
 from django.utils import timezone
 
-from .. import db, faults, leases, registry, sql, task_results, text
+from .. import claims, db, faults, leases, registry, sql, task_results, text
 from ..claim_positions import ClaimPositions
 from ..conf import get_settings, statement_timeout
-from .completer import Completer, Tally
-from .executor import ExecutorPool, Outcome, refusal
+from ..outcomes import Outcome
+from .completer import Completer, OutcomeCounts
+from .executor import ExecutorPool, refusal
 from .heartbeat import Heartbeater
 from .held import HeldJob, HeldJobs, Progress
 from .listener import Listener
@@ -74,9 +75,10 @@ BURST_RECHECK_INTERVAL = 0.1
 #: commit for many jobs instead of one each). Short, so acks are still recorded promptly.
 ACK_FLUSH_DELAY = 0.005
 #: Seconds before the worker first tries again to record an outcome or release a job whose
-#: row another transaction had locked (busy: skipped, not waited for; see leases.py), and
-#: the most it waits between tries: the wait doubles from the first to the most, since a
-#: claimer's lock lasts one statement while an operator's may last minutes.
+#: row another transaction had locked (busy: skipped, not waited for; see
+#: :mod:`django_jobq.leases`), and the most it waits between tries: the wait doubles from
+#: the first to the most, since a claimer's lock lasts one statement while an operator's
+#: may last minutes.
 BUSY_RETRY_DELAYS = (0.005, 0.2)
 #: Seconds the worker's threads and its deregistration may take, together, once the main
 #: loop is done (each is cut short by then: the threads are daemons, the statement is cut).
@@ -105,7 +107,7 @@ class WorkerStats:
     abandoned: int
     heartbeats: int
     heartbeats_refused: int
-    tally: Tally
+    tally: OutcomeCounts
 
 
 def default_worker_id() -> str:
@@ -282,7 +284,7 @@ class Worker:
             taken, self._outcomes = self._outcomes, []
         return taken
 
-    def _hold(self, job: leases.ClaimedJob) -> HeldJob:
+    def _hold(self, job: claims.ClaimedJob) -> HeldJob:
         definition = registry.get(job.kind)
         held = HeldJob(job, max_runtime=definition.max_runtime if definition else None)
         self._held.add(held)
@@ -317,7 +319,7 @@ class Worker:
 
     def _execute_on_queues(
         self,
-        cursor: leases.Cursor,
+        cursor: psycopg.Cursor[Any],
         statements: tuple[str, str, str],
         params: dict[str, Any],
     ) -> Any:
@@ -333,7 +335,7 @@ class Worker:
         ((value,),) = cursor.fetchall()
         return value
 
-    def _idle_timeout(self, cursor: leases.Cursor) -> float:
+    def _idle_timeout(self, cursor: psycopg.Cursor[Any]) -> float:
         """Seconds to sleep when nothing is due: until the next ready job's ``run_at``, the
         next lease deadline of a job this worker does not hold (another worker's, or a
         predecessor's with the same worker id) or the next schedule tick, and at most the
@@ -342,9 +344,9 @@ class Worker:
         until_due = self._execute_on_queues(  # None: no future run_at and no lease
             cursor,
             (
-                sql.SECONDS_UNTIL_DUE_ANY_QUEUE,
-                sql.SECONDS_UNTIL_DUE_ONE_QUEUE,
-                sql.SECONDS_UNTIL_DUE_QUEUES,
+                sql.claims.SECONDS_UNTIL_DUE_ANY_QUEUE,
+                sql.claims.SECONDS_UNTIL_DUE_ONE_QUEUE,
+                sql.claims.SECONDS_UNTIL_DUE_QUEUES,
             ),
             {"held": held, "horizon": self.poll_interval},
         )
@@ -392,7 +394,7 @@ class Worker:
             faults.reached("before_claim")
             if self._positions.seconds_until_probe() == 0:
                 self._probe(cursor)
-        jobs = leases.claim(
+        jobs = claims.claim(
             cursor,
             worker_id=self.worker_id,
             limit=limit,
@@ -432,27 +434,27 @@ class Worker:
         # claim took every due job, at most until the next one falls due.
         return self._idle_timeout(cursor) if len(jobs) < limit else self.poll_interval
 
-    def _probe(self, cursor: leases.Cursor) -> bool:
+    def _probe(self, cursor: psycopg.Cursor[Any]) -> bool:
         """Run the claim positions' probe; whether a job waits behind a position."""
-        return leases.probe_claim_positions(
+        return claims.probe_claim_positions(
             cursor, self._positions, queues=self.queues, kinds=self.kinds
         )
 
-    def _any_running(self, cursor: leases.Cursor) -> bool:
+    def _any_running(self, cursor: psycopg.Cursor[Any]) -> bool:
         """Whether a job of this worker's queues is running, its lease live or lapsed."""
         return bool(
             self._execute_on_queues(
                 cursor,
                 (
-                    sql.RUNNING_JOB_EXISTS_ANY_QUEUE,
-                    sql.RUNNING_JOB_EXISTS_ONE_QUEUE,
-                    sql.RUNNING_JOB_EXISTS_QUEUES,
+                    sql.claims.RUNNING_JOB_EXISTS_ANY_QUEUE,
+                    sql.claims.RUNNING_JOB_EXISTS_ONE_QUEUE,
+                    sql.claims.RUNNING_JOB_EXISTS_QUEUES,
                 ),
                 {},
             )
         )
 
-    def _shutdown_turn(self, cursor: leases.Cursor) -> float | None:
+    def _shutdown_turn(self, cursor: psycopg.Cursor[Any]) -> float | None:
         """Release prefetched jobs; finish once nothing is outstanding or time is up."""
         self._to_release.extend(self._pool.take_unstarted())
         if self._to_release:

@@ -10,7 +10,7 @@ import time
 import pytest
 from django.db import connection
 
-from django_jobq import leases
+from django_jobq import claims
 from django_jobq.models import DeadLetter, Job
 from tests.conftest import wait_until
 from tests.testapp.jobs import hold_lock, hold_lock_per_attempt
@@ -61,7 +61,7 @@ def running(job_id, attempt=1):
 
 
 def claim_leases_queue(cursor):
-    return leases.claim(cursor, worker_id="reclaimer", limit=1, queues=["leases"])
+    return claims.claim(cursor, worker_id="reclaimer", limit=1, queues=["leases"])
 
 
 def test_killed_workers_job_is_reclaimed_after_exactly_one_visibility_timeout(

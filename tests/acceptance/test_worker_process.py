@@ -5,7 +5,7 @@ import signal
 import pytest
 from django.db import connection
 
-from django_jobq import leases
+from django_jobq import claims
 from django_jobq.models import DeadLetter, Job
 from shop.models import Invoice, Order
 from shop.webhook_stub import WebhookStub
@@ -76,7 +76,7 @@ def test_sigterm_releases_prefetched_jobs_finishes_the_running_one_and_exits_0(
     assert Job.objects.get(pk=running.pk).status == "running"
     assert worker.poll() is None
     # Another worker can take them at once, as their first attempt.
-    claimed = leases.claim(queue_cursor, worker_id="other", limit=10, queues=["slow"])
+    claimed = claims.claim(queue_cursor, worker_id="other", limit=10, queues=["slow"])
     assert sorted((job.id, job.attempt) for job in claimed) == [(j.pk, 1) for j in prefetched]
 
     with connection.cursor() as cursor:

@@ -1,0 +1,366 @@
+"""Claims: leasing due jobs to a worker, and the probe that keeps its claim positions true.
+
+:func:`claim` runs one statement of :mod:`django_jobq.sql.claims` (sometimes two or three,
+see there) on a psycopg 3 cursor on the queue database; each claim starts an attempt whose
+number is the lease's fencing token (:class:`~django_jobq.leases.Lease`). The writes about
+a claimed job are in :mod:`django_jobq.leases` and :mod:`django_jobq.outcomes`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+import psycopg
+from psycopg.rows import class_row, kwargs_row
+
+from . import sql
+from .claim_positions import FROM_THE_START, ClaimPositions, Probe
+from .leases import Lease
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A job as a worker holds it after a claim.
+
+    ``attempt`` is the attempt this claim started (1 for the first run) and the lease's
+    fencing token; ``lease_deadline`` is when the lease lapses unless extended; ``expired``
+    is true when the job's ``expires_at`` had passed at the claim (it must not run).
+    ``reclaimed`` is true when the claim took the job from a lapsed lease, and
+    ``pickup_latency`` is the seconds from when the job became claimable (its
+    ``GREATEST(run_at, created_at)``, or for a reclaim its lapsed deadline) to the claim, on
+    the database clock (see ``sql.claims.CLAIM_JOBS_*``).
+
+    ``poison`` says why the row must not run when it holds what ``enqueue`` never writes
+    (a payload that is not a JSON object or cannot be decoded, an infinite time, a visibility
+    timeout out of range), else ``""``. Such a job's ``payload`` is ``{}`` and its times are
+    clamped: the worker dead-letters it unrun without reading them.
+    """
+
+    id: int
+    queue: str
+    kind: str
+    payload: dict[str, Any]
+    priority: int
+    run_at: datetime
+    attempt: int
+    max_attempts: int
+    visibility_timeout: timedelta
+    lease_deadline: datetime
+    expired: bool = False
+    reclaimed: bool = False
+    pickup_latency: float = 0.0
+    poison: str = ""
+
+    @property
+    def lease(self) -> Lease:
+        return Lease(self.id, self.attempt)
+
+    @property
+    def is_final_attempt(self) -> bool:
+        return self.attempt >= self.max_attempts
+
+    @property
+    def attempts_exhausted(self) -> bool:
+        """True when this claim's attempt is above ``max_attempts``: it must not run. Either
+        the job was reclaimed after its final attempt's lease lapsed (``reclaimed``), or it
+        was ready with no attempt left (its ``attempts`` set by SQL, say)."""
+        return self.attempt > self.max_attempts
+
+
+def claim(
+    cursor: psycopg.Cursor[Any],
+    *,
+    worker_id: str,
+    limit: int,
+    queues: Collection[str] | None = None,
+    kinds: Collection[str] | None = None,
+    positions: ClaimPositions | None = None,
+) -> list[ClaimedJob]:
+    """Lease up to ``limit`` due jobs, highest priority first, then oldest ``run_at``, then id.
+
+    Args:
+        worker_id: recorded on each claimed job (shown in the admin).
+        limit: the most jobs to claim; ``limit <= 0`` returns ``[]`` without a query.
+        queues: claim only from these queues; ``None`` means every queue.
+        kinds: claim only jobs of these kinds (a worker passes its registry); ``None``
+            means :func:`django_jobq.registry.claimable_kinds` of this process. Jobs of
+            other kinds are left ready for a worker that has them, and cost the claim one
+            index seek per (queue, kind), not a walk over them.
+        positions: where to start reading (a worker's :class:`ClaimPositions`, moved on
+            by this claim; see :mod:`django_jobq.claim_positions`); ``None`` reads the
+            queues from the start and keeps no positions.
+
+    Jobs whose lease lapsed (their worker died or stalled) are claimable again, before
+    ready jobs; such a reclaim consumes an attempt. A reclaimed job whose lapsed attempt was
+    its last has ``attempts_exhausted`` set: the caller dead-letters it instead of running it.
+
+    A row no ``enqueue`` wrote (see ``ClaimedJob.poison``) never makes the claim fail: it is
+    leased like the others and returned with ``poison`` set.
+
+    Cost: one small statement (``sql.claims.CLAIM_JOBS_*``) reads the first ``limit *
+    sql.claims.CLAIM_FRONT_FACTOR`` due jobs from the positions (the front) and leases the lapsed
+    ones and those of the front whose kind is in ``kinds``. When that claimed fewer than
+    ``limit`` and the front was full: if other claimers held the rest of it and the
+    positions moved past it, the same statement reads on from there (at most
+    :data:`CLAIM_FRONT_TRIES` statements in all); if jobs of other kinds were at the front,
+    or the positions could not move (none kept, or jobs of the last
+    ``claim_positions.COMMIT_LAG`` seconds), a larger statement (``sql.claims.CLAIM_JOBS_WALK_*``:
+    longer to plan, one index seek per (queue, kind) of ready jobs, from the start) walks
+    the worker's kinds for the rest. Each statement is atomic on its own (in autocommit,
+    each commits): should a later one fail, the jobs the earlier ones leased stay leased
+    until their leases lapse, then are reclaimed.
+
+    Returns:
+        The claimed jobs in claim order. Rows locked by another claimer are skipped, never
+        waited for, so concurrent claimers never receive the same job.
+    """
+    if limit <= 0:
+        return []
+    statements, params = _queue_params(queues, kinds)
+    params["worker_id"] = worker_id
+    jobs: list[ClaimedJob] = []
+    for _ in range(CLAIM_FRONT_TRIES):
+        scan = FROM_THE_START if positions is None else positions.params()
+        with cursor.connection.cursor(row_factory=kwargs_row(_front_row)) as front_cursor:
+            front_cursor.execute(statements.front, {**params, **scan, **_limits(limit - len(jobs))})
+            rows = front_cursor.fetchall()
+        front = rows[0].front
+        claimed = [row.job for row in rows if row.job is not None]
+        moved = positions is not None and positions.advance(
+            claimed_at=front.claimed_at,
+            seen=zip(
+                front.position_priorities or (),
+                front.position_run_ats or (),
+                front.position_ids or (),
+                strict=True,
+            ),
+            lapsed_seen_all=sum(job.reclaimed for job in claimed) < limit - len(jobs),
+        )
+        jobs += claimed
+        if not front.front_full or len(jobs) >= limit:
+            break
+        if front.front_unserved or not moved:
+            # Jobs of other kinds at the front, or rows other claimers hold where the
+            # positions cannot pass them (none kept; jobs of the last COMMIT_LAG seconds):
+            # the walk finds the worker's jobs behind them.
+            with cursor.connection.cursor(row_factory=kwargs_row(_claimed_job)) as walk_cursor:
+                walk_cursor.execute(
+                    statements.walk, {**params, **scan, **_limits(limit - len(jobs))}
+                )
+                jobs += walk_cursor.fetchall()
+            break
+        # Every job of the front was the worker's, other claimers held the rest, and the
+        # positions moved past them: read on from there.
+    # UPDATE ... RETURNING does not keep the CTEs' order; hand jobs out in claim order.
+    jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+    return jobs
+
+
+class _ClaimStatements(NamedTuple):
+    """A queue mode's claim statements: the front's, the walk, and the positions' probe."""
+
+    front: str
+    walk: str
+    probe: str
+
+
+_ANY_QUEUE = _ClaimStatements(
+    sql.claims.CLAIM_JOBS_ANY_QUEUE,
+    sql.claims.CLAIM_JOBS_WALK_ANY_QUEUE,
+    sql.claims.PROBE_CLAIM_POSITIONS_ANY_QUEUE,
+)
+_ONE_QUEUE = _ClaimStatements(
+    sql.claims.CLAIM_JOBS_ONE_QUEUE,
+    sql.claims.CLAIM_JOBS_WALK_ONE_QUEUE,
+    sql.claims.PROBE_CLAIM_POSITIONS_ONE_QUEUE,
+)
+_QUEUES = _ClaimStatements(
+    sql.claims.CLAIM_JOBS_QUEUES,
+    sql.claims.CLAIM_JOBS_WALK_QUEUES,
+    sql.claims.PROBE_CLAIM_POSITIONS_QUEUES,
+)
+
+
+#: How many times one claim reads a front (``sql.claims.CLAIM_JOBS_*``) when other claimers hold the
+#: rest of the one before.
+CLAIM_FRONT_TRIES = 3
+
+
+def _limits(limit: int) -> dict[str, int]:
+    """A claim statement's ``limit`` and ``front`` parameters."""
+    return {"limit": limit, "front": limit * sql.claims.CLAIM_FRONT_FACTOR}
+
+
+def _queue_params(
+    queues: Collection[str] | None, kinds: Collection[str] | None
+) -> tuple[_ClaimStatements, dict[str, Any]]:
+    """The claim statements for ``queues`` and their ``queue(s)`` and ``kinds`` parameters
+    (``kinds=None``: :func:`django_jobq.registry.claimable_kinds`)."""
+    if kinds is None:
+        from .registry import claimable_kinds  # here: registry loads the models
+
+        kinds = claimable_kinds()
+    params: dict[str, Any] = {"kinds": list(kinds)}
+    if queues is None:
+        return _ANY_QUEUE, params
+    if len(queues) == 1:
+        params["queue"] = next(iter(queues))
+        return _ONE_QUEUE, params
+    params["queues"] = list(queues)
+    return _QUEUES, params
+
+
+def probe_claim_positions(
+    cursor: psycopg.Cursor[Any],
+    positions: ClaimPositions,
+    *,
+    queues: Collection[str] | None = None,
+    kinds: Collection[str] | None = None,
+) -> bool:
+    """Look for claimable rows before ``positions`` from the start of the claim order
+    (``sql.claims.PROBE_CLAIM_POSITIONS_*``, read without locks) and move the positions back to
+    them (see :mod:`django_jobq.claim_positions`).
+
+    Args:
+        cursor: an autocommit cursor on the queue database (one statement, no locks).
+        positions: the worker's positions; moved back in place, and told how long the
+            probe took (its next interval).
+        queues, kinds: as for :func:`claim` (the same worker's).
+
+    Returns:
+        Whether a position moved back (a job waits behind it: claim again).
+
+    Raises:
+        psycopg.Error: the statement failed; the positions are unchanged.
+    """
+    statements, params = _queue_params(queues, kinds)
+    started = time.monotonic()
+    with cursor.connection.cursor(row_factory=class_row(_ProbeRow)) as probe_cursor:
+        probe_cursor.execute(statements.probe, params)
+        (row,) = probe_cursor.fetchall()
+    found = Probe(
+        ready=None
+        if row.id is None or row.priority is None
+        else (row.priority, row.run_at, row.id),
+        lapsed=row.lapsed,
+        lapsed_since=row.lapsed_since,
+    )
+    return positions.lower(found, seconds=time.monotonic() - started)
+
+
+_JSON_TYPES = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+
+
+def _claimed_job(
+    *,
+    id: int,
+    queue: str,
+    kind: str,
+    payload: str,
+    priority: int,
+    run_at: datetime,
+    attempts: int,
+    max_attempts: int,
+    visibility_timeout: timedelta,
+    lease_deadline: datetime,
+    expired: bool,
+    reclaimed: bool,
+    pickup_latency: float,
+    poison: str | None,
+) -> ClaimedJob:
+    """One row of ``sql.claims.CLAIM_JOBS_WALK_*`` (or the job columns of a row of
+    ``sql.claims.CLAIM_JOBS_*``) as a job, its payload decoded; never raises for the row's
+    values (``poison``
+    says what is wrong with them)."""
+    decoded, problem = _decode_payload(payload)
+    if not poison and problem:
+        poison = problem
+    return ClaimedJob(
+        id=id,
+        queue=queue,
+        kind=kind,
+        payload=decoded if not poison else {},
+        priority=priority,
+        run_at=run_at,
+        attempt=attempts,
+        max_attempts=max_attempts,
+        visibility_timeout=visibility_timeout,
+        lease_deadline=lease_deadline,
+        expired=expired,
+        reclaimed=reclaimed,
+        pickup_latency=pickup_latency if math.isfinite(pickup_latency) and not poison else 0.0,
+        poison=poison or "",
+    )
+
+
+@dataclass(frozen=True)
+class _Front:
+    """What the first claim statement says about the front it read (see
+    ``sql.claims.CLAIM_JOBS_*``)."""
+
+    front_full: bool
+    front_unserved: bool
+    claimed_at: datetime
+    position_priorities: list[int] | None
+    position_run_ats: list[datetime | None] | None
+    position_ids: list[int] | None
+
+
+class _FrontRow(NamedTuple):
+    """A row of ``sql.claims.CLAIM_JOBS_*``: the front, and a job claimed (``None`` in the
+    one row of a claim that leased nothing)."""
+
+    front: _Front
+    job: ClaimedJob | None
+
+
+def _front_row(
+    *,
+    front_full: bool,
+    front_unserved: bool,
+    claimed_at: datetime,
+    position_priorities: list[int] | None,
+    position_run_ats: list[datetime | None] | None,
+    position_ids: list[int] | None,
+    **job: Any,
+) -> _FrontRow:
+    front = _Front(
+        front_full,
+        front_unserved,
+        claimed_at,
+        position_priorities,
+        position_run_ats,
+        position_ids,
+    )
+    return _FrontRow(front, _claimed_job(**job) if job["id"] is not None else None)
+
+
+@dataclass(frozen=True)
+class _ProbeRow:
+    """The row of ``sql.claims.PROBE_CLAIM_POSITIONS_*``: the first claimable ready job
+    (all ``None`` when there is none; ``run_at`` too when outside what Python holds), and
+    whether a lapsed lease was found and since when."""
+
+    priority: int | None
+    run_at: datetime | None
+    id: int | None
+    lapsed: bool
+    lapsed_since: datetime | None
+
+
+def _decode_payload(text: str) -> tuple[dict[str, Any], str]:
+    """``(payload, "")``, or ``({}, problem)`` for a payload that is not a JSON object or
+    that Python cannot decode (nested too deep for its recursion limit)."""
+    try:
+        payload = json.loads(text)
+    except (RecursionError, ValueError) as exc:
+        return {}, f"payload could not be decoded: {type(exc).__name__}: {str(exc)[:200]}"
+    if not isinstance(payload, dict):
+        return {}, f"payload is {_JSON_TYPES.get(type(payload), 'a number')}, not a JSON object"
+    return payload, ""

@@ -1,0 +1,171 @@
+"""Outcomes: the statements that record how an attempt ended (ack, retry, dead letter), for
+plain jobs and Django tasks' jobs alike.
+
+Each is fenced (``sql.leases.FENCED``: it matches only the attempt that holds the lease) and
+locks its rows as the batch writes of :mod:`django_jobq.sql.leases` do (``locked`` in id
+order, ``FOR UPDATE SKIP LOCKED``; ``busy`` the rows skipped). A task's job (see
+:mod:`django_jobq.sql.tasks`) has its result written in the same statement as its outcome,
+so the two never disagree: the statements carry the task's part as a parameter
+(``%(return_values)s``, ``%(task_error)s``) that is NULL for a plain job, and their task
+result CTE then matches nothing. The ``INSERT ... ON CONFLICT`` of the ack recreates a
+result that is missing (pruned while its job sat in the dead letters).
+
+Each statement returns one row per job written or busy: ``job`` (its id), ``busy``, and for
+the ack and the dead letter the columns of ``jobq_task_result`` (the result the statement
+finished, all NULL for a plain job or a busy one).
+"""
+
+from __future__ import annotations
+
+from .leases import FENCED
+
+#: Ack: delete finished jobs (``%(ids)s`` and ``%(attempts)s``, zipped) and make the result
+#: of each task's job SUCCESSFUL with its return value (``%(return_values)s``, zipped too:
+#: JSON text for a task's job, NULL for a plain job), in one statement: a result is
+#: successful exactly when its job is gone. Locked (as above) and fenced.
+_ACK_JOBS_TEMPLATE = """
+WITH locked AS MATERIALIZED (
+    SELECT job.id FROM jobq_job AS job
+    JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS fence (id, attempt)
+        ON {fenced}
+    ORDER BY job.id
+    FOR UPDATE OF job SKIP LOCKED
+), busy AS (
+    SELECT fence.id FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS fence (id, attempt)
+    WHERE fence.id NOT IN (SELECT id FROM locked)
+      AND EXISTS (SELECT 1 FROM jobq_job AS job WHERE {fenced})
+), acked AS (
+    DELETE FROM jobq_job AS job USING locked WHERE job.id = locked.id
+    RETURNING job.id, job.kind, job.queue, job.priority, job.payload, job.created_at,
+              job.worker_id
+), stored AS (
+    INSERT INTO jobq_task_result AS result (id, task_path, backend, queue, priority, args,
+                                            kwargs, job_id, enqueued_at, status, finished_at,
+                                            return_value, errors, worker_ids)
+    SELECT acked.payload->>'result_id', acked.kind, acked.payload->>'backend', acked.queue,
+           acked.priority, acked.payload->'args', acked.payload->'kwargs', acked.id,
+           acked.created_at, 'SUCCESSFUL', now(), done.return_value::jsonb, '[]',
+           jsonb_build_array(acked.worker_id)
+    FROM acked
+    JOIN unnest(%(ids)s::bigint[], %(return_values)s::text[]) AS done (id, return_value)
+        ON done.id = acked.id
+    WHERE done.return_value IS NOT NULL
+    ON CONFLICT (id) DO UPDATE
+    SET status = 'SUCCESSFUL',
+        job_id = EXCLUDED.job_id,
+        finished_at = EXCLUDED.finished_at,
+        return_value = EXCLUDED.return_value
+    RETURNING result.*
+)
+SELECT acked.id AS job, false AS busy, stored.* FROM acked
+LEFT JOIN stored ON stored.job_id = acked.id
+UNION ALL
+SELECT busy.id, true, (NULL::jobq_task_result).* FROM busy
+"""
+ACK_JOBS = _ACK_JOBS_TEMPLATE.format(fenced=FENCED)
+
+#: Ack one job in the handler's own transaction (``ctx.atomic()``). Fenced; unlike
+#: ``ACK_JOBS`` it waits for a row lock another transaction holds: the handler's
+#: transaction must know whether its ack applies before it commits (it runs on the
+#: handler's connection, so the wait stalls that job only). Returns the id if acked.
+_ACK_JOB_IN_TRANSACTION_TEMPLATE = """
+DELETE FROM jobq_job AS job
+USING (VALUES (%(id)s::bigint, %(attempt)s::integer)) AS fence (id, attempt)
+WHERE {fenced}
+RETURNING job.id
+"""
+ACK_JOB_IN_TRANSACTION = _ACK_JOB_IN_TRANSACTION_TEMPLATE.format(fenced=FENCED)
+
+#: Retry: make a failed attempt's job ready again after ``%(delay_seconds)s``, recording
+#: ``%(error)s`` and keeping its attempt count (the next claim consumes the next attempt);
+#: for a task's job, in the same statement, make its result READY with this attempt's error
+#: (``%(task_error)s``, a JSON object; NULL for a plain job) appended to its errors. Locked
+#: (as above) and fenced. Returns a ``(job, busy)`` row unless the lease is lost.
+_RETRY_JOB_TEMPLATE = """
+WITH locked AS MATERIALIZED (
+    SELECT job.id FROM jobq_job AS job
+    JOIN (VALUES (%(id)s::bigint, %(attempt)s::integer)) AS fence (id, attempt) ON {fenced}
+    ORDER BY job.id
+    FOR UPDATE OF job SKIP LOCKED
+), busy AS (
+    SELECT fence.id FROM (VALUES (%(id)s::bigint, %(attempt)s::integer)) AS fence (id, attempt)
+    WHERE fence.id NOT IN (SELECT id FROM locked)
+      AND EXISTS (SELECT 1 FROM jobq_job AS job WHERE {fenced})
+), retried AS (
+    UPDATE jobq_job AS job
+    SET status = 'ready',
+        run_at = now() + make_interval(secs => %(delay_seconds)s),
+        worker_id = '',
+        lease_deadline = NULL,
+        started_at = NULL,
+        last_error = %(error)s
+    FROM locked
+    WHERE job.id = locked.id
+    RETURNING job.id, job.kind, job.payload
+), result AS (
+    UPDATE jobq_task_result AS result
+    SET status = 'READY', errors = result.errors || jsonb_build_array(%(task_error)s::jsonb)
+    FROM retried
+    WHERE %(task_error)s::jsonb IS NOT NULL
+      AND result.id = retried.payload->>'result_id' AND result.task_path = retried.kind
+)
+SELECT id AS job, false AS busy FROM retried
+UNION ALL
+SELECT id, true FROM busy
+"""
+RETRY_JOB = _RETRY_JOB_TEMPLATE.format(fenced=FENCED)
+
+#: Dead letter: move a job to the dead letters (copy + reason + error) and delete it, in one
+#: statement and so one transaction: the job is in exactly one of the two tables. For a
+#: task's job, in the same statement, make its result FAILED with ``%(task_error)s`` (a JSON
+#: object; NULL for a plain job) appended to its errors. Also used for jobs of unknown kind,
+#: which may be tasks this worker does not have: a job whose payload names no result of its
+#: kind updates no result. Locked (as above) and fenced. ``attempts`` records the attempts
+#: that ran: not the current one when ``%(ran)s`` is false (expired, unknown kind, or a
+#: reclaim past the last attempt: dead-lettered unrun). Returns a row unless the lease is
+#: lost: the dead letter's ``job``, ``busy``, then the failed result's columns.
+_DEAD_LETTER_JOB_TEMPLATE = """
+WITH locked AS MATERIALIZED (
+    SELECT job.id FROM jobq_job AS job
+    JOIN (VALUES (%(id)s::bigint, %(attempt)s::integer)) AS fence (id, attempt) ON {fenced}
+    ORDER BY job.id
+    FOR UPDATE OF job SKIP LOCKED
+), busy AS (
+    SELECT fence.id FROM (VALUES (%(id)s::bigint, %(attempt)s::integer)) AS fence (id, attempt)
+    WHERE fence.id NOT IN (SELECT id FROM locked)
+      AND EXISTS (SELECT 1 FROM jobq_job AS job WHERE {fenced})
+), moved AS (
+    DELETE FROM jobq_job AS job USING locked WHERE job.id = locked.id
+    RETURNING job.*
+), dead AS (
+    INSERT INTO jobq_dead_letter (job_id, queue, kind, payload, priority, attempts,
+                                  max_attempts, visibility_timeout, idempotency_key,
+                                  created_at, reason, last_error, traceback, died_at)
+    SELECT id, queue, kind, payload, priority,
+           CASE WHEN %(ran)s THEN attempts ELSE attempts - 1 END, max_attempts,
+           visibility_timeout, idempotency_key, created_at, %(reason)s, %(error)s,
+           %(traceback)s, now()
+    FROM moved
+    RETURNING job_id
+), failed AS (
+    UPDATE jobq_task_result AS result
+    SET status = 'FAILED',
+        finished_at = now(),
+        errors = result.errors || jsonb_build_array(%(task_error)s::jsonb)
+    FROM moved
+    WHERE %(task_error)s::jsonb IS NOT NULL
+      AND result.id = moved.payload->>'result_id' AND result.task_path = moved.kind
+    RETURNING result.*
+)
+SELECT dead.job_id AS job, false AS busy, failed.* FROM dead LEFT JOIN failed ON true
+UNION ALL
+SELECT busy.id, true, (NULL::jobq_task_result).* FROM busy
+"""
+DEAD_LETTER_JOB = _DEAD_LETTER_JOB_TEMPLATE.format(fenced=FENCED)
+
+#: Wait this long at most for a table lock in the worker's writes about one job (a
+#: transaction's ``SET LOCAL``; the worker's connections have a server-side ``lock_timeout``
+#: of their own, :func:`django_jobq.db.connect`): a dead letter's insert waits for no
+#: ``CREATE INDEX`` or ``LOCK TABLE`` on ``jobq_dead_letter``; the job's outcome is written
+#: again later.
+SET_SHORT_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '100ms'"

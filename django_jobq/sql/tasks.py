@@ -1,0 +1,83 @@
+"""Django tasks: the statements that write a task's result row beside its job.
+
+A task's job has the task's module path as its kind and the payload
+``{"result_id", "backend", "args", "kwargs"}``; its result is the ``jobq_task_result`` row
+with that id (and ``task_path`` = the kind). The statements that record a job's outcome
+(:mod:`django_jobq.sql.outcomes`) also write its result; these are the others: the
+enqueue, an attempt's start, and the results of jobs dead-lettered by a statement of
+their own.
+"""
+
+from __future__ import annotations
+
+from .enqueue import INSERT_JOBS_TEMPLATE
+from .leases import FENCED
+
+#: Enqueue tasks: ``INSERT_UNKEYED_JOBS`` (same parameters; tasks have no idempotency keys)
+#: plus each job's READY result, in one statement and so in the caller's transaction.
+#: ``run_after`` is recorded only for a deferred job (a job due at once has
+#: ``run_at = created_at``, see ``INSERT_JOBS``).
+INSERT_TASK_JOBS = INSERT_JOBS_TEMPLATE.format(
+    on_conflict="",
+    more_writes=""", result AS (
+    INSERT INTO jobq_task_result (id, task_path, backend, queue, priority, args, kwargs,
+                                  job_id, enqueued_at, status, run_after, errors, worker_ids)
+    SELECT payload->>'result_id', kind, payload->>'backend', queue, priority, payload->'args',
+           payload->'kwargs', id, created_at, 'READY', NULLIF(run_at, created_at), '[]', '[]'
+    FROM saved
+)""",
+    key_columns="",
+)
+
+#: An attempt of a task starts: its result becomes RUNNING, records the start and appends
+#: the worker id the claim wrote on the job. Fenced: returns nothing (and writes nothing)
+#: unless attempt ``%(attempt)s`` still holds job ``%(id)s``. Returns the result row.
+#: ``commit_mode`` lets the transaction commit without waiting for its WAL to reach the disk
+#: (``set_config(..., true)``: this transaction only, the whole statement when autocommit):
+#: visible at once, lost only if the database server crashes within a fraction of a second.
+#: Fit for this informative write only; outcomes are always committed durably.
+_START_TASK_ATTEMPT_TEMPLATE = """
+WITH started AS (
+    SELECT job.id, job.kind, job.queue, job.priority, job.payload, job.created_at,
+           job.worker_id
+    FROM jobq_job AS job, (VALUES (%(id)s::bigint, %(attempt)s::integer)) AS fence (id, attempt)
+    WHERE {fenced}
+), commit_mode AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+)
+INSERT INTO jobq_task_result AS result (id, task_path, backend, queue, priority, args, kwargs,
+                                        job_id, enqueued_at, status, started_at,
+                                        last_attempted_at, errors, worker_ids)
+SELECT payload->>'result_id', kind, payload->>'backend', queue, priority, payload->'args',
+       payload->'kwargs', id, created_at, 'RUNNING', now(), now(), '[]',
+       jsonb_build_array(worker_id)
+FROM started, commit_mode
+ON CONFLICT (id) DO UPDATE
+SET status = 'RUNNING',
+    job_id = EXCLUDED.job_id,
+    started_at = COALESCE(result.started_at, EXCLUDED.started_at),
+    last_attempted_at = EXCLUDED.last_attempted_at,
+    finished_at = NULL,
+    worker_ids = result.worker_ids || EXCLUDED.worker_ids
+RETURNING result.*
+"""
+START_TASK_ATTEMPT = _START_TASK_ATTEMPT_TEMPLATE.format(fenced=FENCED)
+
+#: Fail the results of tasks' jobs that were dead-lettered without running (as unknown
+#: kinds, by a statement of their own): each ``(result_id, task_path, task_error)`` whose
+#: result is of that task and not finished becomes FAILED, ``task_error`` (a JSON object)
+#: appended to its errors. A result already finished is left as it is, so failing one twice
+#: (or one the worker's ``sql.outcomes.DEAD_LETTER_JOB`` failed) changes nothing. Returns
+#: the results it failed.
+FAIL_UNRUN_TASK_RESULTS = """
+UPDATE jobq_task_result AS result
+SET status = 'FAILED',
+    finished_at = now(),
+    errors = result.errors || jsonb_build_array(unrun.task_error::jsonb)
+FROM unnest(%(result_ids)s::text[], %(task_paths)s::text[], %(task_errors)s::text[])
+     AS unrun(result_id, task_path, task_error)
+WHERE result.id = unrun.result_id
+  AND result.task_path = unrun.task_path
+  AND result.status NOT IN ('SUCCESSFUL', 'FAILED')
+RETURNING result.*
+"""

@@ -1,0 +1,177 @@
+"""The worker's side of Django tasks: the job handler that runs a task (:class:`TaskRunner`),
+and the framework's signals it sends.
+
+The Tasks backend (:mod:`django_jobq.tasks_backend`, the web side) registers a runner for
+each task it validates, as the handler of the task's jobs; the worker calls it like any job
+handler. Its results are recorded with the job's outcome (:mod:`django_jobq.task_results`).
+Imports Django's Tasks framework (:mod:`django_jobq.task_framework`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from typing import Any
+
+from django.dispatch import Signal
+
+from . import task_results, validation
+from .context import JobContext
+from .exceptions import Fail
+from .idempotency import LeaseLost
+from .models import StoredTaskResult
+from .task_framework import (
+    BaseTaskBackend,
+    InvalidTask,
+    InvalidTaskBackend,
+    Task,
+    TaskBase,
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskResultStatus,
+    task_finished,
+    task_started,
+)
+
+logger = logging.getLogger("django_jobq.tasks")
+
+
+class TaskRunner(task_results.TaskJobHandler):
+    """The job handler of one task: what the worker runs for the task's jobs.
+
+    Called with the job's context and payload, it marks the result RUNNING, sends
+    ``task_started``, calls the task function (async ones through ``async_to_sync``) and
+    returns its return value as JSON text, which the worker stores with the job's ack.
+    """
+
+    def __init__(self, task: Task[..., Any], *, backend: type[BaseTaskBackend]) -> None:
+        """``backend``: the class its signals are sent as when the task's own backend is
+        not configured (any more)."""
+        self.task = task
+        self.backend = backend
+        # The registry names a handler by module and qualified name: the task's.
+        self.__module__ = task.func.__module__
+        self.__qualname__ = task.func.__qualname__
+
+    def __call__(
+        self,
+        context: JobContext,
+        result_id: str,
+        backend: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+    ) -> str:
+        """Run one attempt; return the JSON text of the task's return value.
+
+        Raises:
+            LeaseLost: the attempt no longer holds the job (the task is not called).
+            Fail: the return value is not JSON (the job dead-letters at once: retrying
+                would only repeat the task's effects).
+            Exception: whatever the task raises (the worker retries or dead-letters).
+        """
+        stored = task_results.start_attempt(context.job_id, context.attempt)
+        if stored is None:
+            raise LeaseLost(f"job {context.job_id} attempt {context.attempt}: lease lost")
+        result = self.result_of(stored)
+        _send(task_started, result, self.backend)
+        if self.task.takes_context:
+            value = self.task.call(TaskContext(task_result=result), *args, **kwargs)
+        else:
+            value = self.task.call(*args, **kwargs)
+        found = validation.find_unencodable(value, "return value", encoder=json.JSONEncoder)
+        if found:
+            path, problem = found
+            raise Fail(f"{self.task.module_path}: {path}: {problem}; task results are JSON")
+        return json.dumps(value, allow_nan=False)
+
+    def finished(self, result: StoredTaskResult) -> None:
+        """Send ``task_finished`` for a SUCCESSFUL or FAILED result (once it committed)."""
+        _send(task_finished, self.result_of(result), self.backend)
+
+    @classmethod
+    def of_missing(cls, task_path: str, *, backend: type[BaseTaskBackend]) -> TaskRunner:
+        """The runner of a stand-in for a task not defined in this process (a job
+        dead-lettered as "unknown kind"), so its end can be announced: the stand-in has the
+        task's module path, and its function raises :class:`TaskNotRun` if called."""
+        module, _, name = task_path.rpartition(".")
+
+        def missing(*args: Any, **kwargs: Any) -> Any:
+            raise task_results.TaskNotRun(f"{task_path} is not defined in this process")
+
+        missing.__module__, missing.__qualname__, missing.__name__ = module, name, name
+        return cls(_MissingTask(func=missing), backend=backend)
+
+    def result_of(self, stored: StoredTaskResult) -> TaskResult[..., Any]:
+        """The framework's ``TaskResult`` for a stored result of this task: its ``task``
+        is this one as enqueued (queue, priority, backend, run_after) when that is still
+        valid."""
+        result: TaskResult[..., Any] = TaskResult(
+            task=_as_enqueued(self.task, stored),
+            id=stored.id,
+            status=TaskResultStatus(stored.status),
+            enqueued_at=stored.enqueued_at,
+            started_at=stored.started_at,
+            finished_at=stored.finished_at,
+            last_attempted_at=stored.last_attempted_at,
+            args=stored.args,
+            kwargs=stored.kwargs,
+            backend=stored.backend,
+            errors=[TaskError(**error) for error in stored.errors],
+            worker_ids=list(stored.worker_ids),
+        )
+        object.__setattr__(result, "_return_value", stored.return_value)
+        return result
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _MissingTask(TaskBase):
+    """A stand-in for a task whose function this process does not have: neither validated
+    nor registered (it must not become a handler), only announced."""
+
+    def __post_init__(self) -> None:
+        pass
+
+
+def _as_enqueued(task: Task[..., Any], stored: StoredTaskResult) -> Task[..., Any]:
+    """``task`` with the queue, priority, backend and run_after it was enqueued with; the
+    task as defined if those are no longer valid (settings changed since)."""
+    if (task.queue_name, task.priority, task.backend, task.run_after) == (
+        stored.queue,
+        stored.priority,
+        stored.backend,
+        stored.run_after,
+    ):
+        return task
+    try:
+        return task.using(
+            queue_name=stored.queue,
+            priority=stored.priority,
+            backend=stored.backend,
+            run_after=stored.run_after,
+        )
+    except (InvalidTask, InvalidTaskBackend):
+        return task
+
+
+def _send(signal: Signal, result: TaskResult[..., Any], backend: type[BaseTaskBackend]) -> None:
+    """Send a framework signal from the worker, as the task's backend class. Receivers are
+    user code: their errors are logged, never allowed to derail the worker."""
+    try:
+        sender: type[BaseTaskBackend] = type(result.task.get_backend())
+    except InvalidTaskBackend:
+        sender = backend
+    for receiver, response in signal.send_robust(sender, task_result=result):
+        if isinstance(response, Exception):
+            logger.error(
+                "task %s result %s: signal receiver %r raised %r",
+                result.task.module_path,
+                result.id,
+                receiver,
+                response,
+                exc_info=response,
+            )
+
+
+__all__ = ["TaskRunner"]
