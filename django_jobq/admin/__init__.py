@@ -17,7 +17,7 @@ no form here edits one: editing a running job would bypass its lease. What staff
 The **dashboard** (:mod:`.dashboard`, linked from the app index and the Jobs list) shows the
 queue at a glance to staff who may view jobs.
 
-Every page stays about as fast with a million jobs as with a hundred: the lists count up to
+No page's cost grows with the size of the tables: the lists count up to
 a cap (:mod:`.pagination`), their filters offer what the project names rather than what the
 rows hold (:mod:`.filters`), search and ordering use the tables' indexes, and the
 dashboard's counts are bounded (docs/operations.md, "The admin with a large queue").
@@ -127,9 +127,9 @@ def _safe_value(name: str, description: str) -> Callable[[Any, Any], str]:
 class _JobFieldsDisplay:
     """Columns and detail fields both screens show; rows read from the queue's database.
 
-    Both lists stay as fast with a million rows as with a hundred: they count at most
+    Neither list's cost grows with its table: they count at most
     :attr:`CappedCountPaginator.count_cap` rows (no count of the whole table), their
-    filters' choices come from the project (:mod:`.admin_filters`, no ``SELECT DISTINCT``),
+    filters' choices come from the project (:mod:`.filters`, no ``SELECT DISTINCT``),
     Django's facet counts (one count per choice) are off, and each sorts only by what an
     index serves.
 

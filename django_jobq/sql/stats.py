@@ -146,7 +146,7 @@ ORDER BY queue
 
 #: ``QUEUE_STATES`` with its counts stopping above ``%(cap)s`` (``_CAPPED_DEPTHS``): a few
 #: index seeks per queue, plus up to ``%(cap)s`` + 1 index entries per queue and state, and the
-#: running jobs. For the admin dashboard, which must stay fast on a backlog of millions.
+#: running jobs: its cost does not grow with the backlog. For the admin dashboard.
 QUEUE_STATES_CAPPED = _QUEUE_STATES_TEMPLATE.format(
     depths=_CAPPED_DEPTHS,
     result="""SELECT queue, ready, scheduled, running, oldest_ready_age FROM state
