@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -21,7 +20,7 @@ from django.urls import reverse
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_jobq import conf, db, metrics, mvcc, sql
+from django_jobq import db, metrics, mvcc, sql
 from django_jobq.checks import check_mvcc_health
 from tests import cluster
 from tests.conftest import wait_until
@@ -366,19 +365,3 @@ def test_names_and_queries_of_other_sessions_cannot_drive_a_terminal(transaction
     seen = held_by(pid, health)
     assert seen is not None
     assert seen.query == "SELECT '?[2J?forged line' AS x …"  # escape, bidi mark, tab
-
-
-@pytest.mark.parametrize(
-    ("value", "seconds"), [(None, None), (90, 90.0), (timedelta(minutes=30), 1800.0)]
-)
-def test_alert_horizon_age_is_seconds_a_timedelta_or_none(value, seconds, settings):
-    settings.JOBQ = {"ALERT_HORIZON_AGE": value}
-    resolved = conf.get_settings().ALERT_HORIZON_AGE
-    assert resolved == seconds
-
-
-@pytest.mark.parametrize("value", [-1, 0, "10m", float("nan"), 20 * 365 * 86400])
-def test_an_alert_horizon_age_that_means_nothing_fails_the_check(value):
-    assert [check_id for check_id, _ in conf.validate({"ALERT_HORIZON_AGE": value})] == [
-        "django_jobq.E003"
-    ]

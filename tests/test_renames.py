@@ -5,7 +5,7 @@ a simulated clock (the real-process proofs are in tests/acceptance/test_renames.
 
 import re
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -15,14 +15,13 @@ from django_jobq import enqueue, job, registry
 from django_jobq.models import Job
 from django_jobq.models import Schedule as ScheduleRow
 from django_jobq.schedules import (
-    InvalidCron,
     ScheduledJob,
     Timetable,
-    cron_meaning,
     enqueue_due,
 )
 from django_jobq.worker import Worker
 from django_jobq.worker.observer import log_fields
+from tests.dst import utc
 from tests.testapp.jobs import renames_greet
 from tests.testapp.models import Effect
 
@@ -35,10 +34,6 @@ def temp_registry(monkeypatch):
     """Handlers registered during the test are forgotten after it (aliases too: they live
     in the same dict)."""
     monkeypatch.setattr(registry, "_registry", dict(registry._registry))
-
-
-def utc(*args):
-    return datetime(*args, tzinfo=UTC)
 
 
 # -- the registry ------------------------------------------------------------------------
@@ -173,62 +168,6 @@ def test_a_job_line_names_the_stored_kind_and_the_handler():
     assert fields(OLD_GREET) == (OLD_GREET, GREET)
     assert fields(GREET) == (GREET, GREET)
     assert fields("renames.nobody") == ("renames.nobody", None)
-
-
-# -- cron expressions compared by meaning ---------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("one", "other"),
-    [
-        ("@hourly", "0 * * * *"),
-        ("@HOURLY", "0 * * * *"),
-        (" @daily ", "0 0 * * *"),
-        ("@midnight", "@daily"),
-        ("0  *   * * *", "0 * * * *"),
-        ("*/1 * * * *", "* * * * *"),
-        ("0 */1 * * *", "0 * * * *"),
-        ("0 0 * jan mon", "0 0 * 1 1"),
-        ("0 0 * JAN MON", "0 0 * Jan Mon"),
-        ("0 0 * * 7", "0 0 * * 0"),
-        ("0 0 * * sun-sat", "0 0 * * *"),
-        ("0 0 1-31 * *", "0 0 * * *"),
-        ("5,0 0 * * *", "0,5 0 * * *"),
-        ("0-10/5 0 * * *", "0,5,10 0 * * *"),
-        ("0 * * * * 0", "0 * * * *"),  # seconds 0: the five-field form
-        ("* * * * * */1", "* * * * * *"),
-    ],
-)
-def test_crons_of_the_same_meaning_are_equal(one, other):
-    assert cron_meaning(one) == cron_meaning(other)
-    assert Timetable(one).same_ticks(other, "UTC")
-
-
-@pytest.mark.parametrize(
-    ("one", "other"),
-    [
-        ("@hourly", "30 * * * *"),
-        ("@daily", "0 0 * * 1"),
-        ("0 0 * * 1", "0 0 * * 2"),
-        ("0 0 1 * 1", "0 0 1 * *"),  # day of month OR day of week
-        ("0 0 * * 1#2", "0 0 * * 1"),
-        ("0 0 L * *", "0 0 * * *"),
-        ("* * * * *", "* * * * * */2"),
-        ("* * * * * 0", "* * * * * 30"),
-        # Same minutes, but 0-23 names times of day, which a DST fall-back does not repeat.
-        ("0 0-23 * * *", "0 * * * *"),
-    ],
-)
-def test_crons_of_different_meanings_differ(one, other):
-    assert cron_meaning(one) != cron_meaning(other)
-    assert not Timetable(one).same_ticks(other, "UTC")
-
-
-def test_same_ticks_compares_the_timezone_and_survives_an_invalid_cron():
-    assert not Timetable("@hourly", "UTC").same_ticks("0 * * * *", "Europe/Paris")
-    assert not Timetable("@hourly").same_ticks("not a cron", "UTC")
-    with pytest.raises(InvalidCron):
-        cron_meaning("not a cron")
 
 
 # -- two live definitions of one schedule (simulated clock) -----------------------------------
