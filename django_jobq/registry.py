@@ -18,6 +18,7 @@ no data migration, and :func:`enqueue` under an alias stores the definition's ow
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import functools
@@ -25,7 +26,7 @@ import hashlib
 import inspect
 import json
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from .models import Job
 
 #: Every registered name, each kind and each alias, to its definition. One dict (not a
-#: second one for aliases), so a test that swaps it for a copy forgets aliases with kinds.
+#: second one for aliases), so :func:`isolated` restores aliases with kinds.
 _registry: dict[str, JobDefinition] = {}
 #: For each registered definition, the modules whose bodies were running when it was
 #: registered, innermost first (:func:`imported_by`).
@@ -449,3 +450,29 @@ def claimable_kinds() -> list[str]:
     """The kinds a worker of this process can run, sorted: every registered kind and every
     alias (the names a job row may carry for a handler registered here)."""
     return sorted(_registry)
+
+
+@contextlib.contextmanager
+def isolated(*, without: Iterable[str] = ()) -> Iterator[None]:
+    """For tests: the registry is restored when the block ends, so what the block registers
+    is forgotten; ``without`` names kinds (or aliases) left out inside the block, as in a
+    process that does not import them. A worker made inside the block keeps the kinds it
+    read then (:func:`claimable_kinds`)::
+
+        with registry.isolated():
+            job(name="tests.temporary")(handler)  # registered until the block ends
+
+        with registry.isolated(without=["shop.jobs.refund"]):
+            Worker(burst=True).run()  # a worker of a release without the kind
+
+    Raises:
+        KeyError: a name in ``without`` is not registered.
+    """
+    saved = dict(_registry)
+    try:
+        for name in without:
+            del _registry[name]
+        yield
+    finally:
+        _registry.clear()
+        _registry.update(saved)

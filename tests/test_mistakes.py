@@ -155,16 +155,17 @@ def test_a_module_imported_before_jobs_py_and_by_it_is_not_warned_of(monkeypatch
     from django_jobq import registry
     from tests.testapp import jobs as testapp_jobs
 
-    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
-    early = types.ModuleType("tests.testapp.mistakes_early")
-    monkeypatch.setitem(sys.modules, early.__name__, early)
-    exec(  # noqa: S102 - the module's body, run outside jobs.py's import
-        "from django_jobq import job\n\n@job\ndef mistakes_early_job() -> None: ...\n",
-        vars(early),
-    )
-    assert "tests.testapp.mistakes_early" in " ".join(w.msg for w in check_definitions())
-    monkeypatch.setattr(testapp_jobs, "mistakes_early", early, raising=False)  # jobs.py imports it
-    assert "tests.testapp.mistakes_early" not in " ".join(w.msg for w in check_definitions())
+    with registry.isolated():
+        early = types.ModuleType("tests.testapp.mistakes_early")
+        monkeypatch.setitem(sys.modules, early.__name__, early)
+        exec(  # noqa: S102 - the module's body, run outside jobs.py's import
+            "from django_jobq import job\n\n@job\ndef mistakes_early_job() -> None: ...\n",
+            vars(early),
+        )
+        assert "tests.testapp.mistakes_early" in " ".join(w.msg for w in check_definitions())
+        # jobs.py imports it:
+        monkeypatch.setattr(testapp_jobs, "mistakes_early", early, raising=False)
+        assert "tests.testapp.mistakes_early" not in " ".join(w.msg for w in check_definitions())
 
 
 def run_manage(*args, **env):

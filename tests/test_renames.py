@@ -30,10 +30,10 @@ OLD_GREET = "tests.testapp.jobs.renames_old_greet"
 
 
 @pytest.fixture
-def temp_registry(monkeypatch):
-    """Handlers registered during the test are forgotten after it (aliases too: they live
-    in the same dict)."""
-    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+def temp_registry():
+    """Handlers registered during the test are forgotten after it (aliases too)."""
+    with registry.isolated():
+        yield
 
 
 # -- the registry ------------------------------------------------------------------------

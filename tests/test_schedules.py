@@ -66,9 +66,10 @@ def noop() -> None:
 
 
 @pytest.fixture
-def temp_registry(monkeypatch):
+def temp_registry():
     """Handlers registered during the test are forgotten after it."""
-    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    with registry.isolated():
+        yield
 
 
 # -- the enqueuer: one job per tick ----------------------------------------------------------

@@ -334,9 +334,9 @@ def test_a_return_value_that_is_not_json_fails_the_task_at_once():
 
 def test_a_task_the_worker_does_not_know_waits_ready_for_a_worker_that_does(monkeypatch):
     result = tasks.add.enqueue(1, 2)
-    monkeypatch.delitem(registry._registry, "tests.testapp.tasks.add")  # a worker without it
     monkeypatch.setattr("django_jobq.task_results.discover", lambda: None)
-    run_burst()
+    with registry.isolated(without=["tests.testapp.tasks.add"]):  # a worker without it
+        run_burst()
     monkeypatch.undo()
 
     assert not DeadLetter.objects.exists()
@@ -534,13 +534,15 @@ def test_the_documented_settings_are_valid(index):
 @pytest.fixture
 def docs_tasks(monkeypatch):
     """Run the docs' ``shop/tasks.py`` example with the standard imports it shows."""
-    monkeypatch.setattr(registry, "_registry", dict(registry._registry))  # forget them after
     if not _core_tasks():
         import django_tasks
 
         monkeypatch.setitem(sys.modules, "django.tasks", django_tasks)
     namespace = {"__name__": "shop.tasks"}
-    with override_settings(TASKS={"default": {**BACKEND, "QUEUES": ["default", "emails"]}}):
+    with (
+        registry.isolated(),  # forget them after
+        override_settings(TASKS={"default": {**BACKEND, "QUEUES": ["default", "emails"]}}),
+    ):
         exec(PYTHON_BLOCKS[2], namespace)  # noqa: S102 (the docs' own example)
         yield namespace
 
