@@ -58,7 +58,7 @@ def database_url() -> str:
 
 
 @pytest.fixture
-def manage(transactional_db: None) -> Callable[..., subprocess.Popen[str]]:
+def manage(transactional_db: None) -> Iterator[Callable[..., subprocess.Popen[str]]]:
     """Start ``manage.py <args>`` as a real subprocess on the test database."""
     env = {
         **os.environ,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -54,7 +55,7 @@ def enqueue(count, **options):
 def front_buffers(connect, positions):
     """Shared buffers the claim's ``front`` CTE reads (EXPLAIN ANALYZE, rolled back)."""
     conn = connect()
-    params = {"worker_id": "explain", "kinds": [record.kind], "queue": "default"}
+    params: dict[str, Any] = {"worker_id": "explain", "kinds": [record.kind], "queue": "default"}
     params.update(limit=10, front=10 * sql.CLAIM_FRONT_FACTOR)
     params.update(FROM_THE_START if positions is None else positions.params())
     with conn.transaction(force_rollback=True):

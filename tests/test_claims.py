@@ -2,6 +2,7 @@
 
 import threading
 from datetime import timedelta
+from typing import cast
 
 import psycopg
 import pytest
@@ -35,7 +36,7 @@ def ack_all(cursor, claimed):
 def run_claimers(connect, count, *, limit, rounds=None):
     """Start ``count`` threads, each claiming with its own connection until the queue is empty.
     Returns the list of claim results (lists of job ids) per thread."""
-    results = [[] for _ in range(count)]
+    results: list[list[int]] = [[] for _ in range(count)]
     start = threading.Barrier(count)
     connections = [connect() for _ in range(count)]
 
@@ -101,6 +102,7 @@ def test_claim_leases_exactly_the_rows_it_returns(queue_cursor):
     assert {job.id for job in claimed} == set(running.values_list("id", flat=True))
     for job in running:
         assert (job.attempts, job.worker_id) == (1, "w")
+        assert job.lease_deadline is not None and job.started_at is not None
         assert job.lease_deadline - job.started_at == job.visibility_timeout
 
 
@@ -109,8 +111,9 @@ def test_non_positive_limit_returns_nothing_without_a_query():
         def execute(self, *args):
             raise AssertionError("claim with limit <= 0 queried the database")
 
-    assert leases.claim(NoQueryCursor(), worker_id="w", limit=0) == []
-    assert leases.claim(NoQueryCursor(), worker_id="w", limit=-1) == []
+    cursor = cast(leases.Cursor, NoQueryCursor())
+    assert leases.claim(cursor, worker_id="w", limit=0) == []
+    assert leases.claim(cursor, worker_id="w", limit=-1) == []
 
 
 def test_claim_order_is_priority_then_run_at_then_id(queue_cursor):

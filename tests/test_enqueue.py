@@ -38,7 +38,7 @@ def test_the_returned_job_holds_every_column_as_stored():
     row = Job.objects.get()
     for field in Job._meta.concrete_fields:
         assert getattr(saved, field.attname) == getattr(row, field.attname), field.name
-    assert saved.expires_at > saved.created_at
+    assert saved.expires_at is not None and saved.expires_at > saved.created_at
 
 
 def assert_as_stored(saved):

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from django.test.utils import override_settings
@@ -52,7 +53,10 @@ def test_enqueue_of_a_misspelt_kind_raises_with_the_nearest_kind_and_writes_noth
 
 @REFUSE
 def test_an_unknown_kind_in_a_batch_refuses_the_whole_batch():
-    batch = [{"kind": RECEIPT, "payload": {"order_id": 1}}, {"kind": "billing.jobs.charge"}]
+    batch: list[dict[str, Any]] = [
+        {"kind": RECEIPT, "payload": {"order_id": 1}},
+        {"kind": "billing.jobs.charge"},
+    ]
     with pytest.raises(UnknownKind, match=r"'billing\.jobs\.charge'"):
         enqueue_many(batch)
     assert not Job.objects.exists()
@@ -328,7 +332,7 @@ def test_the_deploying_pages_example_enqueues_another_services_kind():
     page = (REPO_ROOT / "docs" / "deploying.md").read_text()
     section = page.split("## Mistakes that fail where they are made", 1)[1].split("\n## ", 1)[0]
     (example,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    namespace = {"enqueue": enqueue}
+    namespace: dict[str, Any] = {"enqueue": enqueue}
     exec(example, namespace)  # noqa: S102 - the page's own example
     job = Job.objects.get()
     assert (job.kind, job.queue, job.payload) == (

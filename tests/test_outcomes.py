@@ -98,7 +98,7 @@ def refuse():
 
 def _completer():
     observer = Observer(worker_id="test", queues=["outcomes"], concurrency=1, kinds=[])
-    applied = []
+    applied: list[Outcome] = []
     return Completer(on_applied=applied.append, observer=observer), applied
 
 

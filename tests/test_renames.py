@@ -7,6 +7,7 @@ import re
 from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -162,7 +163,7 @@ def test_a_job_line_names_the_stored_kind_and_the_handler():
         outcome = SimpleNamespace(
             job=stored, action=Action.ACK, ran=True, duration=0.1, reason="", error=""
         )
-        found = log_fields(outcome, "succeeded")
+        found = log_fields(outcome, "succeeded")  # type: ignore[arg-type]  # its fields only
         return found["kind"], found["handler"]
 
     assert fields(OLD_GREET) == (OLD_GREET, GREET)
@@ -196,7 +197,8 @@ def ticks_by_label():
 def run_both(old, new, start, rounds, step):
     """An old and a new release's schedulers, each with its memory, calling ``enqueue_due``
     by turns every ``step`` (the new one started a moment later)."""
-    old_floors, new_floors = {}, {}
+    old_floors: dict[str, datetime] = {}
+    new_floors: dict[str, datetime] = {}
     for n in range(rounds):
         now = start + n * step
         enqueue_due([old], now=now, floors=old_floors)
@@ -242,7 +244,8 @@ def test_a_changed_payload_fires_each_tick_once_with_one_of_the_payloads():
 def test_the_row_is_synced_once_per_scheduler_not_by_turns():
     old, new = definition("*/2 * * * *", "old"), definition("1-59/2 * * * *", "new")
     start = utc(2026, 5, 1, 12, 0, 30)
-    old_floors, new_floors = {}, {}
+    old_floors: dict[str, datetime] = {}
+    new_floors: dict[str, datetime] = {}
     enqueue_due([old], now=start, floors=old_floors)
     enqueue_due([new], now=start, floors=new_floors)  # the new release starts: its definition
     row = ScheduleRow.objects.get()
@@ -272,7 +275,7 @@ def test_an_equivalent_cron_or_an_alias_kind_is_the_same_definition():
 @pytest.mark.django_db(transaction=True)
 def test_a_row_deleted_under_a_running_scheduler_starts_afresh():
     every = definition("* * * * *", "a", catch_up=100)
-    floors = {}
+    floors: dict[str, datetime] = {}
     enqueue_due([every], now=utc(2026, 5, 1, 12, 0, 30), floors=floors)
     enqueue_due([every], now=utc(2026, 5, 1, 12, 5), floors=floors)
     assert Job.objects.count() == 5
@@ -294,7 +297,7 @@ RENAMING = DEPLOYING.partition("\n## Renaming a kind\n")[2].partition("\n## ")[0
 
 @pytest.mark.django_db(transaction=True)
 def test_the_documented_renamed_handler_runs_both_payload_shapes(temp_registry):
-    refunded = []
+    refunded: list[Any] = []
     (block,) = re.findall(r"```python\n(.*?)```", RENAMING, re.DOTALL)
     exec(block, {"__name__": "billing.jobs", "issue_refund": refunded.append})  # noqa: S102
     with connection.cursor() as cursor:  # release 1's web process: the old kind and shape

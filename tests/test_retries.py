@@ -131,6 +131,7 @@ def test_a_job_not_started_before_it_expires_is_dead_lettered_unrun():
 def test_expires_after_counts_from_enqueue_on_the_database_clock():
     job = send_reminder.enqueue("x")
     row = Job.objects.get(pk=job.pk)
+    assert row.expires_at is not None
     assert row.expires_at - row.created_at == timedelta(minutes=10)
 
 

@@ -13,6 +13,7 @@ from collections import Counter
 from datetime import UTC, datetime, time, timedelta
 from io import StringIO
 from types import SimpleNamespace
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -23,7 +24,7 @@ from django.db import connection, connections
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_jobq import Schedule, enqueue, job, leases, registry, schedules, sql
+from django_jobq import Schedule, enqueue, enqueueing, job, leases, registry, sql
 from django_jobq.checks import check_schedules, check_settings
 from django_jobq.conf import get_settings
 from django_jobq.models import Job
@@ -175,7 +176,7 @@ def test_the_job_insert_and_the_row_advance_commit_together(monkeypatch):
     def fail(jobs):
         raise RuntimeError("the insert failed")
 
-    monkeypatch.setattr(schedules.enqueueing, "enqueue_many", fail)
+    monkeypatch.setattr(enqueueing, "enqueue_many", fail)
     with pytest.raises(RuntimeError):
         enqueue_due([every_minute], now=utc(2026, 5, 1, 12, 1))
     assert ScheduleRow.objects.get().last_tick is None  # the advance rolled back with it
@@ -652,7 +653,7 @@ def test_the_documented_schedules_are_valid(temp_registry):
         "digest-us": ("0 7 * * 1-5", "America/New_York"),
     }
     assert by_name["digest-us"].payload == {"region": "us"}
-    settings_block = {}
+    settings_block: dict[str, Any] = {}
     exec(PYTHON_BLOCKS[2], settings_block)  # noqa: S102 (the docs' own example)
     job(name="shop.jobs.purge_sessions")(purge_sessions)
     job(name="shop.jobs.sync_catalogue")(sync_catalogue)

@@ -20,7 +20,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if UNIT not in item.path.parents:
             continue
-        if item.get_closest_marker("django_db") or "django_db_setup" in item.fixturenames:
+        fixtures = item.fixturenames if isinstance(item, pytest.Function) else []
+        if item.get_closest_marker("django_db") or "django_db_setup" in fixtures:
             raise pytest.UsageError(
                 f"{item.nodeid} asks for a database: tests/unit needs none (put it in tests/)."
             )

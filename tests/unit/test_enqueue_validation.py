@@ -38,6 +38,7 @@ def circular() -> dict[str, Any]:
     return loop
 
 
+# Some of these mistakes are type errors too: mypy flags them where they are made.
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
@@ -49,8 +50,8 @@ def circular() -> dict[str, Any]:
         ),
         (lambda: enqueue("some.kind", {"n": float("nan")}), TypeError, r"payload\['n'\]"),
         (lambda: enqueue("some.kind", {"s": "a\x00b"}), TypeError, r"payload\['s'\].*NUL"),
-        (lambda: enqueue("some.kind", {1: "x"}), TypeError, r"payload\[1\]"),
-        (lambda: enqueue("some.kind", ["not", "a", "dict"]), TypeError, "must be a dict"),
+        (lambda: enqueue("some.kind", {1: "x"}), TypeError, r"payload\[1\]"),  # type: ignore[dict-item]
+        (lambda: enqueue("some.kind", ["not", "a", "dict"]), TypeError, "must be a dict"),  # type: ignore[arg-type]
         (lambda: record.enqueue(), TypeError, "missing a required argument: 'label'"),
         (lambda: record.using(queue="no spaces").enqueue("x"), ValueError, "invalid queue"),
         # "$" would match before a final newline; the names are anchored at the very end.
@@ -58,8 +59,8 @@ def circular() -> dict[str, Any]:
         (lambda: enqueue("some.kind\n", {}), ValueError, "invalid job kind"),
         (lambda: record.using(queue="").enqueue("x"), ValueError, "invalid queue"),
         (lambda: enqueue("bad kind!", {}), ValueError, "invalid job kind"),
-        (lambda: enqueue(["not", "a", "name"], {}), ValueError, "invalid job kind"),
-        (lambda: enqueue(None, {}), ValueError, "invalid job kind"),
+        (lambda: enqueue(["not", "a", "name"], {}), ValueError, "invalid job kind"),  # type: ignore[arg-type]
+        (lambda: enqueue(None, {}), ValueError, "invalid job kind"),  # type: ignore[arg-type]
         (lambda: record.using(delay=-1).enqueue("x"), ValueError, "delay must be at least 0 s"),
         (
             lambda: record.using(delay=timedelta(seconds=-5)).enqueue("x"),
@@ -96,7 +97,7 @@ def circular() -> dict[str, Any]:
             ValueError,
             "expires_at must be timezone-aware",
         ),
-        (lambda: record.using(colour="blue").enqueue("x"), TypeError, "unknown enqueue options"),
+        (lambda: record.using(colour="blue").enqueue("x"), TypeError, "unknown enqueue options"),  # type: ignore[call-arg]
     ],
 )
 def test_bad_input_raises_a_clear_error_before_any_statement(
@@ -130,7 +131,7 @@ def test_an_invalid_kind_name_is_still_a_value_error() -> None:
 @REFUSE
 def test_allow_unregistered_must_be_a_bool() -> None:
     with pytest.raises(TypeError, match="allow_unregistered must be True or False"):
-        enqueue("billing.jobs.charge", allow_unregistered="yes")  # type: ignore[typeddict-item]
+        enqueue("billing.jobs.charge", allow_unregistered="yes")  # type: ignore[arg-type]
 
 
 # -- what prepare_job fills in -----------------------------------------------------------------
