@@ -21,13 +21,14 @@ own kind.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import hashlib
 import inspect
 import json
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -35,7 +36,7 @@ from .backoff import BackoffPolicy
 from .schedules import Schedule
 
 #: Every registered name, each kind and each alias, to its definition. One dict (not a
-#: second one for aliases), so a test that swaps it for a copy forgets aliases with kinds.
+#: second one for aliases), so :func:`isolated` restores aliases with kinds.
 _registry: dict[str, KindDefinition] = {}
 #: For each registered definition, the modules whose bodies were running when it was
 #: registered, innermost first (:func:`imported_by`).
@@ -233,3 +234,29 @@ def claimable_kinds() -> list[str]:
     """The kinds a worker of this process can run, sorted: every registered kind and every
     alias (the names a job row may carry for a handler registered here)."""
     return sorted(_registry)
+
+
+@contextlib.contextmanager
+def isolated(*, without: Iterable[str] = ()) -> Iterator[None]:
+    """For tests: the registry is restored when the block ends, so what the block registers
+    is forgotten; ``without`` names kinds (or aliases) left out inside the block, as in a
+    process that does not import them. A worker made inside the block keeps the kinds it
+    read then (:func:`claimable_kinds`)::
+
+        with registry.isolated():
+            job(name="tests.temporary")(handler)  # registered until the block ends
+
+        with registry.isolated(without=["shop.jobs.refund"]):
+            Worker(burst=True).run()  # a worker of a release without the kind
+
+    Raises:
+        KeyError: a name in ``without`` is not registered.
+    """
+    saved = dict(_registry)
+    try:
+        for name in without:
+            del _registry[name]
+        yield
+    finally:
+        _registry.clear()
+        _registry.update(saved)

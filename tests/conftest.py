@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -19,6 +20,19 @@ from tests import cluster
 from tests.proxy import Proxy
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def restore_jobq_logging() -> Iterator[None]:
+    """Undo what a ``jobq_worker`` run in process does to the ``django_jobq`` logger (its
+    level, maybe a handler: see the command's logging set-up), so that no test depends on
+    which ran before it."""
+    logger = logging.getLogger("django_jobq")
+    level, handlers, propagate = logger.level, list(logger.handlers), logger.propagate
+    yield
+    logger.setLevel(level)
+    logger.handlers[:] = handlers
+    logger.propagate = propagate
 
 
 @pytest.fixture
@@ -58,7 +72,7 @@ def database_url() -> str:
 
 
 @pytest.fixture
-def manage(transactional_db: None) -> Callable[..., subprocess.Popen[str]]:
+def manage(transactional_db: None) -> Iterator[Callable[..., subprocess.Popen[str]]]:
     """Start ``manage.py <args>`` as a real subprocess on the test database."""
     env = {
         **os.environ,

@@ -126,7 +126,7 @@ def insert_row(columns: dict[str, str], *, label: str = "poison", kind: str = RE
             {"kind": kind, "label": label},
         )
         ((job_id,),) = cursor.fetchall()
-    return job_id
+    return int(job_id)
 
 
 def update_row(job_id: int, columns: dict[str, str]) -> None:

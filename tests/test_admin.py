@@ -179,7 +179,9 @@ def test_the_reason_filter_lists_the_reasons_not_the_rows(admin_client):
         DeadLetterFactory(reason=f"failed: order {n} declined")
     html = admin_client.get(DEAD_LETTERS_URL).content.decode()
     # The filters' element: <nav> up to Django 5.2, <search> from 6.0.
-    filter_html = re.search(r'<(nav|search) id="changelist-filter".*?</\1>', html, re.S)[0]
+    found = re.search(r'<(nav|search) id="changelist-filter".*?</\1>', html, re.S)
+    assert found is not None
+    filter_html = found[0]
     assert filter_html.count("?reason=") == len(DeadLetter.Reason.values)
     assert "order 7 declined" not in filter_html
     assert "?reason=poison+row" in filter_html and "?reason=unknown+kind" in filter_html

@@ -123,7 +123,7 @@ DISTINCT_OVER_A_QUEUE_TABLE = re.compile(
 def fill(times: int) -> None:
     """Fill the tables up to ``times`` the module's sizes, from what they hold (``times - 1``
     times them). Only the first fill has running jobs: a deeper backlog, the same workers."""
-    params = {"queues": QUEUES, "kinds": KINDS, "running_up_to": JOBS}
+    params: dict[str, Any] = {"queues": QUEUES, "kinds": KINDS, "running_up_to": JOBS}
     with connection.cursor() as cursor:
         for statement, rows in [(FILL_JOBS, JOBS), (FILL_DEAD_LETTERS, DEAD_LETTERS)]:
             span = {"first": (times - 1) * rows + 1, "last": times * rows}
@@ -146,14 +146,16 @@ def big_queue(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
         cursor.execute("TRUNCATE jobq_job, jobq_dead_letter")
 
 
-def plan_nodes(node: dict[str, Any], under_limit: bool = False) -> Iterator[tuple[dict, bool]]:
+def plan_nodes(
+    node: dict[str, Any], under_limit: bool = False
+) -> Iterator[tuple[dict[str, Any], bool]]:
     """Each node of a JSON plan, with whether a Limit node is above it."""
     yield node, under_limit
     for child in node.get("Plans", []):
         yield from plan_nodes(child, under_limit or node["Node Type"] == "Limit")
 
 
-def scans_of_queue_tables(plan: dict[str, Any]) -> Iterator[tuple[dict, bool]]:
+def scans_of_queue_tables(plan: dict[str, Any]) -> Iterator[tuple[dict[str, Any], bool]]:
     for node, under_limit in plan_nodes(plan):
         if node.get("Relation Name") in QUEUE_TABLES:
             yield node, under_limit
@@ -184,7 +186,8 @@ def explain(sql: str) -> dict[str, Any]:
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql)
         document = cursor.fetchone()[0]
-    return document[0]["Plan"]
+    plan: dict[str, Any] = document[0]["Plan"]
+    return plan
 
 
 def load(client: Any, url: str) -> tuple[Any, list[str]]:
@@ -234,7 +237,7 @@ def pages() -> dict[str, str]:
         "jobs, running of a queue": jobs(status="running", queue="outcomes"),
         "jobs, ready of a kind, page 3": jobs(status="ready", kind=KINDS[0], p="3"),
         "jobs, search an id": jobs(q=str(job.pk)),
-        "jobs, search an idempotency key": jobs(q=keyed.idempotency_key),
+        "jobs, search an idempotency key": jobs(q=str(keyed.idempotency_key)),
         "job": admin_url("job_change", job),
         "job history": admin_url("job_history", job),
         "dead letters": DEAD_LETTERS_URL,
@@ -260,7 +263,8 @@ def past_seven_days() -> str:
     from django.contrib.admin import DateFieldListFilter
 
     field = DeadLetter._meta.get_field("died_at")
-    spec = DateFieldListFilter(field, None, {}, DeadLetter, None, "died_at")
+    # The filter's links need neither the request nor the model admin.
+    spec = DateFieldListFilter(field, None, {}, DeadLetter, None, "died_at")  # type: ignore[arg-type]
     (query,) = [params for title, params in spec.links if title == "Past 7 days"]
     return f"{DEAD_LETTERS_URL}?{urlencode(query)}"
 

@@ -1,11 +1,13 @@
 """Claim positions: claims read on from where the worker's last claim got to, so the dead
 index entries of jobs already claimed are not walked again while the xmin horizon is held
-back; the probe finds what sorts before a position (django_jobq/claim_positions.py)."""
+back; the probe finds what sorts before a position (django_jobq/claim_positions.py). The
+positions' own arithmetic is tested in tests/unit/test_claim_positions.py."""
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -13,11 +15,8 @@ from django.utils import timezone
 from django_jobq import claim_positions, claims, enqueue_many, outcomes, sql
 from django_jobq.claim_positions import (
     FROM_THE_START,
-    MAX_PRIORITY,
-    MIN_PRIORITY,
     ClaimPositions,
     Position,
-    Probe,
 )
 from django_jobq.models import Job
 from django_jobq.worker import Worker
@@ -50,94 +49,13 @@ def enqueue(count, **options):
     return enqueue_many([record.using(**options).prepare(f"job-{n}") for n in range(count)])
 
 
-# -- the positions themselves (no database) ------------------------------------------------
-
-
-def test_without_positions_a_claim_reads_everything():
-    positions = ClaimPositions()
-    assert not positions.is_set()
-    assert positions.params() == FROM_THE_START
-    assert positions.seconds_until_probe() == float("inf")  # nothing can hide
-
-
-def test_a_level_is_read_after_its_position_and_the_levels_around_it_from_their_start():
-    positions = ClaimPositions()
-    positions.advance(
-        claimed_at=T0, seen=[(5, T0 - timedelta(hours=1), 40), (0, None, 9)], lapsed_seen_all=True
-    )
-    params = positions.params()
-    assert params["above"] == 5 and params["below"] == 0  # above 5 and below 0: everything
-    assert params["level_priorities"] == [5, 0]
-    assert params["level_after_run_ats"] == [T0 - timedelta(hours=1), None]  # None: -infinity
-    assert params["level_after_ids"] == [40, 9]
-    assert params["lapsed_from"] == T0
-
-
-def test_a_position_stays_the_commit_lag_behind_the_claim():
-    # A job inserted just before the claim but committed after it must still be read.
-    positions = ClaimPositions()
-    positions.advance(claimed_at=T0, seen=[(0, T0, 100)], lapsed_seen_all=False)
-    lag = timedelta(seconds=claim_positions.COMMIT_LAG)
-    assert positions.levels == {0: Position(T0 - lag, 0)}
-    assert positions.lapsed_from is None  # the lapsed arm was full: it did not see them all
-
-
-def test_positions_only_move_forward_in_claims_and_back_in_probes():
-    positions = ClaimPositions()
-    old = T0 - timedelta(hours=2)
-    positions.advance(claimed_at=T0, seen=[(0, old, 50)], lapsed_seen_all=True)
-    positions.advance(claimed_at=T0, seen=[(0, old, 20)], lapsed_seen_all=True)
-    assert positions.levels[0] == Position(old, 50)
-    lowered = positions.lower(Probe(ready=(0, old, 10), lapsed=False, lapsed_since=None), seconds=0)
-    assert lowered and positions.levels[0] == Position(old, 9)  # just before the straggler
-    assert not positions.lower(
-        Probe(ready=(0, old, 30), lapsed=False, lapsed_since=None), seconds=0
-    )
-
-
-def test_the_probe_gives_a_level_between_two_known_ones_a_position():
-    positions = ClaimPositions()
-    positions.advance(claimed_at=T0, seen=[(9, None, 1), (1, None, 1)], lapsed_seen_all=True)
-    found = Probe(ready=(5, T0 - timedelta(days=1), 77), lapsed=False, lapsed_since=None)
-    assert positions.lower(found, seconds=0)
-    assert positions.params()["level_priorities"] == [9, 5, 1]
-    assert positions.levels[5] == Position(T0 - timedelta(days=1), 76)
-
-
-def test_a_lapse_found_before_the_lapse_time_moves_it_back():
-    positions = ClaimPositions()
-    positions.advance(claimed_at=T0, seen=[], lapsed_seen_all=True)
-    since = T0 - timedelta(minutes=5)
-    assert positions.lower(Probe(ready=None, lapsed=True, lapsed_since=since), seconds=0)
-    assert positions.lapsed_from == since
-
-
-def test_the_probe_interval_follows_the_probe_cost_within_bounds():
-    positions = ClaimPositions()
-    positions.lower(Probe(ready=None, lapsed=False, lapsed_since=None), seconds=0.0001)
-    assert positions.probe_interval() == claim_positions.MIN_PROBE_INTERVAL
-    positions.lower(Probe(ready=None, lapsed=False, lapsed_since=None), seconds=0.2)
-    assert positions.probe_interval() == pytest.approx(0.2 * claim_positions.PROBE_COST_FACTOR)
-    positions.lower(Probe(ready=None, lapsed=False, lapsed_since=None), seconds=60)
-    assert positions.probe_interval() == claim_positions.MAX_PROBE_INTERVAL
-
-
-def test_at_most_so_many_levels_keep_a_position():
-    positions = ClaimPositions()
-    for priority in range(claim_positions.LEVELS + 3):
-        positions.advance(claimed_at=T0, seen=[(priority, None, 1)], lapsed_seen_all=True)
-    assert len(positions.levels) == claim_positions.LEVELS
-    assert min(positions.levels) == 3  # the least recently moved went first
-    assert min(positions.levels) > MIN_PRIORITY and max(positions.levels) < MAX_PRIORITY
-
-
 # -- claims with positions ---------------------------------------------------------------
 
 
 def front_buffers(connect, positions):
     """Shared buffers the claim's ``front`` CTE reads (EXPLAIN ANALYZE, rolled back)."""
     conn = connect()
-    params = {"worker_id": "explain", "kinds": [record.kind], "queue": "default"}
+    params: dict[str, Any] = {"worker_id": "explain", "kinds": [record.kind], "queue": "default"}
     params.update(limit=10, front=10 * sql.claims.CLAIM_FRONT_FACTOR)
     params.update(FROM_THE_START if positions is None else positions.params())
     with conn.transaction(force_rollback=True):

@@ -2,6 +2,7 @@
 
 import threading
 from datetime import timedelta
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -35,7 +36,7 @@ def ack_all(cursor, claimed):
 def run_claimers(connect, count, *, limit, rounds=None):
     """Start ``count`` threads, each claiming with its own connection until the queue is empty.
     Returns the list of claim results (lists of job ids) per thread."""
-    results = [[] for _ in range(count)]
+    results: list[list[int]] = [[] for _ in range(count)]
     start = threading.Barrier(count)
     connections = [connect() for _ in range(count)]
 
@@ -101,6 +102,7 @@ def test_claim_leases_exactly_the_rows_it_returns(queue_cursor):
     assert {job.id for job in claimed} == set(running.values_list("id", flat=True))
     for job in running:
         assert (job.attempts, job.worker_id) == (1, "w")
+        assert job.lease_deadline is not None and job.started_at is not None
         assert job.lease_deadline - job.started_at == job.visibility_timeout
 
 
@@ -109,8 +111,9 @@ def test_non_positive_limit_returns_nothing_without_a_query():
         def execute(self, *args):
             raise AssertionError("claim with limit <= 0 queried the database")
 
-    assert claims.claim(NoQueryCursor(), worker_id="w", limit=0) == []
-    assert claims.claim(NoQueryCursor(), worker_id="w", limit=-1) == []
+    cursor = cast(psycopg.Cursor[Any], NoQueryCursor())
+    assert claims.claim(cursor, worker_id="w", limit=0) == []
+    assert claims.claim(cursor, worker_id="w", limit=-1) == []
 
 
 def test_claim_order_is_priority_then_run_at_then_id(queue_cursor):
@@ -481,7 +484,9 @@ def test_a_claim_served_at_the_front_is_one_small_statement(queue_cursor, jobs):
     create_jobs(jobs, kind="kinds.mine")
     create_jobs(15, kind="kinds.other", priority=-1)  # the front of 20 holds them all
     cursor = CountingCursor(queue_cursor)
-    claimed = claims.claim(cursor, worker_id="w", limit=10, kinds=["kinds.mine"])
+    claimed = claims.claim(
+        cast(psycopg.Cursor[Any], cursor), worker_id="w", limit=10, kinds=["kinds.mine"]
+    )
     assert len(claimed) == min(jobs, 10)
     assert cursor.statements == [sql.claims.CLAIM_JOBS_ANY_QUEUE]
 
@@ -491,7 +496,11 @@ def test_the_walk_claims_the_served_jobs_behind_a_thousand_unserved_ones(queue_c
     served = create_jobs(15, kind="kinds.mine", priority=-1)
     cursor = CountingCursor(queue_cursor)
     claimed = claims.claim(
-        cursor, worker_id="w", limit=10, queues=["default"], kinds=["kinds.mine"]
+        cast(psycopg.Cursor[Any], cursor),
+        worker_id="w",
+        limit=10,
+        queues=["default"],
+        kinds=["kinds.mine"],
     )
     assert [job.id for job in claimed] == [job.pk for job in served[:10]]
     assert cursor.statements == [
@@ -507,7 +516,9 @@ def test_a_front_claim_short_of_its_limit_is_topped_up_by_the_walk(queue_cursor)
     create_jobs(16, kind="kinds.other", priority=1)
     behind = create_jobs(10, kind="kinds.mine")
     cursor = CountingCursor(queue_cursor)
-    claimed = claims.claim(cursor, worker_id="w", limit=10, kinds=["kinds.mine"])
+    claimed = claims.claim(
+        cast(psycopg.Cursor[Any], cursor), worker_id="w", limit=10, kinds=["kinds.mine"]
+    )
     assert [job.priority for job in claimed] == [2] * 4 + [0] * 6
     assert [job.id for job in claimed[4:]] == [job.pk for job in behind[:6]]
     assert cursor.statements == [

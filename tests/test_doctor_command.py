@@ -62,7 +62,8 @@ def doctor(*args: str) -> str:
 
 
 def own(document: dict[str, Any], pid: int) -> dict[str, Any]:
-    (entry,) = [h for h in document["horizon_holders"] if h["pid"] == pid]
+    entries: list[dict[str, Any]] = document["horizon_holders"]
+    (entry,) = [h for h in entries if h["pid"] == pid]
     return entry
 
 

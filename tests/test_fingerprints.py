@@ -61,7 +61,9 @@ EXAMPLES = [
 
 def fingerprint_of(last_error: str, reason: str = "max attempts exceeded") -> str:
     """The fingerprint PostgreSQL computes for a dead letter with this error and reason."""
-    return DeadLetterFactory(last_error=last_error, reason=reason).fingerprint
+    dead: DeadLetter = DeadLetterFactory(last_error=last_error, reason=reason)
+    fingerprint: str = dead.fingerprint
+    return fingerprint
 
 
 pytestmark = pytest.mark.django_db

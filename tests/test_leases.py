@@ -2,6 +2,7 @@
 
 import threading
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -157,7 +158,7 @@ def test_heartbeat_and_reclaim_racing_never_leave_two_live_attempts(connect):
         )
         Job.objects.filter(pk=job.pk).update(worker_id="holder")
         heart.execute("SELECT pg_sleep(0.04)")  # let the deadline draw near
-        results = {}
+        results: dict[str, Any] = {}
         start = threading.Barrier(2)
 
         def beat(held=held, results=results, start=start):

@@ -173,7 +173,8 @@ def test_keyed_enqueue_many_racing_with_workers_never_deadlocks(queue_cursor):
 
     def produce(producer):
         shuffled = random.Random(producer)
-        committed, failed = [], []
+        committed: list[tuple[str, int, str]] = []
+        failed: list[DatabaseError] = []
         for round_number in range(15):
             keys = shuffled.sample(KEYS, 8)
             labels = {key: f"{producer}-{round_number}-{key}" for key in keys}
@@ -232,9 +233,9 @@ def test_every_fenced_write_skips_a_locked_row_and_reports_it_busy(connect, queu
         acked = outcomes.ack(queue_cursor, [job.lease])
         extended = leases.heartbeat(queue_cursor, [job.lease])
         released = leases.release(queue_cursor, [job.lease])
-        assert (set(acked), acked.busy) == (set(), {job.id})
-        assert (dict(extended), extended.busy) == ({}, {job.id})
-        assert (set(released), released.busy) == (set(), {job.id})
+        assert (set(acked), acked.busy) == (set(), frozenset({job.id}))
+        assert (dict(extended), extended.busy) == ({}, frozenset({job.id}))
+        assert (set(released), released.busy) == (set(), frozenset({job.id}))
         with pytest.raises(leases.LeaseBusy):
             outcomes.retry(queue_cursor, job.id, job.attempt, delay=0, error="x")
         with pytest.raises(leases.LeaseBusy):

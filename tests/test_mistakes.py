@@ -8,12 +8,13 @@ import signal
 import subprocess
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from django.test.utils import override_settings
 
-from django_jobq import conf, enqueue, enqueue_many
-from django_jobq.checks import check_definitions, check_settings
+from django_jobq import enqueue, enqueue_many
+from django_jobq.checks import check_definitions
 from django_jobq.exceptions import UnknownKind
 from django_jobq.models import DeadLetter, Job, StoredTaskResult
 from django_jobq.operations import redrive
@@ -52,32 +53,14 @@ def test_enqueue_of_a_misspelt_kind_raises_with_the_nearest_kind_and_writes_noth
 
 
 @REFUSE
-def test_a_bare_function_name_suggests_its_registered_path():
-    with pytest.raises(UnknownKind) as info:
-        enqueue("mistakes_send_receipt", {"order_id": 1})
-    assert info.value.suggestion == RECEIPT
-
-
-@REFUSE
 def test_an_unknown_kind_in_a_batch_refuses_the_whole_batch():
-    batch = [{"kind": RECEIPT, "payload": {"order_id": 1}}, {"kind": "billing.jobs.charge"}]
+    batch: list[dict[str, Any]] = [
+        {"kind": RECEIPT, "payload": {"order_id": 1}},
+        {"kind": "billing.jobs.charge"},
+    ]
     with pytest.raises(UnknownKind, match=r"'billing\.jobs\.charge'"):
         enqueue_many(batch)
     assert not Job.objects.exists()
-
-
-@REFUSE
-def test_a_kind_with_nothing_near_has_no_suggestion():
-    with pytest.raises(UnknownKind) as info:
-        enqueue("zzzz")
-    assert info.value.suggestion is None
-    assert "did you mean" not in str(info.value)
-
-
-@REFUSE
-def test_an_invalid_kind_name_is_still_a_value_error():
-    with pytest.raises(ValueError, match="invalid job kind"):
-        enqueue("has space")
 
 
 @REFUSE
@@ -89,12 +72,6 @@ def test_allow_unregistered_enqueues_another_services_kind():
     # The kind was accepted (and its defaults cached) once; the refusal still holds without it.
     with pytest.raises(UnknownKind):
         enqueue("billing.jobs.charge", {"invoice": 8})
-
-
-@REFUSE
-def test_allow_unregistered_must_be_a_bool():
-    with pytest.raises(TypeError, match="allow_unregistered must be True or False"):
-        enqueue("billing.jobs.charge", allow_unregistered="yes")
 
 
 def test_the_setting_enqueues_any_kind():
@@ -109,16 +86,6 @@ def test_registered_kinds_handlers_and_tasks_enqueue_as_before():
     jobs.mistakes_send_receipt.enqueue(order_id=2)
     tasks.add.enqueue(1, 2)
     assert Job.objects.count() == 3
-
-
-def test_the_setting_must_be_a_bool_django_jobq_e017():
-    with override_settings(JOBQ={"ENQUEUE_UNREGISTERED_KINDS": "yes"}):
-        (error,) = check_settings()
-    assert error.id == "django_jobq.E017"
-    assert "must be True or False" in error.msg
-    assert [check_id for check_id, _ in conf.validate({"ENQUEUE_UNREGISTERED_KINDS": 1})] == [
-        "django_jobq.E017"
-    ]
 
 
 @REFUSE
@@ -193,16 +160,17 @@ def test_a_module_imported_before_jobs_py_and_by_it_is_not_warned_of(monkeypatch
     from django_jobq import registry
     from tests.testapp import jobs as testapp_jobs
 
-    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
-    early = types.ModuleType("tests.testapp.mistakes_early")
-    monkeypatch.setitem(sys.modules, early.__name__, early)
-    exec(  # noqa: S102 - the module's body, run outside jobs.py's import
-        "from django_jobq import job\n\n@job\ndef mistakes_early_job() -> None: ...\n",
-        vars(early),
-    )
-    assert "tests.testapp.mistakes_early" in " ".join(w.msg for w in check_definitions())
-    monkeypatch.setattr(testapp_jobs, "mistakes_early", early, raising=False)  # jobs.py imports it
-    assert "tests.testapp.mistakes_early" not in " ".join(w.msg for w in check_definitions())
+    with registry.isolated():
+        early = types.ModuleType("tests.testapp.mistakes_early")
+        monkeypatch.setitem(sys.modules, early.__name__, early)
+        exec(  # noqa: S102 - the module's body, run outside jobs.py's import
+            "from django_jobq import job\n\n@job\ndef mistakes_early_job() -> None: ...\n",
+            vars(early),
+        )
+        assert "tests.testapp.mistakes_early" in " ".join(w.msg for w in check_definitions())
+        # jobs.py imports it:
+        monkeypatch.setattr(testapp_jobs, "mistakes_early", early, raising=False)
+        assert "tests.testapp.mistakes_early" not in " ".join(w.msg for w in check_definitions())
 
 
 def run_manage(*args, **env):
@@ -365,7 +333,7 @@ def test_the_deploying_pages_example_enqueues_another_services_kind():
     page = (REPO_ROOT / "docs" / "deploying.md").read_text()
     section = page.split("## Mistakes that fail where they are made", 1)[1].split("\n## ", 1)[0]
     (example,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    namespace = {"enqueue": enqueue}
+    namespace: dict[str, Any] = {"enqueue": enqueue}
     exec(example, namespace)  # noqa: S102 - the page's own example
     job = Job.objects.get()
     assert (job.kind, job.queue, job.payload) == (

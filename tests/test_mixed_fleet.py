@@ -56,7 +56,7 @@ def stop(process):
 
 def ran_by():
     """{pid: jobs run} from the handler's Effect rows."""
-    counts = {}
+    counts: dict[int, int] = {}
     for label in Effect.objects.values_list("label", flat=True):
         pid = int(label.rsplit(" by ", 1)[1])
         counts[pid] = counts.get(pid, 0) + 1

@@ -7,6 +7,7 @@ import json
 import logging
 import re
 from io import StringIO
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -27,7 +28,7 @@ _SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),
 
 def exposed_names():
     """Every series name the process metrics and the database gauges expose."""
-    names = set()
+    names: set[str] = set()
     for metric in instruments.PROCESS_METRICS:
         (family,) = metric.describe()
         names.update(family.name + suffix for suffix in _SUFFIXES[family.type])
@@ -52,7 +53,7 @@ def test_the_reference_lists_every_metric():
 @pytest.mark.django_db(transaction=True)
 def test_the_logging_example_writes_one_json_object_per_job_line():
     (block,) = [block for block in PYTHON_BLOCKS if "class JobLineFormatter" in block]
-    namespace = {}
+    namespace: dict[str, Any] = {}
     exec(block, namespace)  # noqa: S102 (the docs' own example)
     assert namespace["LOGGING"]["formatters"]["jobs"]["()"] is namespace["JobLineFormatter"]
     stream = io.StringIO()

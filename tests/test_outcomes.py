@@ -37,21 +37,6 @@ def run_burst(**options):
     return Worker(burst=True, poll_interval=0.05, **options).run()
 
 
-# -- bounded text --------------------------------------------------------------------------
-
-
-def test_bounded_text_fits_its_limit_with_a_marker_and_is_kept_when_it_fits():
-    cut = text.bounded("x" * 600, 500)
-    assert len(cut) == 500
-    assert cut.endswith("… [123 more characters]")
-    assert cut.startswith("x" * 477)
-    assert text.bounded(cut, 500) == cut  # fitting twice is fitting once
-    assert text.bounded("short", 500) == "short"
-    assert DeadLetter._meta.get_field("reason").max_length == text.MAX_REASON_LENGTH
-    assert Job._meta.get_field("worker_id").max_length == text.MAX_WORKER_ID_LENGTH
-    assert text.fit("a\x00b" + "\ud800") == "a\\x00b?"
-
-
 # -- a 600-character failure ---------------------------------------------------------------
 
 
@@ -113,7 +98,7 @@ def refuse():
 
 def _completer():
     observer = Observer(worker_id="test", queues=["outcomes"], concurrency=1, kinds=[])
-    applied = []
+    applied: list[Outcome] = []
     return Completer(on_applied=applied.append, observer=observer), applied
 
 

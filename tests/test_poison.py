@@ -136,8 +136,10 @@ def test_queue_states_samples_and_the_idle_wake_up_survive_each_poison_row(case,
     assert 0 <= state.oldest_ready_age < 60
     (bounded,) = stats.queue_states(count_cap=1000)  # the dashboard's bounded counts
     assert bounded.ready == state.ready and 0 <= bounded.oldest_ready_age < 60
-    worker = Worker(poll_interval=0.5)
-    assert 0 <= worker._idle_timeout(queue_cursor) <= 0.5
+    # The idle worker's wake-up query: seconds until something is due (None: nothing is).
+    queue_cursor.execute(sql.claims.SECONDS_UNTIL_DUE_ANY_QUEUE, {"held": [], "horizon": 0.5})
+    ((until_due,),) = queue_cursor.fetchall()
+    assert until_due is None or until_due >= 0
     queue_cursor.execute(sql.stats.SAMPLE_QUEUES)
     assert queue_cursor.fetchall() == [("default",)]
 

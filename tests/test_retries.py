@@ -3,7 +3,6 @@
 See docs/retries-and-dead-letters.md.
 """
 
-import statistics
 from datetime import timedelta
 
 import pytest
@@ -11,7 +10,6 @@ from django.test.utils import override_settings
 from django.utils import timezone
 
 from django_jobq import claims
-from django_jobq.backoff import ExponentialBackoff, FixedBackoff
 from django_jobq.exceptions import Retry
 from django_jobq.models import DeadLetter, Job
 from django_jobq.operations import cancel
@@ -71,26 +69,6 @@ def test_healthy_jobs_keep_flowing_while_a_poison_job_backs_off():
     remaining = Job.objects.get()
     assert (remaining.pk, remaining.status, remaining.attempts) == (slow_poison.pk, "ready", 1)
     assert remaining.run_at > timezone.now() + timedelta(minutes=29)
-
-
-@pytest.mark.parametrize("base", [0.5, 2.0, 30.0])
-def test_exponential_backoff_stays_in_its_documented_range(base):
-    policy = ExponentialBackoff(base=base, cap=3600)
-    for attempt in range(1, 30):
-        ceiling = min(3600, base * 2 ** (attempt - 1))
-        draws = [policy(attempt) for _ in range(400)]
-        assert all(ceiling / 2 <= d <= ceiling <= 3600 for d in draws), attempt
-        # Equal jitter is uniform on [d/2, d]: mean 3d/4, and the draws spread over the range.
-        assert abs(statistics.mean(draws) - 0.75 * ceiling) < 0.05 * ceiling
-        assert min(draws) < 0.55 * ceiling and max(draws) > 0.95 * ceiling
-
-
-def test_backoff_never_exceeds_the_cap_even_for_huge_attempt_numbers():
-    policy = ExponentialBackoff(base=2, cap=3600)
-    assert all(1800 <= policy(attempt) <= 3600 for attempt in (12, 13, 100, 10**6))
-    with pytest.raises(ValueError):
-        ExponentialBackoff(base=10, cap=5)
-    assert FixedBackoff(7)(1) == FixedBackoff(7)(9) == 7
 
 
 def test_retry_exception_sets_the_delay():
@@ -153,6 +131,7 @@ def test_a_job_not_started_before_it_expires_is_dead_lettered_unrun():
 def test_expires_after_counts_from_enqueue_on_the_database_clock():
     job = send_reminder.enqueue("x")
     row = Job.objects.get(pk=job.pk)
+    assert row.expires_at is not None
     assert row.expires_at - row.created_at == timedelta(minutes=10)
 
 
@@ -195,12 +174,6 @@ def test_a_broken_backoff_policy_falls_back_to_the_default(handler, caplog):
     now = timezone.now()
     assert now + timedelta(minutes=4) < job.run_at < now + timedelta(minutes=11)
     assert "backoff policy" in caplog.text
-
-
-def test_retry_refuses_delays_beyond_ten_years():
-    for bad in (float("inf"), float("nan"), -1, 1e12):
-        with pytest.raises(ValueError):
-            Retry(delay=bad)
 
 
 def test_dead_letters_count_only_attempts_that_ran():

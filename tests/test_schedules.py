@@ -6,14 +6,14 @@ Schedulers run on a simulated clock (``enqueue_due(now=...)``, ``Scheduler(clock
 no test waits for a tick, except the two that prove a real worker wakes up for one.
 """
 
-import itertools
 import json
 import re
 import threading
 from collections import Counter
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, datetime, time, timedelta
 from io import StringIO
 from types import SimpleNamespace
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -24,24 +24,21 @@ from django.db import connection, connections
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_jobq import Schedule, claims, enqueue, job, registry, scheduling, sql
+from django_jobq import Schedule, claims, enqueue, enqueueing, job, registry, sql
 from django_jobq.checks import check_schedules, check_settings
 from django_jobq.conf import get_settings
 from django_jobq.models import Job
 from django_jobq.models import Schedule as ScheduleRow
 from django_jobq.scheduling import ScheduledJob, collect, enqueue_due
-from django_jobq.timetables import InvalidCron, InvalidTimezone, Timetable
+from django_jobq.timetables import Timetable
 from django_jobq.worker import Worker
 from django_jobq.worker.scheduler import Scheduler
 from tests.conftest import REPO_ROOT, wait_until
+from tests.dst import DST_DAYS, local, utc, window
 from tests.testapp.jobs import record
 from tests.testapp.models import Effect
 
 RECORD = "tests.testapp.jobs.record"
-
-
-def utc(*args):
-    return datetime(*args, tzinfo=UTC)
 
 
 def scheduled(cron, zone="UTC", *, name="every", catch_up=1):
@@ -61,135 +58,15 @@ def enqueued_ticks():
     return list(Job.objects.order_by("run_at", "id").values_list("payload__label", "run_at"))
 
 
-def local(ticks, zone):
-    return [tick.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M %Z") for tick in ticks]
-
-
 def noop() -> None:
     """A handler without parameters, for schedules without a payload."""
 
 
 @pytest.fixture
-def temp_registry(monkeypatch):
+def temp_registry():
     """Handlers registered during the test are forgotten after it."""
-    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
-
-
-# -- ticks and daylight saving time --------------------------------------------------------
-
-DST_DAYS = [
-    pytest.param(
-        "America/New_York",
-        "30 2 * * *",
-        ["2026-03-07 02:30 EST", "2026-03-08 03:00 EDT", "2026-03-09 02:30 EDT"],
-        id="New York spring forward: 02:30 runs at 03:00",
-    ),
-    pytest.param(
-        "America/New_York",
-        "30 1 * * *",
-        ["2026-10-31 01:30 EDT", "2026-11-01 01:30 EDT", "2026-11-02 01:30 EST"],
-        id="New York fall back: the first 01:30 only",
-    ),
-    pytest.param(
-        "Europe/Paris",
-        "30 2 * * *",
-        ["2026-03-28 02:30 CET", "2026-03-29 03:00 CEST", "2026-03-30 02:30 CEST"],
-        id="Paris spring forward: 02:30 runs at 03:00",
-    ),
-    pytest.param(
-        "Europe/Paris",
-        "30 2 * * *",
-        ["2026-10-24 02:30 CEST", "2026-10-25 02:30 CEST", "2026-10-26 02:30 CET"],
-        id="Paris fall back: the first 02:30 only",
-    ),
-]
-
-
-def _window(zone, expected):
-    """From the first expected day's local midnight to the last one's end."""
-    first, last = (date.fromisoformat(day[:10]) for day in (expected[0], expected[-1]))
-    zoneinfo = ZoneInfo(zone)
-    return (
-        datetime.combine(first, time(0), zoneinfo),
-        datetime.combine(last + timedelta(days=1), time(0), zoneinfo),
-    )
-
-
-@pytest.mark.parametrize(("zone", "cron", "expected"), DST_DAYS)
-def test_a_time_of_day_runs_once_on_dst_days(zone, cron, expected):
-    start, end = _window(zone, expected)
-    assert local(Timetable(cron, zone).between(start, end), zone) == expected
-
-
-@pytest.mark.parametrize(("zone", "cron", "expected"), DST_DAYS)
-def test_utc_schedules_are_unaffected_by_dst(zone, cron, expected):
-    start, end = _window(zone, expected)
-    ticks = Timetable("30 2 * * *", "UTC").between(start, end)
-    assert [tick.strftime("%H:%M") for tick in ticks] == ["02:30"] * len(ticks)
-    assert all(b - a == timedelta(days=1) for a, b in itertools.pairwise(ticks))
-
-
-@pytest.mark.parametrize(
-    ("zone", "day", "hours"),
-    [
-        ("America/New_York", date(2026, 3, 8), 23),
-        ("America/New_York", date(2026, 11, 1), 25),
-        ("Europe/Paris", date(2026, 3, 29), 23),
-        ("Europe/Paris", date(2026, 10, 25), 25),
-    ],
-)
-def test_a_schedule_with_a_wildcard_hour_follows_the_clock_through_dst(zone, day, hours):
-    start = datetime.combine(day, time(0), ZoneInfo(zone))
-    end = datetime.combine(day + timedelta(days=1), time(0), ZoneInfo(zone))
-    ticks = Timetable("*/30 * * * *", zone).between(start, end)
-    assert len(ticks) == hours * 2  # the 23- or 25-hour day, every half hour
-    assert {b - a for a, b in itertools.pairwise(ticks)} == {timedelta(minutes=30)}
-
-
-def test_times_skipped_together_run_once_at_the_end_of_the_gap():
-    timetable = Timetable("0,30 2,3 * * *", "America/New_York")  # 02:00 02:30 03:00 03:30
-    ticks = timetable.between(utc(2026, 3, 8, 5), utc(2026, 3, 8, 9))
-    assert local(ticks, "America/New_York") == ["2026-03-08 03:00 EDT", "2026-03-08 03:30 EDT"]
-    repeated = Timetable("0,30 1 * * *", "America/New_York")
-    ticks = repeated.between(utc(2026, 11, 1, 4), utc(2026, 11, 1, 8))
-    assert local(ticks, "America/New_York") == ["2026-11-01 01:00 EDT", "2026-11-01 01:30 EDT"]
-
-
-def test_seconds_field_and_aliases():
-    every_20_s = Timetable("* * * * * */20")
-    assert every_20_s.between(utc(2026, 1, 1), utc(2026, 1, 1, 0, 1)) == [
-        utc(2026, 1, 1, 0, 0, 20),
-        utc(2026, 1, 1, 0, 0, 40),
-        utc(2026, 1, 1, 0, 1, 0),
-    ]
-    assert Timetable("@daily", "Europe/Paris").next_after(utc(2026, 1, 1, 12)) == utc(
-        2026, 1, 1, 23
-    )
-    assert Timetable("@hourly").follows_clock
-    assert not Timetable("30 2 * * *").follows_clock
-
-
-def test_next_after_is_strictly_after():
-    timetable = Timetable("* * * * *")
-    assert timetable.next_after(utc(2026, 1, 1, 12, 0)) == utc(2026, 1, 1, 12, 1)
-    assert timetable.next_after(utc(2026, 1, 1, 11, 59, 59, 999999)) == utc(2026, 1, 1, 12, 0)
-
-
-@pytest.mark.parametrize(
-    "cron",
-    ["61 * * * *", "* * * *", "* * * * * * *", "0 0 31 2 *", "H * * * *", "", "@fortnightly", 5],
-)
-def test_invalid_cron_expressions(cron):
-    with pytest.raises(InvalidCron):
-        Timetable(cron)
-
-
-@pytest.mark.parametrize(
-    "zone", ["Mars/Olympus", "America", "europe/paris", "", "../etc/passwd", None, "x" * 101]
-)
-def test_invalid_timezones(zone):
-    with pytest.raises(InvalidTimezone):
-        Timetable("* * * * *", zone)
+    with registry.isolated():
+        yield
 
 
 # -- the enqueuer: one job per tick ----------------------------------------------------------
@@ -272,7 +149,7 @@ def test_a_removed_schedule_stops_firing_and_its_row_is_kept():
 @needs_db
 @pytest.mark.parametrize(("zone", "cron", "expected"), DST_DAYS)
 def test_schedulers_enqueue_one_job_per_local_tick_across_dst(zone, cron, expected):
-    start, end = _window(zone, expected)
+    start, end = window(zone, expected)
     dst = scheduled(cron, zone, name="dst")
     now = start
     while now <= end:
@@ -299,7 +176,7 @@ def test_the_job_insert_and_the_row_advance_commit_together(monkeypatch):
     def fail(jobs):
         raise RuntimeError("the insert failed")
 
-    monkeypatch.setattr(scheduling.enqueueing, "enqueue_many", fail)
+    monkeypatch.setattr(enqueueing, "enqueue_many", fail)
     with pytest.raises(RuntimeError):
         enqueue_due([every_minute], now=utc(2026, 5, 1, 12, 1))
     assert ScheduleRow.objects.get().last_tick is None  # the advance rolled back with it
@@ -579,22 +456,6 @@ def test_job_refuses_misdeclared_schedules(temp_registry, options, error):
         job(name="tests.bad", **options)(record.func)
 
 
-@pytest.mark.parametrize(
-    ("arguments", "error"),
-    [
-        ({"cron": 5}, TypeError),
-        ({"cron": "* * * * *", "catch_up": 0}, ValueError),
-        ({"cron": "* * * * *", "catch_up": 1001}, ValueError),
-        ({"cron": "* * * * *", "name": "has space"}, ValueError),
-        ({"cron": "* * * * *", "payload": {"when": object()}}, TypeError),
-        ({"cron": "* * * * *", "payload": None}, TypeError),
-    ],
-)
-def test_schedule_validates_its_arguments(arguments, error):
-    with pytest.raises(error):
-        Schedule(**arguments)
-
-
 def schedule_check_ids():
     return [message.id for message in check_settings() + check_schedules()]
 
@@ -792,7 +653,7 @@ def test_the_documented_schedules_are_valid(temp_registry):
         "digest-us": ("0 7 * * 1-5", "America/New_York"),
     }
     assert by_name["digest-us"].payload == {"region": "us"}
-    settings_block = {}
+    settings_block: dict[str, Any] = {}
     exec(PYTHON_BLOCKS[2], settings_block)  # noqa: S102 (the docs' own example)
     job(name="shop.jobs.purge_sessions")(purge_sessions)
     job(name="shop.jobs.sync_catalogue")(sync_catalogue)

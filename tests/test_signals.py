@@ -3,6 +3,7 @@ receivers that raise never break the worker nor lose an outcome."""
 
 import threading
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -57,7 +58,7 @@ def test_each_outcome_sends_one_signal_with_its_details():
     with receiving(*((s, recorder(s)) for s in ALL)):
         run_burst(queue)
 
-    by_kind = {}
+    by_kind: dict[str, list[tuple[Any, ...]]] = {}
     for name, sender, kind, attempt, kwargs in received:
         by_kind.setdefault(kind, []).append((name, sender, attempt, kwargs))
     (started, succeeded) = by_kind["tests.testapp.jobs.record"]

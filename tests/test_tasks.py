@@ -12,6 +12,7 @@ import sys
 import textwrap
 from datetime import datetime, timedelta
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -44,7 +45,7 @@ from tests.testapp.models import Effect
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BACKEND = {
+BACKEND: dict[str, Any] = {
     "BACKEND": "django_jobq.tasks_backend.JobqBackend",
     "QUEUES": ["default", "tasks", "crash"],
     "OPTIONS": {"RETRY_BACKOFF_BASE": 0.01, "RETRY_BACKOFF_CAP": 0.01},
@@ -237,6 +238,8 @@ def test_a_worker_runs_the_task_and_stores_its_return_value(signals):
     assert result.return_value == {"recorded": "ran"}
     assert result.worker_ids == [stats.worker_id]
     assert result.attempts == 1
+    assert result.enqueued_at is not None and result.started_at is not None
+    assert result.finished_at is not None
     assert result.enqueued_at <= result.started_at == result.last_attempted_at
     assert result.started_at <= result.finished_at
     assert result.errors == []
@@ -276,7 +279,8 @@ def test_one_ack_statement_records_a_tasks_job_with_its_result_and_a_plain_job(q
 def test_an_async_task_runs():
     result = tasks.async_double.enqueue(21)
     run_burst()
-    assert tasks.async_double.get_result(result.id).return_value == 42
+    # django-stubs type an async task's return value as its coroutine; it is the value.
+    assert tasks.async_double.get_result(result.id).return_value == 42  # type: ignore[comparison-overlap]
 
 
 def test_a_task_that_fails_twice_then_succeeds_keeps_both_errors(signals):
@@ -358,9 +362,9 @@ def test_a_return_value_that_is_not_json_fails_the_task_at_once():
 
 def test_a_task_the_worker_does_not_know_waits_ready_for_a_worker_that_does(monkeypatch):
     result = tasks.add.enqueue(1, 2)
-    monkeypatch.delitem(registry._registry, "tests.testapp.tasks.add")  # a worker without it
     monkeypatch.setattr("django_jobq.task_results.discover", lambda: None)
-    run_burst()
+    with registry.isolated(without=["tests.testapp.tasks.add"]):  # a worker without it
+        run_burst()
     monkeypatch.undo()
 
     assert not DeadLetter.objects.exists()
@@ -417,7 +421,7 @@ def test_naming_the_backend_without_the_tasks_framework_is_django_jobq_e011(monk
     monkeypatch.setitem(sys.modules, "django_jobq.tasks_backend", None)  # cannot be imported
     (error,) = check_tasks_backends()
     assert error.id == "django_jobq.E011"
-    assert "django-tasks" in error.hint
+    assert error.hint is not None and "django-tasks" in error.hint
 
 
 def test_finished_results_are_pruned_after_their_retention(connect):
@@ -458,7 +462,12 @@ def test_a_task_whose_worker_is_killed_reruns_after_the_lease_and_succeeds(manag
         deadline = Job.objects.get().lease_deadline
 
         second = manage("jobq_worker", "--queue", "crash", "--poll-interval", "0.1")
-        wait_until(lambda: result.refresh() or result.is_finished, what="the rerun to finish")
+
+        def finished() -> bool:
+            result.refresh()
+            return result.is_finished
+
+        wait_until(finished, what="the rerun to finish")
         second.send_signal(signal.SIGTERM)
         _, stderr = second.communicate(timeout=60)
     finally:
@@ -471,6 +480,7 @@ def test_a_task_whose_worker_is_killed_reruns_after_the_lease_and_succeeds(manag
     assert result.attempts == 2
     assert result.worker_ids[0].endswith(f":{first.pid}")
     assert result.worker_ids[1].endswith(f":{second.pid}")
+    assert result.last_attempted_at is not None and deadline is not None
     assert result.last_attempted_at >= deadline  # rerun only once the lease lapsed
     assert list(Effect.objects.values_list("label", flat=True)) == ["crash_once attempt 2"]
     assert not Job.objects.exists()
@@ -547,7 +557,7 @@ PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", DOC, re.DOTALL)
 
 @pytest.mark.parametrize("index", [0, 1, 6], ids=["Django 6", "Django 5.2", "Django 6.0 alias"])
 def test_the_documented_settings_are_valid(index):
-    namespace = {}
+    namespace: dict[str, Any] = {}
     exec(PYTHON_BLOCKS[index], namespace)  # noqa: S102 (the docs' own example)
     for alias, params in namespace["TASKS"].items():
         assert params["BACKEND"] == "django_jobq.tasks_backend.JobqBackend"
@@ -558,13 +568,15 @@ def test_the_documented_settings_are_valid(index):
 @pytest.fixture
 def docs_tasks(monkeypatch):
     """Run the docs' ``shop/tasks.py`` example with the standard imports it shows."""
-    monkeypatch.setattr(registry, "_registry", dict(registry._registry))  # forget them after
     if not _core_tasks():
         import django_tasks
 
         monkeypatch.setitem(sys.modules, "django.tasks", django_tasks)
     namespace = {"__name__": "shop.tasks"}
-    with override_settings(TASKS={"default": {**BACKEND, "QUEUES": ["default", "emails"]}}):
+    with (
+        registry.isolated(),  # forget them after
+        override_settings(TASKS={"default": {**BACKEND, "QUEUES": ["default", "emails"]}}),
+    ):
         exec(PYTHON_BLOCKS[2], namespace)  # noqa: S102 (the docs' own example)
         yield namespace
 
@@ -589,10 +601,11 @@ def test_the_documented_tasks_run_and_report_their_results(docs_tasks):
     not tasks.TASK_OPTIONS_SUPPORTED, reason="Django 6.0's @task refuses extra keywords"
 )
 def test_the_documented_task_options_reach_the_job(docs_tasks):
-    namespace = {"__name__": "shop.tasks"}
+    namespace: dict[str, Any] = {"__name__": "shop.tasks"}
     exec(PYTHON_BLOCKS[5], namespace)  # noqa: S102 (the docs' own example)
     namespace["import_catalogue"].enqueue("https://example.com/catalogue.csv")
     job = Job.objects.get()
     assert (job.max_attempts, job.visibility_timeout) == (10, timedelta(minutes=5))
     definition = registry.get("shop.tasks.import_catalogue")
+    assert definition is not None and definition.backoff is not None
     assert definition.backoff(1) == definition.backoff(7) == 30

@@ -1,14 +1,17 @@
 """Wake-up: enqueue notifies at commit, the worker's listener wakes it, and the worker
 survives losing its listener or its main connection."""
 
+from __future__ import annotations
+
 import threading
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
 
-from django_jobq import enqueue_many, sql
+from django_jobq import claim_positions, enqueue_many, sql
 from django_jobq.models import Job
-from django_jobq.worker import Worker
+from django_jobq.worker import Worker, WorkerStats, observer
 from django_jobq.worker.listener import Listener
 from tests.conftest import wait_until
 from tests.testapp.jobs import record, wait_for_lock
@@ -76,53 +79,89 @@ def test_an_idempotent_enqueue_that_finds_its_job_notifies_nobody(listening):
 
 
 class Running:
-    """A worker running on a thread of its own, stopped (and joined) on exit."""
+    """A worker running on a thread of its own, stopped (and joined) on exit; ``stats`` is
+    what its :meth:`~django_jobq.worker.Worker.run` returned."""
 
-    def __init__(self, **options):
+    def __init__(self, **options: Any) -> None:
         options.setdefault("poll_interval", NEVER)
         options.setdefault("scheduler", False)
         self.worker = Worker(**options)
-        self.thread = threading.Thread(target=self._run)
-        self.stats = None
+        self.thread = threading.Thread(target=self.run)
+        self.stats: WorkerStats | None = None
 
-    def _run(self):
+    def run(self) -> None:
         try:
             self.stats = self.worker.run()
         finally:
             connection.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Running:
         self.thread.start()
-        wait_until(lambda: self.worker._listener.listening.is_set(), what="the listener to connect")
-        return self.worker
+        wait_until(lambda: listener_pid(self.worker.worker_id), what="the listener to connect")
+        return self
 
-    def __exit__(self, *exc_info):
+    def __exit__(self, *exc_info: object) -> None:
         self.worker.stop()
         self.thread.join(timeout=30)
         assert not self.thread.is_alive()
 
 
-def wait_until_idle(worker_id):
+def listener_pid(worker_id: str) -> int | None:
+    """The server pid of the worker's listener connection (``jobq listener <id>``, see
+    docs/guarantees.md) once it is listening, else ``None``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s "
+            "AND datname = current_database() AND state = 'idle' AND query = %s",
+            [f"jobq listener {worker_id}", sql.wake.LISTEN_WAKE],
+        )
+        row = cursor.fetchone()
+    return None if row is None else int(row[0])
+
+
+def wait_until_idle(worker_id: str) -> None:
     """Wait until the worker's last statement is the idle-time query it runs just before it
     goes to sleep (up to its poll interval): a job enqueued now is picked up by a wake-up."""
 
-    def idle():
+    def idle() -> bool:
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
                 "AND state = 'idle' AND query LIKE %s",
                 [f"jobq worker {worker_id}", "%WITH RECURSIVE priorities%"],
             )
-            return cursor.fetchone()[0] == 1
+            (count,) = cursor.fetchone()
+        return bool(count == 1)
 
     wait_until(idle, what=f"worker {worker_id} to go idle")
 
 
-def test_an_idle_worker_is_woken_by_enqueue_long_before_its_poll_interval():
+#: Seconds within which a job enqueued for a sleeping worker must run: a small fraction of
+#: the hour it sleeps without a wake-up (:func:`sleeping_an_hour`), yet ample on a loaded host.
+WAKE_BOUND = 10.0
+
+
+@pytest.fixture
+def sleeping_an_hour(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Push every wake of an idle worker's own out to :data:`NEVER`, so that only the
+    listener's wake-up can make it claim within :data:`WAKE_BOUND`: besides its poll
+    interval (``Running`` sets it), the claim positions' probe (due every 1 to 30 s once a
+    claim has set a position), the registration beat (10 s) and the queue sample (20 s)."""
+    monkeypatch.setattr(claim_positions, "MIN_PROBE_INTERVAL", NEVER)
+    monkeypatch.setattr(claim_positions, "MAX_PROBE_INTERVAL", NEVER)
+    monkeypatch.setattr(observer, "BEAT_INTERVAL", NEVER)
+    monkeypatch.setattr(observer, "SAMPLE_INTERVAL", NEVER)
+
+
+def test_an_idle_worker_is_woken_by_enqueue_long_before_its_poll_interval(sleeping_an_hour):
     with Running(worker_id="woken"):
         wait_until_idle("woken")
         record.enqueue("woken")
-        wait_until(lambda: Effect.objects.filter(label="woken").exists(), what="the job to run")
+        wait_until(
+            lambda: Effect.objects.filter(label="woken").exists(),
+            timeout=WAKE_BOUND,
+            what="the job to run (only a wake-up runs it this soon)",
+        )
 
 
 def test_a_worker_ignores_notifications_for_queues_it_does_not_serve():
@@ -159,21 +198,29 @@ def test_a_listener_whose_connection_is_killed_reconnects_and_wakes_the_worker()
         listener.stop()
 
 
-def test_pickup_by_notification_resumes_after_the_listener_is_killed():
-    with Running(worker_id="relisten") as worker:
+def test_pickup_by_notification_resumes_after_the_listener_is_killed(sleeping_an_hour):
+    with Running(worker_id="relisten"):
+        cut = listener_pid("relisten")
         assert terminate("jobq listener relisten") == 1
-        wait_until(lambda: worker._listener.reconnects == 1 and worker._listener.listening.is_set())
+        wait_until(
+            lambda: listener_pid("relisten") not in (None, cut), what="the listener to reconnect"
+        )
         wait_until_idle("relisten")
         record.enqueue("after the cut")
-        wait_until(lambda: Effect.objects.filter(label="after the cut").exists())
+        wait_until(
+            lambda: Effect.objects.filter(label="after the cut").exists(),
+            timeout=WAKE_BOUND,
+            what="the job to run (only a wake-up runs it this soon)",
+        )
 
 
-def test_a_worker_whose_connection_is_killed_mid_job_reconnects_and_records_the_outcome():
+def test_a_worker_whose_connection_is_killed_mid_job_reconnects_and_records_the_outcome(caplog):
     lock_id = 5151
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock(%s)", [lock_id])  # the handler blocks on it
     blocked = wait_for_lock.enqueue(lock_id=lock_id, label="finished during the outage")
-    with Running(worker_id="cut-main", concurrency=2) as worker:
+    running = Running(worker_id="cut-main", concurrency=2)
+    with running:
         wait_until(lambda: Job.objects.filter(pk=blocked.pk, status="running").exists())
         assert terminate("jobq worker cut-main") == 1
         with connection.cursor() as cursor:
@@ -181,6 +228,7 @@ def test_a_worker_whose_connection_is_killed_mid_job_reconnects_and_records_the_
         wait_until(lambda: not Job.objects.filter(pk=blocked.pk).exists(), what="the late ack")
         record.enqueue("after the outage")  # and it carries on claiming
         wait_until(lambda: Effect.objects.filter(label="after the outage").exists())
-        assert worker._reconnects >= 1
-    assert worker._completer.tally.succeeded == 2
-    assert worker._completer.tally.lease_lost == 0
+        assert "worker cut-main: database error, reconnecting" in caplog.text
+    assert running.stats is not None
+    assert running.stats.tally.succeeded == 2
+    assert running.stats.tally.lease_lost == 0

@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_jobq import claims, registry
+from django_jobq import claims, job, registry
 from django_jobq.models import DeadLetter, Job
 from django_jobq.worker import Worker
 from tests.conftest import wait_until
@@ -71,14 +71,18 @@ def test_a_kind_the_worker_lacks_is_left_ready_for_a_worker_that_has_it():
     assert not DeadLetter.objects.exists()
 
 
-def test_a_claimed_job_whose_handler_is_gone_is_still_dead_lettered_at_once(monkeypatch):
+def removed_in_last_deploy(x: int) -> None:
+    """A handler registered only while the test below makes its worker."""
+
+
+def test_a_claimed_job_whose_handler_is_gone_is_still_dead_lettered_at_once():
     # The safety net: the worker claims only the kinds of its registry, read when it is
     # made; a handler removed from the registry afterwards is refused as an unknown kind.
     JobFactory(kind="removed.in.last.deploy", payload={"x": 1})
     record.enqueue("after")
-    monkeypatch.setitem(registry._registry, "removed.in.last.deploy", record)
-    worker = Worker(burst=True, poll_interval=0.05)
-    monkeypatch.delitem(registry._registry, "removed.in.last.deploy")
+    with registry.isolated():
+        job(name="removed.in.last.deploy")(removed_in_last_deploy)
+        worker = Worker(burst=True, poll_interval=0.05)
     stats = worker.run()
     dead = DeadLetter.objects.get()
     assert (dead.kind, dead.reason, dead.payload) == (

@@ -75,12 +75,15 @@ def test_killed_workers_job_is_reclaimed_after_exactly_one_visibility_timeout(
     deadline = Job.objects.get(pk=job.pk).lease_deadline
 
     # Just before the deadline: the lease still holds, nothing to claim.
+    assert deadline is not None
     assert db_now() < deadline
     assert claim_leases_queue(queue_cursor) == []
     # Just after: the job is claimable again, as attempt 2.
     (reclaimed,) = wait_until(lambda: claim_leases_queue(queue_cursor), what="the reclaim")
     assert (reclaimed.id, reclaimed.attempt) == (job.pk, 2)
-    assert Job.objects.get(pk=job.pk).started_at >= deadline
+    started_at = Job.objects.get(pk=job.pk).started_at
+    assert started_at is not None and deadline is not None
+    assert started_at >= deadline
 
 
 def test_long_job_is_heartbeated_and_never_reclaimed(manage, lock, queue_cursor):
@@ -97,7 +100,9 @@ def test_long_job_is_heartbeated_and_never_reclaimed(manage, lock, queue_cursor)
         assert claim_leases_queue(queue_cursor) == []
         polls += 1
     assert polls > 10
-    assert Job.objects.get(pk=job.pk).lease_deadline > first_deadline  # heartbeats moved it
+    lease_deadline = Job.objects.get(pk=job.pk).lease_deadline
+    assert lease_deadline is not None and first_deadline is not None
+    assert lease_deadline > first_deadline  # heartbeats moved it
 
     lock.release()
     wait_until(lambda: not Job.objects.filter(pk=job.pk).exists(), what="the ack")

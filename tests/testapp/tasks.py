@@ -1,18 +1,25 @@
 """``@task`` functions used by tests/test_tasks.py, written against Django's standard API
 (autodiscovered by the worker like any app's ``tasks`` module)."""
 
+from __future__ import annotations
+
 import inspect
 import os
 import signal
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection
 
 from django_jobq.backoff import FixedBackoff
 
-try:
-    from django.tasks import TaskContext, task
-except ImportError:  # Django 5.2: the django-tasks backport
-    from django_tasks import TaskContext, task
+if TYPE_CHECKING:  # django-stubs describe the core module; the backport has the same API.
+    from django.tasks import TaskContext
+    from django.tasks import task as task  # re-exported: tests call tasks.task(...)
+else:
+    try:
+        from django.tasks import TaskContext, task
+    except ImportError:  # Django 5.2: the django-tasks backport
+        from django_tasks import TaskContext, task
 
 from .models import Effect
 
@@ -36,7 +43,7 @@ def record(label: str) -> dict[str, str]:
 
 
 @task(takes_context=True)
-def flaky(context: TaskContext, label: str, failures: int) -> int:
+def flaky(context: TaskContext[Any, Any], label: str, failures: int) -> int:
     """Fail the first ``failures`` attempts, then record the attempt and return it."""
     if context.attempt <= failures:
         raise ConnectionError(f"{label}: attempt {context.attempt} failed")
@@ -60,7 +67,7 @@ def returns_a_set() -> set[int]:
 
 
 @task(queue_name="crash", takes_context=True)
-def crash_once(context: TaskContext, lock_id: int) -> str:
+def crash_once(context: TaskContext[Any, Any], lock_id: int) -> str:
     """Attempt 1 waits for the test's advisory lock (the test kills the worker meanwhile);
     later attempts record and succeed."""
     if context.attempt == 1:
@@ -72,8 +79,8 @@ def crash_once(context: TaskContext, lock_id: int) -> str:
 
 
 if TASK_OPTIONS_SUPPORTED:
-
-    @task(max_attempts=2, backoff=FixedBackoff(0), visibility_timeout=45)
+    # django-stubs type Django 6.0's @task, which takes no backend options.
+    @task(max_attempts=2, backoff=FixedBackoff(0), visibility_timeout=45)  # type: ignore[call-overload, untyped-decorator]
     def two_attempts(label: str) -> None:
         Effect.objects.create(label=label)
         raise RuntimeError(label)
@@ -84,13 +91,19 @@ def outcomes_echo(label: str) -> str:
     return label
 
 
-try:
+if TYPE_CHECKING:
+    from django.tasks import TaskResult
     from django.tasks.signals import task_finished
-except ImportError:  # Django 5.2: the django-tasks backport
-    from django_tasks.signals import task_finished
+else:
+    try:
+        from django.tasks.signals import task_finished
+    except ImportError:  # Django 5.2: the django-tasks backport
+        from django_tasks.signals import task_finished
 
 
-def mistakes_record_finished(sender, task_result, **kwargs):
+def mistakes_record_finished(
+    sender: object, task_result: TaskResult[Any, Any], **kwargs: object
+) -> None:
     """Record, in whichever process sends it, ``task_finished`` for the tasks of
     tests/testapp/views_jobs.py (which workers do not have): ``"finished <id> <status>"``."""
     if task_result.task.module_path.startswith("tests.testapp.views_jobs."):
