@@ -40,7 +40,7 @@ def test_every_module_of_the_package_has_a_layer() -> None:
         parts = module.split(".")
         return any(".".join(parts[:n]) in layered for n in range(2, len(parts) + 1))
 
-    unplaced = set()
+    unplaced: set[str] = set()
     for module in graph.modules:
         if ".migrations" in module or placed(module):
             continue

@@ -62,7 +62,7 @@ def _defined_in(module: ModuleType, name: str) -> bool:
 
 
 def _assigned(module: ModuleType) -> set[str]:
-    names = set()
+    names: set[str] = set()
     for node in ast.parse(inspect.getsource(module)).body:
         if isinstance(node, ast.Assign):
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
@@ -115,7 +115,7 @@ def test_every_slot_of_every_statement_is_filled(module: ModuleType) -> None:
 def _literal_names(module: ModuleType) -> set[str]:
     """Names bound at module level to literal text: a string, or a name imported from a
     sibling module that binds it to a string."""
-    names = set()
+    names: set[str] = set()
     for node in ast.parse(inspect.getsource(module)).body:
         if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Constant):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
