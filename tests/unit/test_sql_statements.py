@@ -149,3 +149,32 @@ def test_templates_are_filled_with_literal_fragments_only(module: ModuleType) ->
             if not is_literal:
                 composed.append(ast.unparse(argument))
     assert composed == [], "a template filled from something other than literal text"
+
+
+def _ctes(statement: str) -> dict[str, str]:
+    """The bodies of a statement's top-level CTEs, by name."""
+    found = {}
+    for match in re.finditer(r"(\w+) AS (?:MATERIALIZED )?\(", statement):
+        if not statement[: match.start()].rstrip().endswith((",", "WITH", "RECURSIVE")):
+            continue
+        depth, end = 1, match.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(statement[end], 0)
+            end += 1
+        found[match.group(1)] = statement[match.end() : end - 1]
+    return found
+
+
+@pytest.mark.parametrize("variant", ["ONE_QUEUE", "QUEUES", "ANY_QUEUE"])
+def test_the_front_and_the_walk_take_lapsed_leases_and_lease_jobs_alike(variant: str) -> None:
+    """The claim's two statements are written out in full, so that each reads as it runs;
+    what they share must stay the same text: the lapsed leases, the front and its fast
+    path, and the lease they write (the walk leases what it found, ``ready``, where the
+    front leases ``fast``)."""
+    front = _ctes(getattr(django_jobq.sql.claims, f"CLAIM_JOBS_{variant}"))
+    walk = _ctes(getattr(django_jobq.sql.claims, f"CLAIM_JOBS_WALK_{variant}"))
+    for name in ("lapsed", "front", "fast"):
+        assert front[name] == walk[name], name
+    assert (
+        front["claimed"].replace("SELECT id FROM fast", "SELECT id FROM ready") == (walk["claimed"])
+    )
