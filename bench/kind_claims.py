@@ -1,4 +1,4 @@
-"""Claim latency with a kind filter: p50/p99 of one ``leases.claim`` call, per scenario.
+"""Claim latency with a kind filter: p50/p99 of one ``claims.claim`` call, per scenario.
 
 Not a test: it measures. One connection claims ``--limit`` jobs per call from queue
 ``bench`` (``CLAIM_JOBS_ONE_QUEUE``) and acks them (the ack is not timed), ``--claims``
