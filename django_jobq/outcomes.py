@@ -110,9 +110,10 @@ def ack(
     *,
     return_values: Sequence[str | None] | None = None,
 ) -> Recorded:
-    """Delete finished jobs in one statement (``sql.outcomes.ACK_JOBS``), without waiting for
-    a locked row; a task's job (its ``return_values`` entry, JSON text, not ``None``) has its
-    result made SUCCESSFUL with that value in the same statement.
+    """Delete finished jobs in one statement, without waiting for a locked row; a task's job
+    (its ``return_values`` entry, JSON text, not ``None``) has its result made SUCCESSFUL
+    with that value in the same statement (``sql.outcomes.ACK_JOBS_WITH_RESULTS``; a batch
+    of plain jobs only runs ``sql.outcomes.ACK_JOBS``, which touches no result).
 
     Returns the ids whose lease was still held (acked); ``.busy``: those whose row another
     transaction had locked (not acked; ack them again later); ``.results``: the results
@@ -123,10 +124,11 @@ def ack(
     """
     if not leases:
         return Recorded()
-    values = list(return_values) if return_values is not None else [None] * len(leases)
-    return _recorded(
-        cursor, sql.outcomes.ACK_JOBS, {**lease_arrays(leases), "return_values": values}
-    )
+    params: dict[str, Any] = {**lease_arrays(leases)}
+    if return_values is None or all(value is None for value in return_values):
+        return _recorded(cursor, sql.outcomes.ACK_JOBS, params)
+    params["return_values"] = list(return_values)
+    return _recorded(cursor, sql.outcomes.ACK_JOBS_WITH_RESULTS, params)
 
 
 def retry(

@@ -247,10 +247,31 @@ def test_every_fenced_write_skips_a_locked_row_and_reports_it_busy(connect, queu
     assert outcomes.ack(queue_cursor, [job.lease]) == {job.id}
 
 
+def test_a_table_lock_on_the_task_results_does_not_delay_plain_jobs_acks(connect):
+    # A CREATE INDEX (or LOCK TABLE) on jobq_task_result: a batch of plain jobs is acked by
+    # a statement that touches no result (sql.outcomes.ACK_JOBS), so it does not wait.
+    operator = connect(autocommit=False)
+    operator.execute("LOCK TABLE jobq_task_result IN ACCESS EXCLUSIVE MODE")
+    for n in range(50):
+        record.enqueue(f"plain {n}")
+    worker, thread = start_worker(concurrency=2)
+    try:
+        wait_until(
+            lambda: not Job.objects.exists(),
+            what="the plain jobs to be acked while the task results' table is locked",
+        )
+        assert Effect.objects.count() == 50
+    finally:
+        operator.rollback()
+        worker.stop()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
 def test_a_table_lock_on_the_dead_letters_delays_only_that_jobs_dead_letter(connect):
     # A CREATE INDEX (or LOCK TABLE) on jobq_dead_letter: the dead letter's insert waits a
-    # moment at most (sql.outcomes.SET_SHORT_LOCK_TIMEOUT), then the outcome stays pending while the
-    # worker records the others and claims on.
+    # moment at most (sql.outcomes.SET_SHORT_LOCK_TIMEOUT), then the outcome stays pending
+    # while the worker records the others and claims on.
     operator = connect(autocommit=False)
     operator.execute("LOCK TABLE jobq_dead_letter IN ACCESS EXCLUSIVE MODE")
     failing = always_fails.using(max_attempts=1).enqueue("no luck")

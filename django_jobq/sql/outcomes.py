@@ -11,18 +11,18 @@ result CTE then matches nothing. The ``INSERT ... ON CONFLICT`` of the ack recre
 result that is missing (pruned while its job sat in the dead letters).
 
 Each statement returns one row per job written or busy: ``job`` (its id), ``busy``, and for
-the ack and the dead letter the columns of ``jobq_task_result`` (the result the statement
-finished, all NULL for a plain job or a busy one).
+``ACK_JOBS_WITH_RESULTS`` and the dead letter the columns of ``jobq_task_result`` (the result
+the statement finished, all NULL for a plain job or a busy one).
 """
 
 from __future__ import annotations
 
 from .leases import FENCED
 
-#: Ack: delete finished jobs (``%(ids)s`` and ``%(attempts)s``, zipped) and make the result
-#: of each task's job SUCCESSFUL with its return value (``%(return_values)s``, zipped too:
-#: JSON text for a task's job, NULL for a plain job), in one statement: a result is
-#: successful exactly when its job is gone. Locked (as above) and fenced.
+#: Ack: delete finished jobs (``%(ids)s`` and ``%(attempts)s``, zipped), in one statement.
+#: Locked (as above) and fenced. ``{results}`` is how the acks of tasks' jobs write their
+#: results in the same statement: nothing (``ACK_JOBS``), or the results' CTE and columns
+#: (``ACK_JOBS_WITH_RESULTS``).
 _ACK_JOBS_TEMPLATE = """
 WITH locked AS MATERIALIZED (
     SELECT job.id FROM jobq_job AS job
@@ -38,7 +38,19 @@ WITH locked AS MATERIALIZED (
     DELETE FROM jobq_job AS job USING locked WHERE job.id = locked.id
     RETURNING job.id, job.kind, job.queue, job.priority, job.payload, job.created_at,
               job.worker_id
-), stored AS (
+){results}
+"""
+#: What ``ACK_JOBS`` returns: the jobs acked and busy.
+_JOBS_ONLY = """
+SELECT id AS job, false AS busy FROM acked
+UNION ALL
+SELECT id, true FROM busy"""
+#: What ``ACK_JOBS_WITH_RESULTS`` adds: make the result of each task's job SUCCESSFUL with
+#: its return value (``%(return_values)s``, zipped with the ids: JSON text for a task's job,
+#: NULL for a plain job), so that a result is successful exactly when its job is gone; the
+#: ``ON CONFLICT`` recreates a result that is missing (pruned while its job sat in the dead
+#: letters). Returns the results' columns after each job's.
+_WITH_RESULTS = """, stored AS (
     INSERT INTO jobq_task_result AS result (id, task_path, backend, queue, priority, args,
                                             kwargs, job_id, enqueued_at, status, finished_at,
                                             return_value, errors, worker_ids)
@@ -60,9 +72,12 @@ WITH locked AS MATERIALIZED (
 SELECT acked.id AS job, false AS busy, stored.* FROM acked
 LEFT JOIN stored ON stored.job_id = acked.id
 UNION ALL
-SELECT busy.id, true, (NULL::jobq_task_result).* FROM busy
-"""
-ACK_JOBS = _ACK_JOBS_TEMPLATE.format(fenced=FENCED)
+SELECT busy.id, true, (NULL::jobq_task_result).* FROM busy"""
+#: The acks of a batch none of whose jobs is a task's: it touches no result, so it takes
+#: no lock on ``jobq_task_result`` (a ``CREATE INDEX`` there delays no plain job's ack).
+ACK_JOBS = _ACK_JOBS_TEMPLATE.format(fenced=FENCED, results=_JOBS_ONLY)
+#: The acks of a batch holding tasks' jobs, their results written in the same statement.
+ACK_JOBS_WITH_RESULTS = _ACK_JOBS_TEMPLATE.format(fenced=FENCED, results=_WITH_RESULTS)
 
 #: Ack one job in the handler's own transaction (``ctx.atomic()``). Fenced; unlike
 #: ``ACK_JOBS`` it waits for a row lock another transaction holds: the handler's

@@ -15,6 +15,26 @@ WITH locked AS MATERIALIZED (
     DELETE FROM jobq_job AS job USING locked WHERE job.id = locked.id
     RETURNING job.id, job.kind, job.queue, job.priority, job.payload, job.created_at,
               job.worker_id
+)
+SELECT id AS job, false AS busy FROM acked
+UNION ALL
+SELECT id, true FROM busy
+
+-- name: ACK_JOBS_WITH_RESULTS
+WITH locked AS MATERIALIZED (
+    SELECT job.id FROM jobq_job AS job
+    JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS fence (id, attempt)
+        ON job.id = fence.id AND job.attempts = fence.attempt AND (job.status = 'running') IS TRUE
+    ORDER BY job.id
+    FOR UPDATE OF job SKIP LOCKED
+), busy AS (
+    SELECT fence.id FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS fence (id, attempt)
+    WHERE fence.id NOT IN (SELECT id FROM locked)
+      AND EXISTS (SELECT 1 FROM jobq_job AS job WHERE job.id = fence.id AND job.attempts = fence.attempt AND (job.status = 'running') IS TRUE)
+), acked AS (
+    DELETE FROM jobq_job AS job USING locked WHERE job.id = locked.id
+    RETURNING job.id, job.kind, job.queue, job.priority, job.payload, job.created_at,
+              job.worker_id
 ), stored AS (
     INSERT INTO jobq_task_result AS result (id, task_path, backend, queue, priority, args,
                                             kwargs, job_id, enqueued_at, status, finished_at,
