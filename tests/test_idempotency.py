@@ -22,7 +22,7 @@ def test_the_same_key_processed_twice_has_one_effect():
     record_once.enqueue(order_id=7)  # a second delivery of the same business event
     stats = run_burst()
     assert list(Effect.objects.values_list("label", flat=True)) == ["order 7"]
-    assert stats.tally.succeeded == 2
+    assert stats.outcome_counts.succeeded == 2
     assert DedupKey.objects.get().key == "order-7"
 
 
@@ -71,7 +71,7 @@ def test_complete_in_transaction_commits_effect_and_ack_together():
     stats = run_burst()
     assert list(Effect.objects.values_list("label", flat=True)) == ["invoice attempt 1"]
     assert not Job.objects.exists()
-    assert (stats.tally.succeeded, stats.tally.lease_lost) == (1, 0)
+    assert (stats.outcome_counts.succeeded, stats.outcome_counts.lease_lost) == (1, 0)
 
 
 def test_ctx_atomic_refuses_to_nest_in_another_transaction():

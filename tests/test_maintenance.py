@@ -77,4 +77,4 @@ def test_a_running_row_with_a_lease_no_worker_writes_is_reclaimed_and_burst_exit
     stats = Worker(burst=True, poll_interval=0.05, scheduler=False).run()  # returns: no hang
     assert sorted(Effect.objects.values_list("label", flat=True)) == ["healthy", "stranded"]
     assert not Job.objects.filter(pk=stranded).exists()
-    assert stats.tally.succeeded == 2
+    assert stats.outcome_counts.succeeded == 2

@@ -61,7 +61,7 @@ def test_a_failure_longer_than_the_reason_column_dead_letters_and_the_rest_run(h
     assert len(dead.reason) == text.MAX_REASON_LENGTH
     assert re.search(r"… \[\d+ more characters\]$", dead.reason)
     assert dead.last_error.endswith("x" * 600 if handler is outcomes_fail_long else "y" * 600)
-    assert (stats.tally.succeeded, stats.tally.dead_lettered) == (20, 1)
+    assert (stats.outcome_counts.succeeded, stats.outcome_counts.dead_lettered) == (20, 1)
 
 
 # -- a failed outcome write ----------------------------------------------------------------
@@ -117,7 +117,7 @@ def test_a_batched_ack_that_fails_for_one_job_records_the_others(refuse, queue_c
     (left,) = Job.objects.all()
     assert (left.payload, left.status) == ({"label": "refused"}, "running")
     assert not DeadLetter.objects.exists()  # its dead letter deletes the row too: refused
-    assert completer.tally.succeeded == 3
+    assert completer.outcome_counts.succeeded == 3
     assert "recording them one by one" in caplog.text
     assert "its dead letter could not be recorded either" in caplog.text
 
@@ -139,7 +139,7 @@ def test_a_retry_the_database_refuses_becomes_a_dead_letter_saying_so(refuse):
     )
     assert dead.last_error.startswith("the retry could not be recorded: RaiseException")
     assert "RuntimeError: refused broke" in dead.last_error
-    assert (stats.tally.succeeded, stats.tally.dead_lettered) == (5, 1)
+    assert (stats.outcome_counts.succeeded, stats.outcome_counts.dead_lettered) == (5, 1)
 
 
 def test_a_dead_letter_the_database_refuses_is_given_up_and_the_worker_goes_on(refuse, caplog):
@@ -170,7 +170,7 @@ def test_a_dead_letter_the_database_refuses_is_given_up_and_the_worker_goes_on(r
     # The burst worker waited for the lapsed lease, reclaimed it past the last attempt and
     # dead-lettered it: nothing left running, nothing lost.
     (stats,) = finished
-    assert stats.tally.succeeded == 5
+    assert stats.outcome_counts.succeeded == 5
     dead = DeadLetter.objects.get()
     assert (dead.job_id, dead.reason) == (
         refused.pk,
@@ -199,7 +199,7 @@ def test_a_task_result_the_database_refuses_fails_that_task_only(refuse):
     dead = DeadLetter.objects.get()
     assert dead.reason.startswith("outcome could not be recorded: RaiseException: refused")
     assert not Job.objects.exists()
-    assert (stats.tally.succeeded, stats.tally.dead_lettered) == (5, 1)
+    assert (stats.outcome_counts.succeeded, stats.outcome_counts.dead_lettered) == (5, 1)
 
 
 # -- async handlers ------------------------------------------------------------------------
@@ -238,7 +238,7 @@ def test_a_handler_that_returns_a_coroutine_is_dead_lettered_never_acked():
     dead = DeadLetter.objects.get()
     assert dead.reason.startswith("failed: the handler returned coroutine, an awaitable")
     assert not Effect.objects.exists()
-    assert stats.tally.succeeded == 0
+    assert stats.outcome_counts.succeeded == 0
 
 
 def test_the_task_backend_refuses_an_async_generator_task_function():

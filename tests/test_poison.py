@@ -250,7 +250,9 @@ def test_enqueue_s_extremes_still_insert_and_a_worker_s_writes_keep_the_constrai
     retry_later.using(visibility_timeout=MAX_DURATION, max_attempts=2).enqueue(delay=MAX_DURATION)
     stats = Worker(burst=True, poll_interval=0.05, queues=["default"]).run()
     assert labels() == ["longest lease"]
-    assert stats.tally.retried == 1  # ready again, 10 years from now: within the constraints
+    assert (
+        stats.outcome_counts.retried == 1
+    )  # ready again, 10 years from now: within the constraints
     with connection.cursor() as cursor:
         for constraint in JOB_INSERT_CONSTRAINTS:
             cursor.execute(f"ALTER TABLE jobq_job VALIDATE CONSTRAINT {constraint.name}")

@@ -124,7 +124,7 @@ def test_raising_receivers_break_nothing_and_lose_no_outcome(error, caplog):
     with receiving(*connected):
         stats = run_burst(queue)
 
-    assert (stats.tally.succeeded, stats.tally.dead_lettered) == (2, 1)
+    assert (stats.outcome_counts.succeeded, stats.outcome_counts.dead_lettered) == (2, 1)
     assert not Job.objects.filter(queue=queue).exists()
     assert Effect.objects.count() == 2  # the handlers ran despite job_started's receiver
     assert DeadLetter.objects.get().kind == "tests.testapp.jobs.always_fails"

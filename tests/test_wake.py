@@ -230,5 +230,5 @@ def test_a_worker_whose_connection_is_killed_mid_job_reconnects_and_records_the_
         wait_until(lambda: Effect.objects.filter(label="after the outage").exists())
         assert "worker cut-main: database error, reconnecting" in caplog.text
     assert running.stats is not None
-    assert running.stats.tally.succeeded == 2
-    assert running.stats.tally.lease_lost == 0
+    assert running.stats.outcome_counts.succeeded == 2
+    assert running.stats.outcome_counts.lease_lost == 0

@@ -32,7 +32,7 @@ def test_successful_jobs_run_once_and_are_acked():
         f"e{n}" for n in range(20)
     )
     assert not Job.objects.exists()
-    assert (stats.claimed, stats.tally.succeeded) == (20, 20)
+    assert (stats.claimed, stats.outcome_counts.succeeded) == (20, 20)
 
 
 def test_a_failing_job_is_retried_after_the_backoff_delay_with_its_error():
@@ -44,7 +44,7 @@ def test_a_failing_job_is_retried_after_the_backoff_delay_with_its_error():
     assert job.last_error == "RuntimeError: flaky partner"
     # Equal jitter: the first retry waits between base/2 and base.
     assert timezone.now() + timedelta(minutes=29) < job.run_at < timezone.now() + timedelta(hours=1)
-    assert stats.tally.retried == 1
+    assert stats.outcome_counts.retried == 1
 
 
 def test_the_last_failed_attempt_becomes_a_dead_letter_with_traceback():
@@ -65,7 +65,7 @@ def test_a_kind_the_worker_lacks_is_left_ready_for_a_worker_that_has_it():
     record.enqueue("after")
     stats = run_burst()
     assert Effect.objects.get().label == "after"
-    assert (stats.claimed, stats.tally.dead_lettered) == (1, 0)
+    assert (stats.claimed, stats.outcome_counts.dead_lettered) == (1, 0)
     waiting.refresh_from_db()
     assert (waiting.status, waiting.attempts) == (Job.Status.READY, 0)
     assert not DeadLetter.objects.exists()
@@ -92,7 +92,7 @@ def test_a_claimed_job_whose_handler_is_gone_is_still_dead_lettered_at_once():
     )
     assert "no handler is registered" in dead.last_error
     assert Effect.objects.get().label == "after"
-    assert stats.tally.dead_lettered == 1
+    assert stats.outcome_counts.dead_lettered == 1
 
 
 def test_a_payload_the_handler_cannot_take_is_a_failed_attempt_not_a_crash():

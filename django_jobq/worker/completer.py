@@ -72,7 +72,7 @@ class Completer:
         self._on_applied = on_applied
         self._observer = observer
         self.pending: list[Outcome] = []
-        self.tally = OutcomeCounts()
+        self.outcome_counts = OutcomeCounts()
         self._recorder = outcomes.Recorder(task_results.TaskOutcomes())
         self._let_go: set[int] = set()  # id() of the pending outcomes done with in this flush
 
@@ -211,13 +211,13 @@ class Completer:
         """Count and log a recorded (or refused) outcome, and let it go."""
         name = outcome_name(outcome, applied)
         if name == "succeeded":
-            self.tally.succeeded += 1
+            self.outcome_counts.succeeded += 1
         elif name == "retried":
-            self.tally.retried += 1
+            self.outcome_counts.retried += 1
         elif name == "dead_lettered":
-            self.tally.dead_lettered += 1
+            self.outcome_counts.dead_lettered += 1
         else:
-            self.tally.lease_lost += 1
+            self.outcome_counts.lease_lost += 1
         self._log(outcome, name)
         self._observer.record(outcome, name)
         self._applied(outcome)

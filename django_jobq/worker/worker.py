@@ -107,7 +107,7 @@ class WorkerStats:
     abandoned: int
     heartbeats: int
     heartbeats_refused: int
-    tally: OutcomeCounts
+    outcome_counts: OutcomeCounts
 
 
 def default_worker_id() -> str:
@@ -604,7 +604,7 @@ class Worker:
             abandoned=self._abandoned,
             heartbeats=self._heartbeater.heartbeats,
             heartbeats_refused=self._heartbeater.refused,
-            tally=self._completer.tally,
+            outcome_counts=self._completer.outcome_counts,
         )
         if self._abandoned and self.shutdown_timeout is None:
             logger.warning(
@@ -624,17 +624,17 @@ class Worker:
                 self.shutdown_timeout,
                 self._abandoned,
             )
-        tally = stats.tally
+        counts = stats.outcome_counts
         logger.info(
             "worker %s stopped after %.1f s: %s succeeded, %s retried, %s dead-lettered, "
             "%s released, %s lease lost, %s heartbeats (%s refused)",
             self.worker_id,
             stats.elapsed,
-            tally.succeeded,
-            tally.retried,
-            tally.dead_lettered,
+            counts.succeeded,
+            counts.retried,
+            counts.dead_lettered,
             self._released,
-            tally.lease_lost,
+            counts.lease_lost,
             stats.heartbeats,
             stats.heartbeats_refused,
         )
