@@ -143,7 +143,8 @@ def retry(
     """Make a job ready again ``delay`` seconds from now, recording ``error`` (fitted to
     its column by :func:`django_jobq.text.fit`); a task's job (``task_error``, the
     framework's error record as JSON text) has its result made READY again with that error
-    appended, in the same statement (``sql.outcomes.RETRY_JOB``).
+    appended, in the same statement (``sql.outcomes.RETRY_JOB_WITH_RESULT``; a plain job's
+    retry, ``sql.outcomes.RETRY_JOB``, names no result).
 
     Returns the id if applied; empty (and nothing changed) if ``attempt`` no longer holds
     the lease.
@@ -158,7 +159,8 @@ def retry(
         "error": text.fit(error),
         "task_error": task_error,
     }
-    return _once(job_id, _recorded(cursor, sql.outcomes.RETRY_JOB, params))
+    statement = sql.outcomes.RETRY_JOB if task_error is None else sql.outcomes.RETRY_JOB_WITH_RESULT
+    return _once(job_id, _recorded(cursor, statement, params))
 
 
 def dead_letter(
@@ -175,7 +177,8 @@ def dead_letter(
     """Move a job to the dead letters with ``reason``, ``error`` and ``traceback``, each
     fitted to its column (:mod:`django_jobq.text`: a long reason is cut, with a marker);
     a task's job (``task_error``, as for :func:`retry`) has its result made FAILED in the
-    same statement (``sql.outcomes.DEAD_LETTER_JOB``).
+    same statement (``sql.outcomes.DEAD_LETTER_JOB_WITH_RESULT``; a plain job's,
+    ``sql.outcomes.DEAD_LETTER_JOB``, names no result).
 
     ``ran`` says whether this attempt ran the handler; the dead letter's ``attempts``
     counts only attempts that ran. The copy and the delete are one statement. Returns the
@@ -194,7 +197,12 @@ def dead_letter(
         "traceback": text.fit(traceback),
         "task_error": task_error,
     }
-    return _once(job_id, _recorded(cursor, sql.outcomes.DEAD_LETTER_JOB, params))
+    statement = (
+        sql.outcomes.DEAD_LETTER_JOB
+        if task_error is None
+        else sql.outcomes.DEAD_LETTER_JOB_WITH_RESULT
+    )
+    return _once(job_id, _recorded(cursor, statement, params))
 
 
 def ack_in_transaction(cursor: Cursor, job_id: int, attempt: int) -> bool:

@@ -247,20 +247,24 @@ def test_every_fenced_write_skips_a_locked_row_and_reports_it_busy(connect, queu
     assert outcomes.ack(queue_cursor, [job.lease]) == {job.id}
 
 
-def test_a_table_lock_on_the_task_results_does_not_delay_plain_jobs_acks(connect):
-    # A CREATE INDEX (or LOCK TABLE) on jobq_task_result: a batch of plain jobs is acked by
-    # a statement that touches no result (sql.outcomes.ACK_JOBS), so it does not wait.
+def test_a_table_lock_on_the_task_results_delays_no_plain_jobs_outcome(connect):
+    # A CREATE INDEX (or LOCK TABLE) on jobq_task_result: a plain job's ack, retry and dead
+    # letter name no task result (sql.outcomes.ACK_JOBS, RETRY_JOB, DEAD_LETTER_JOB), so
+    # none waits for the lock; only a task's outcome would.
     operator = connect(autocommit=False)
     operator.execute("LOCK TABLE jobq_task_result IN ACCESS EXCLUSIVE MODE")
     for n in range(50):
         record.enqueue(f"plain {n}")
+    failing = always_fails.enqueue("retried, then dead")  # backoff 0.25-0.5 s (testproject)
     worker, thread = start_worker(concurrency=2)
     try:
         wait_until(
             lambda: not Job.objects.exists(),
-            what="the plain jobs to be acked while the task results' table is locked",
+            what="the plain jobs' outcomes while the task results' table is locked",
         )
         assert Effect.objects.count() == 50
+        dead = DeadLetter.objects.get(job_id=failing.pk)
+        assert dead.attempts == 2  # retried once, then dead-lettered: both during the lock
     finally:
         operator.rollback()
         worker.stop()

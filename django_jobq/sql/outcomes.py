@@ -5,14 +5,15 @@ Each is fenced (``sql.leases.FENCED``: it matches only the attempt that holds th
 locks its rows as the batch writes of :mod:`django_jobq.sql.leases` do (``locked`` in id
 order, ``FOR UPDATE SKIP LOCKED``; ``busy`` the rows skipped). A task's job (see
 :mod:`django_jobq.sql.tasks`) has its result written in the same statement as its outcome,
-so the two never disagree: the statements carry the task's part as a parameter
-(``%(return_values)s``, ``%(task_error)s``) that is NULL for a plain job, and their task
-result CTE then matches nothing. The ``INSERT ... ON CONFLICT`` of the ack recreates a
-result that is missing (pruned while its job sat in the dead letters).
+so the two never disagree: each outcome has a statement for plain jobs and one ``..._WITH_
+RESULT(S)`` that also writes the result, from the task's part (``%(return_values)s``,
+``%(task_error)s``). The plain ones name no result, so a lock on ``jobq_task_result`` (a
+``CREATE INDEX``, ``LOCK TABLE``) never delays a plain job's outcome.
 
 Each statement returns one row per job written or busy: ``job`` (its id), ``busy``, and for
-``ACK_JOBS_WITH_RESULTS`` and the dead letter the columns of ``jobq_task_result`` (the result
-the statement finished, all NULL for a plain job or a busy one).
+``ACK_JOBS_WITH_RESULTS`` and ``DEAD_LETTER_JOB_WITH_RESULT`` the columns of
+``jobq_task_result`` (the result the statement finished, all NULL for a plain job or a busy
+one).
 """
 
 from __future__ import annotations
@@ -92,10 +93,10 @@ RETURNING job.id
 ACK_JOB_IN_TRANSACTION = _ACK_JOB_IN_TRANSACTION_TEMPLATE.format(fenced=FENCED)
 
 #: Retry: make a failed attempt's job ready again after ``%(delay_seconds)s``, recording
-#: ``%(error)s`` and keeping its attempt count (the next claim consumes the next attempt);
-#: for a task's job, in the same statement, make its result READY with this attempt's error
-#: (``%(task_error)s``, a JSON object; NULL for a plain job) appended to its errors. Locked
-#: (as above) and fenced. Returns a ``(job, busy)`` row unless the lease is lost.
+#: ``%(error)s`` and keeping its attempt count (the next claim consumes the next attempt).
+#: Locked (as above) and fenced. ``{result}`` is what a task's job adds: nothing
+#: (``RETRY_JOB``) or its result's update (``RETRY_JOB_WITH_RESULT``). Returns a
+#: ``(job, busy)`` row unless the lease is lost.
 _RETRY_JOB_TEMPLATE = """
 WITH locked AS MATERIALIZED (
     SELECT job.id FROM jobq_job AS job
@@ -117,25 +118,29 @@ WITH locked AS MATERIALIZED (
     FROM locked
     WHERE job.id = locked.id
     RETURNING job.id, job.kind, job.payload
-), result AS (
-    UPDATE jobq_task_result AS result
-    SET status = 'READY', errors = result.errors || jsonb_build_array(%(task_error)s::jsonb)
-    FROM retried
-    WHERE %(task_error)s::jsonb IS NOT NULL
-      AND result.id = retried.payload->>'result_id' AND result.task_path = retried.kind
-)
+){result}
 SELECT id AS job, false AS busy FROM retried
 UNION ALL
 SELECT id, true FROM busy
 """
-RETRY_JOB = _RETRY_JOB_TEMPLATE.format(fenced=FENCED)
+#: What ``RETRY_JOB_WITH_RESULT`` adds: the task's result READY again, with this attempt's
+#: error (``%(task_error)s``, a JSON object) appended to its errors.
+_RETRIED_RESULT = """, result AS (
+    UPDATE jobq_task_result AS result
+    SET status = 'READY', errors = result.errors || jsonb_build_array(%(task_error)s::jsonb)
+    FROM retried
+    WHERE result.id = retried.payload->>'result_id' AND result.task_path = retried.kind
+)"""
+#: The retry of a plain job: it names no task result, so it takes no lock on
+#: ``jobq_task_result``.
+RETRY_JOB = _RETRY_JOB_TEMPLATE.format(fenced=FENCED, result="")
+#: The retry of a task's job, its result written in the same statement.
+RETRY_JOB_WITH_RESULT = _RETRY_JOB_TEMPLATE.format(fenced=FENCED, result=_RETRIED_RESULT)
 
 #: Dead letter: move a job to the dead letters (copy + reason + error) and delete it, in one
-#: statement and so one transaction: the job is in exactly one of the two tables. For a
-#: task's job, in the same statement, make its result FAILED with ``%(task_error)s`` (a JSON
-#: object; NULL for a plain job) appended to its errors. Also used for jobs of unknown kind,
-#: which may be tasks this worker does not have: a job whose payload names no result of its
-#: kind updates no result. Locked (as above) and fenced. ``attempts`` records the attempts
+#: statement and so one transaction: the job is in exactly one of the two tables. Locked (as
+#: above) and fenced. ``{results}`` is what a task's job adds: nothing (``DEAD_LETTER_JOB``)
+#: or its result made FAILED (``DEAD_LETTER_JOB_WITH_RESULT``). ``attempts`` records the attempts
 #: that ran: not the current one when ``%(ran)s`` is false (expired, unknown kind, or a
 #: reclaim past the last attempt: dead-lettered unrun). Returns a row unless the lease is
 #: lost: the dead letter's ``job``, ``busy``, then the failed result's columns.
@@ -162,21 +167,36 @@ WITH locked AS MATERIALIZED (
            %(traceback)s, now()
     FROM moved
     RETURNING job_id
-), failed AS (
+){results}
+"""
+#: What ``DEAD_LETTER_JOB`` returns: the job dead-lettered, or busy.
+_DEAD_LETTER_ONLY = """
+SELECT job_id AS job, false AS busy FROM dead
+UNION ALL
+SELECT id, true FROM busy"""
+#: What ``DEAD_LETTER_JOB_WITH_RESULT`` adds: the task's result FAILED, with
+#: ``%(task_error)s`` (a JSON object) appended to its errors; its columns follow the job's.
+#: A job of unknown kind whose payload names no result of its kind updates none.
+_FAILED_RESULT = """, failed AS (
     UPDATE jobq_task_result AS result
     SET status = 'FAILED',
         finished_at = now(),
         errors = result.errors || jsonb_build_array(%(task_error)s::jsonb)
     FROM moved
-    WHERE %(task_error)s::jsonb IS NOT NULL
-      AND result.id = moved.payload->>'result_id' AND result.task_path = moved.kind
+    WHERE result.id = moved.payload->>'result_id' AND result.task_path = moved.kind
     RETURNING result.*
 )
 SELECT dead.job_id AS job, false AS busy, failed.* FROM dead LEFT JOIN failed ON true
 UNION ALL
-SELECT busy.id, true, (NULL::jobq_task_result).* FROM busy
-"""
-DEAD_LETTER_JOB = _DEAD_LETTER_JOB_TEMPLATE.format(fenced=FENCED)
+SELECT busy.id, true, (NULL::jobq_task_result).* FROM busy"""
+#: The dead letter of a plain job: it names no task result, so it takes no lock on
+#: ``jobq_task_result``.
+DEAD_LETTER_JOB = _DEAD_LETTER_JOB_TEMPLATE.format(fenced=FENCED, results=_DEAD_LETTER_ONLY)
+#: The dead letter of a task's job (or of a job of unknown kind that may be one), its result
+#: made FAILED in the same statement.
+DEAD_LETTER_JOB_WITH_RESULT = _DEAD_LETTER_JOB_TEMPLATE.format(
+    fenced=FENCED, results=_FAILED_RESULT
+)
 
 #: Wait this long at most for a table lock in the worker's writes about one job (a
 #: transaction's ``SET LOCAL``; the worker's connections have a server-side ``lock_timeout``

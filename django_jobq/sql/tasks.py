@@ -67,8 +67,8 @@ START_TASK_ATTEMPT = _START_TASK_ATTEMPT_TEMPLATE.format(fenced=FENCED)
 #: kinds, by a statement of their own): each ``(result_id, task_path, task_error)`` whose
 #: result is of that task and not finished becomes FAILED, ``task_error`` (a JSON object)
 #: appended to its errors. A result already finished is left as it is, so failing one twice
-#: (or one the worker's ``sql.outcomes.DEAD_LETTER_JOB`` failed) changes nothing. Returns
-#: the results it failed.
+#: (or one the worker's ``sql.outcomes.DEAD_LETTER_JOB_WITH_RESULT`` failed) changes nothing.
+#: Returns the results it failed.
 FAIL_UNRUN_TASK_RESULTS = """
 UPDATE jobq_task_result AS result
 SET status = 'FAILED',

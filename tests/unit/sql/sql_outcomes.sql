@@ -86,12 +86,37 @@ WITH locked AS MATERIALIZED (
     FROM locked
     WHERE job.id = locked.id
     RETURNING job.id, job.kind, job.payload
+)
+SELECT id AS job, false AS busy FROM retried
+UNION ALL
+SELECT id, true FROM busy
+
+-- name: RETRY_JOB_WITH_RESULT
+WITH locked AS MATERIALIZED (
+    SELECT job.id FROM jobq_job AS job
+    JOIN (VALUES (%(id)s::bigint, %(attempt)s::integer)) AS fence (id, attempt) ON job.id = fence.id AND job.attempts = fence.attempt AND (job.status = 'running') IS TRUE
+    ORDER BY job.id
+    FOR UPDATE OF job SKIP LOCKED
+), busy AS (
+    SELECT fence.id FROM (VALUES (%(id)s::bigint, %(attempt)s::integer)) AS fence (id, attempt)
+    WHERE fence.id NOT IN (SELECT id FROM locked)
+      AND EXISTS (SELECT 1 FROM jobq_job AS job WHERE job.id = fence.id AND job.attempts = fence.attempt AND (job.status = 'running') IS TRUE)
+), retried AS (
+    UPDATE jobq_job AS job
+    SET status = 'ready',
+        run_at = now() + make_interval(secs => %(delay_seconds)s),
+        worker_id = '',
+        lease_deadline = NULL,
+        started_at = NULL,
+        last_error = %(error)s
+    FROM locked
+    WHERE job.id = locked.id
+    RETURNING job.id, job.kind, job.payload
 ), result AS (
     UPDATE jobq_task_result AS result
     SET status = 'READY', errors = result.errors || jsonb_build_array(%(task_error)s::jsonb)
     FROM retried
-    WHERE %(task_error)s::jsonb IS NOT NULL
-      AND result.id = retried.payload->>'result_id' AND result.task_path = retried.kind
+    WHERE result.id = retried.payload->>'result_id' AND result.task_path = retried.kind
 )
 SELECT id AS job, false AS busy FROM retried
 UNION ALL
@@ -120,14 +145,41 @@ WITH locked AS MATERIALIZED (
            %(traceback)s, now()
     FROM moved
     RETURNING job_id
+)
+SELECT job_id AS job, false AS busy FROM dead
+UNION ALL
+SELECT id, true FROM busy
+
+-- name: DEAD_LETTER_JOB_WITH_RESULT
+WITH locked AS MATERIALIZED (
+    SELECT job.id FROM jobq_job AS job
+    JOIN (VALUES (%(id)s::bigint, %(attempt)s::integer)) AS fence (id, attempt) ON job.id = fence.id AND job.attempts = fence.attempt AND (job.status = 'running') IS TRUE
+    ORDER BY job.id
+    FOR UPDATE OF job SKIP LOCKED
+), busy AS (
+    SELECT fence.id FROM (VALUES (%(id)s::bigint, %(attempt)s::integer)) AS fence (id, attempt)
+    WHERE fence.id NOT IN (SELECT id FROM locked)
+      AND EXISTS (SELECT 1 FROM jobq_job AS job WHERE job.id = fence.id AND job.attempts = fence.attempt AND (job.status = 'running') IS TRUE)
+), moved AS (
+    DELETE FROM jobq_job AS job USING locked WHERE job.id = locked.id
+    RETURNING job.*
+), dead AS (
+    INSERT INTO jobq_dead_letter (job_id, queue, kind, payload, priority, attempts,
+                                  max_attempts, visibility_timeout, idempotency_key,
+                                  created_at, reason, last_error, traceback, died_at)
+    SELECT id, queue, kind, payload, priority,
+           CASE WHEN %(ran)s THEN attempts ELSE attempts - 1 END, max_attempts,
+           visibility_timeout, idempotency_key, created_at, %(reason)s, %(error)s,
+           %(traceback)s, now()
+    FROM moved
+    RETURNING job_id
 ), failed AS (
     UPDATE jobq_task_result AS result
     SET status = 'FAILED',
         finished_at = now(),
         errors = result.errors || jsonb_build_array(%(task_error)s::jsonb)
     FROM moved
-    WHERE %(task_error)s::jsonb IS NOT NULL
-      AND result.id = moved.payload->>'result_id' AND result.task_path = moved.kind
+    WHERE result.id = moved.payload->>'result_id' AND result.task_path = moved.kind
     RETURNING result.*
 )
 SELECT dead.job_id AS job, false AS busy, failed.* FROM dead LEFT JOIN failed ON true
