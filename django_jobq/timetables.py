@@ -105,8 +105,7 @@ def cron_meaning(expression: str) -> tuple[object, ...]:
         InvalidCron: as :func:`parse_cron`.
     """
     normalized = parse_cron(expression)
-    # croniter's inline annotations do not declare the public ``expand`` classmethod.
-    fields, nth_weekdays = croniter.expand(normalized)[:2]  # type: ignore[attr-defined]
+    fields, nth_weekdays = croniter.expand(normalized)[:2]
     if len(fields) == 5:
         fields = [*fields, [0]]
     return (
