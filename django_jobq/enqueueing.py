@@ -20,6 +20,7 @@ the insert loses the job (see docs/concepts.md, "Two databases").
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -33,7 +34,6 @@ from psycopg.rows import class_row
 from . import db, registry, sql
 from .conf import get_settings
 from .exceptions import UnknownKind
-from .metrics import instruments
 from .models import Job
 from .validation import encode_payload, seconds_option, validate_options
 
@@ -380,8 +380,20 @@ def _insert(alias: str, jobs: Sequence[PreparedJob], statement: str | None) -> l
         rows = _execute(alias, statement or sql.enqueue.INSERT_UNKEYED_JOBS, unique)
         saved = [_saved_job(alias, job, row) for job, row in zip(unique, rows, strict=True)]
         inserted = saved
-    instruments.count_enqueued(alias, [(job.queue, job.kind) for job in inserted])
+    _count_enqueued(alias, inserted)
     return [saved[index] for index in position]
+
+
+def _count_enqueued(alias: str, inserted: Sequence[Job]) -> None:
+    """Count ``inserted`` in ``jobq_jobs_enqueued_total`` at commit, in a process that has
+    loaded prometheus-client: a worker, or a web process that exposes metrics
+    (django-prometheus, ``prometheus_client.make_wsgi_app()``, the jobq metrics view). A
+    process that has not loaded it exposes no metrics, so it counts nothing and enqueueing
+    never imports prometheus-client for it (docs/operations.md, "Metrics")."""
+    if "prometheus_client" in sys.modules:
+        from .metrics import instruments
+
+        instruments.count_enqueued(alias, [(job.queue, job.kind) for job in inserted])
 
 
 def _one_per_key(jobs: Sequence[PreparedJob]) -> tuple[list[PreparedJob], list[int]]:

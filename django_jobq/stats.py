@@ -34,7 +34,7 @@ from psycopg.rows import dict_row
 
 from . import sql
 from .conf import get_settings
-from .metrics.instruments import DURATION_BUCKETS
+from .metrics.buckets import DURATION_BUCKETS
 from .models import DeadLetter, OutcomeRollup, QueueSample, WorkerProcess
 
 #: Seconds after its last beat (``WorkerProcess.last_seen``) that a worker counts as stale:

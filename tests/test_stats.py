@@ -10,7 +10,7 @@ from django.test.utils import override_settings
 from django.utils import timezone
 
 from django_jobq import stats
-from django_jobq.metrics.instruments import DURATION_BUCKETS
+from django_jobq.metrics.buckets import DURATION_BUCKETS
 from django_jobq.models import OutcomeRollup, QueueSample, WorkerProcess
 from django_jobq.worker import Worker
 from django_jobq.worker.history import OutcomeRollups, sample_queues

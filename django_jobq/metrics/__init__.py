@@ -3,9 +3,9 @@
 Two kinds, served in two places (docs/operations.md has every name, label and alert):
 
 - **Process metrics** (:mod:`.instruments`), recorded by the process that does the work:
-  jobs enqueued (by any process that enqueues, counted at commit), claimed, succeeded,
-  retried, dead-lettered, leases reclaimed, refused fenced writes, heartbeats, job durations,
-  pickup latency and handler threads. ``jobq_worker --metrics-port PORT`` serves a worker's
+  jobs enqueued (by any process that enqueues and has prometheus-client loaded, counted at
+  commit), claimed, succeeded, retried, dead-lettered, leases reclaimed, refused fenced
+  writes, heartbeats, job durations, pickup latency and handler threads. ``jobq_worker --metrics-port PORT`` serves a worker's
   (:func:`.server.serve`). They live in prometheus-client's default registry, so a web
   process's enqueue counts appear wherever that registry is already exposed.
 - **Database gauges** (:class:`.collector.DatabaseCollector`): queue depth by state, the
@@ -31,8 +31,10 @@ directory, and the supervisor serves their sum. The supervisor calls, in this or
 Counters of a child that died stay in the sum (a restart never makes a counter go back);
 its live gauges (``jobq_worker_threads``) leave with it.
 
-The modules, lowest first: :mod:`.instruments` (the process metrics and the calls that
-record them; enqueue and the worker import it, and it imports no database read),
+The modules, lowest first: :mod:`.buckets` (the histogram bounds, shared with the
+per-minute rollups; no prometheus-client), :mod:`.instruments` (the process metrics and the
+calls that record them; the worker imports it, enqueue only where prometheus-client is
+already loaded, and it imports no database read),
 :mod:`.multiprocess`, :mod:`.server`, :mod:`.collector` (reads :mod:`django_jobq.stats` and
 :mod:`django_jobq.mvcc`).
 """

@@ -17,6 +17,8 @@ from typing import Protocol
 from django.db import transaction
 from prometheus_client import Counter, Gauge, Histogram
 
+from .buckets import DURATION_BUCKETS
+
 
 class Claimed(Protocol):
     """What :func:`observe_claims` reads of a claimed job
@@ -31,14 +33,6 @@ class Claimed(Protocol):
     @property
     def pickup_latency(self) -> float: ...
 
-
-#: Upper bounds (seconds) of the job duration and pickup latency buckets, from 5 ms to an
-#: hour: handlers range from a cache write to a report, and an idle worker claims within
-#: milliseconds of a wake-up while a backlog makes jobs wait minutes. The per-minute
-#: rollups use the same bounds (``OutcomeRollup.duration_buckets`` has one more count, for
-#: values above the last bound).
-DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-                    60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)  # fmt: skip
 
 _JOB_LABELS = ("queue", "kind")
 
@@ -111,7 +105,11 @@ PROCESS_METRICS = (
 
 def count_enqueued(alias: str, jobs: Iterable[tuple[str, str]]) -> None:
     """Count inserted jobs, given as ``(queue, kind)`` pairs, once the transaction on
-    ``alias`` commits (at once outside a transaction; never if it rolls back)."""
+    ``alias`` commits (at once outside a transaction; never if it rolls back).
+
+    A failure to count (e.g. ``PROMETHEUS_MULTIPROC_DIR`` names a directory that is gone) is
+    logged by Django (``django.db.backends.base``) and does not reach the caller: the jobs
+    are committed, and a metric must not make their enqueue look failed."""
     counts = collections.Counter(jobs)
     if not counts:
         return
@@ -120,7 +118,7 @@ def count_enqueued(alias: str, jobs: Iterable[tuple[str, str]]) -> None:
         for (queue, kind), number in counts.items():
             JOBS_ENQUEUED.labels(queue, kind).inc(number)
 
-    transaction.on_commit(count, using=alias)
+    transaction.on_commit(count, using=alias, robust=True)
 
 
 def observe_claims(jobs: Sequence[Claimed]) -> None:

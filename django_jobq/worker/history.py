@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from .. import sql
 from ..db import Cursor
-from ..metrics.instruments import DURATION_BUCKETS
+from ..metrics.buckets import DURATION_BUCKETS
 
 #: Seconds between two flushes of a worker's outcome rollups (when it has outcomes).
 FLUSH_INTERVAL = 5.0

@@ -1,0 +1,79 @@
+"""What a web process loads to enqueue: Django, psycopg and django-jobq's enqueue path, and
+not prometheus-client (docs/operations.md, "Metrics"). Each test runs a fresh interpreter on
+the test database, because this process has long loaded everything."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from django_jobq.models import Job, StoredTaskResult
+from tests.conftest import REPO_ROOT, database_url
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# A web process: settings, the admin's URLs (autodiscovered model admins, the dashboard),
+# then one job enqueued in a transaction, one enqueue_many and one Django task.
+WEB_PROCESS = """
+import sys
+
+import django
+
+django.setup()
+from django.contrib import admin
+from django.db import transaction
+
+admin.site.get_urls()
+from django_jobq import enqueue, enqueue_many
+from tests.testapp.tasks import add
+
+with transaction.atomic():
+    enqueue("web.signup", {"user": 1})
+enqueue_many([{"kind": "web.bulk", "payload": {"n": n}} for n in range(3)])
+add.enqueue(1, 2)
+print("prometheus_client" in sys.modules)
+"""
+
+
+def run_web_process(script: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        cwd=REPO_ROOT,
+        env={
+            **os.environ,
+            "DATABASE_URL": database_url(),
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "testproject")]),
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_enqueueing_from_a_web_process_never_imports_prometheus_client():
+    result = run_web_process(WEB_PROCESS)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False"]
+    assert Job.objects.filter(kind__startswith="web.").count() == 4
+    assert StoredTaskResult.objects.count() == 1
+
+
+def test_a_broken_multiprocess_directory_does_not_break_enqueue_where_metrics_are_loaded(
+    tmp_path,
+):
+    """A process that exposes metrics counts its enqueues; when counting fails (the
+    multiprocess directory is gone), the jobs are committed and enqueue returns: the failure
+    is logged, not raised."""
+    script = "import prometheus_client\n" + WEB_PROCESS
+    result = run_web_process(script, PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "gone"))
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True"]
+    assert Job.objects.filter(kind__startswith="web.").count() == 4
+    assert "Error calling" in result.stderr and "on_commit" in result.stderr
