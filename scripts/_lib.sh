@@ -5,8 +5,8 @@
 # Shared set-up for scripts/test and scripts/demo. Source it, don't run it:
 #
 #     source "$(dirname "${BASH_SOURCE[0]}")/_lib.sh"
-#     jobq_venv                    # .venv with '.[dev]' installed, put on PATH
-#     jobq_venv_django61 PY        # .venv-django61 (Python 3.12, Django 6.1), not on PATH
+#     jobq_venv                    # .venv: the project + its dev group, put on PATH
+#     jobq_venv_django 6.1 PY      # .venv-django61 (Django 6.1 on PY), not on PATH
 #     jobq_find_postgres test      # exports DATABASE_URL (MODE: test | demo)
 #     jobq_chromium                # Debian's chromium for tests/browser, if it can
 #
@@ -40,8 +40,8 @@ jobq_die() {
 # Virtualenv
 # --------------------------------------------------------------------------
 
-# Create .venv if needed, (re)install the project in editable mode with the
-# dev extras when pyproject.toml is newer than the stamp, and activate it
+# Create .venv if needed, (re)install the project in editable mode with its
+# dev dependency group when pyproject.toml is newer than the stamp, and activate it
 # (PATH + VIRTUAL_ENV) for the rest of the calling script.
 jobq_venv() {
     local py="${PYTHON:-python3.11}"
@@ -60,8 +60,9 @@ jobq_venv() {
 # _jobq_make_venv DIR PYTHON HINT [PIP_ARGS...]
 #
 # Create the virtualenv DIR with PYTHON if it has no working interpreter, and
-# (re)install '.[dev]' plus PIP_ARGS into it when pyproject.toml is newer than
-# its stamp. HINT ends the error message when PYTHON cannot be run.
+# (re)install the project (editable) with its dev dependency group plus PIP_ARGS
+# into it when pyproject.toml is newer than its stamp. Dependency groups (PEP
+# 735) need pip >= 25.1, so pip is upgraded first. HINT ends the error message when PYTHON cannot be run.
 _jobq_make_venv() {
     local dir="$1" py="$2" hint="$3"
     shift 3
@@ -79,8 +80,9 @@ _jobq_make_venv() {
     fi
 
     if [[ ! -f "$stamp" || "$JOBQ_ROOT/pyproject.toml" -nt "$stamp" ]]; then
-        jobq_log "installing django-jobq[dev] $* into $name"
-        "$dir/bin/python" -m pip install -q -e '.[dev]' "$@"
+        jobq_log "installing django-jobq with its dev group $* into $name"
+        "$dir/bin/python" -m pip install -q --upgrade 'pip>=25.1'
+        "$dir/bin/python" -m pip install -q -e . --group dev "$@"
         touch "$stamp"
     fi
 }
@@ -99,11 +101,15 @@ jobq_python312() {
     return 1
 }
 
-# jobq_venv_django61: .venv-django61 (Python 3.12, Django 6.1, django-jobq[dev]),
-# created and kept up to date like .venv, not activated. Needs jobq_python312.
-JOBQ_VENV_DJANGO61="$JOBQ_ROOT/.venv-django61"
-jobq_venv_django61() {
-    _jobq_make_venv "$JOBQ_VENV_DJANGO61" "$1" '(set PYTHON312=...)' 'Django>=6.1,<6.2'
+# jobq_venv_django SERIES PY: .venv-djangoXY for Django SERIES (e.g. 6.0 ->
+# .venv-django60) on the interpreter PY (Django 6 needs Python >= 3.12), with
+# django-jobq and its dev group, created and kept up to date like .venv, not
+# activated. Prints the virtual environment's directory.
+jobq_venv_django() {
+    local series="$1" py="$2" dir
+    dir="$JOBQ_ROOT/.venv-django${series//./}"
+    _jobq_make_venv "$dir" "$py" '(set PYTHON312=...)' "Django~=$series.0" >&2
+    echo "$dir"
 }
 
 # --------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+import django
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -71,7 +72,11 @@ STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # The shop's jobs (testproject/shop/jobs.py) send email and call a partner's webhook.
-EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.locmem.EmailBackend")
+_EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.locmem.EmailBackend")
+if django.VERSION >= (6, 1):  # MAILERS replaces EMAIL_BACKEND (deprecated in 6.1)
+    MAILERS = {"default": {"BACKEND": _EMAIL_BACKEND}}
+else:
+    EMAIL_BACKEND = _EMAIL_BACKEND
 DEFAULT_FROM_EMAIL = "shop@example.com"
 SHOP_WEBHOOK_URL = os.environ.get("SHOP_WEBHOOK_URL", "http://127.0.0.1:8765/hook")
 
