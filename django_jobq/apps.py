@@ -14,6 +14,7 @@ class JobqConfig(AppConfig):
     def ready(self) -> None:
         from .checks import (
             check_admin,
+            check_crash_points,
             check_definitions,
             check_metrics,
             check_mvcc_health,
@@ -24,6 +25,7 @@ class JobqConfig(AppConfig):
 
         checks.register(check_settings)
         checks.register(check_metrics)
+        checks.register(check_crash_points)
         checks.register(check_schedules)
         checks.register(check_tasks_backends)
         checks.register(check_definitions)

@@ -27,6 +27,8 @@ id                        meaning
 ``django_jobq.E016``      ``JOBQ['STATEMENT_TIMEOUT']`` is not ``None`` or 0.1 to 3600 seconds
 ``django_jobq.E017``      ``JOBQ['ENQUEUE_UNREGISTERED_KINDS']`` is not a bool
 ``django_jobq.E018``      ``JOBQ['UNKNOWN_KIND_GRACE']`` is not ``None`` or 1 s to 10 years
+``django_jobq.E019``      the test-only ``JOBQ_TEST_CRASH_AT`` is set, but no crash point is
+                          armed: the chaos app (``django_jobq.contrib.chaos``) is not installed
 ``django_jobq.W001``      a ``JOBQ['SCHEDULES']`` entry's kind has no handler in this process
 ``django_jobq.W002``      a ``@job`` is defined in a module that workers do not import (not an
                           installed app's ``jobs`` module, nor imported by one)
@@ -59,7 +61,7 @@ from django.core.checks import CheckMessage, Error, Warning
 from django.db import DatabaseError, connections
 from django.urls import get_resolver
 
-from . import conf, mvcc, registry, scheduling, task_results
+from . import conf, crash_points, mvcc, registry, scheduling, task_results
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
@@ -116,6 +118,25 @@ def check_metrics(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             hint="Create it (empty) before the processes start, or unset the variable; "
             "see docs/operations.md, 'Metrics'.",
             id="django_jobq.E014",
+        )
+    ]
+
+
+def check_crash_points(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """A process started with ``JOBQ_TEST_CRASH_AT`` expects to kill itself at a crash point;
+    only the chaos app arms them (at ``django.setup()``). Without it the crash test would run
+    and pass while testing nothing, so say so (E019): every management command, the worker
+    included, then refuses to run (unless given ``--skip-checks``)."""
+    value = os.environ.get(crash_points.ENV_VAR)
+    if not value or crash_points.reach is not None:
+        return []
+    return [
+        Error(
+            f"{crash_points.ENV_VAR}={value!r} is set, but no crash point is armed: the chaos "
+            f"app is not in INSTALLED_APPS.",
+            hint="Add 'django_jobq.contrib.chaos' to INSTALLED_APPS to run crash tests (see "
+            "docs/chaos.md), or unset the variable; never set it in production.",
+            id="django_jobq.E019",
         )
     ]
 
@@ -211,7 +232,7 @@ def check_definitions(app_configs: Any = None, **kwargs: Any) -> list[CheckMessa
     stray: dict[tuple[bool, str], list[str]] = {}
     for definition in registry.definitions():
         module = str(getattr(definition.func, "__module__", ""))
-        # django_jobq's own handlers (the chaos run's) are imported by its own workers.
+        # django_jobq's own handlers (the chaos app's) are imported by its own workers.
         if (
             module.startswith("django_jobq.")
             or module in reached

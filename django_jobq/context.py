@@ -24,7 +24,7 @@ from typing import Protocol
 
 from django.db import connections, transaction
 
-from . import faults, outcomes
+from . import crash_points, outcomes
 from .claims import ClaimedJob
 from .conf import get_settings
 from .idempotency import LeaseLost, idempotent
@@ -114,7 +114,8 @@ class JobContext:
                         f"job {self.job_id} attempt {self.attempt}: lease lost before commit; "
                         f"this attempt's writes were rolled back"
                     )
-        faults.reached("after_ack")
+        if crash_points.reach is not None:
+            crash_points.reach("after_ack")
         self._held.acked = True
 
     def idempotent(self, key: str | None = None) -> AbstractContextManager[bool]:

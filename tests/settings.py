@@ -1,9 +1,12 @@
-"""Test settings: the test project plus a test app, more database aliases and Django tasks.
+"""Test settings: the test project plus a test app, the chaos app, more database aliases and
+Django tasks.
 
 ``tests.testapp`` holds the handlers the tests enqueue (``tests/testapp/jobs.py``) and the
 ``@task`` functions (``tests/testapp/tasks.py``), which run on django-jobq through ``TASKS``.
 The SQLite alias ``other`` stands for "the caller's data lives in another database": it
-exercises enqueue's on_commit deferral and the non-PostgreSQL system check.
+exercises enqueue's on_commit deferral and the non-PostgreSQL system check. The opt-in chaos
+app (``django_jobq.contrib.chaos``) is installed for tests/test_chaos.py and the chaos runs of
+tests/acceptance; ``testproject.settings`` is the project without it.
 """
 
 import importlib.util
@@ -12,7 +15,7 @@ import os
 from testproject.settings import *  # noqa: F403
 from testproject.settings import DATABASES, INSTALLED_APPS, JOBQ
 
-INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
+INSTALLED_APPS = [*INSTALLED_APPS, "django_jobq.contrib.chaos", "tests.testapp"]
 
 # The tests enqueue kinds that no handler registers ("x", "some.kind"), as a project does the
 # jobs of another service; tests/test_mistakes.py proves the default (refused) itself.

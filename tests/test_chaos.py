@@ -1,6 +1,7 @@
-"""The chaos suite's parts: crash points, the seeded plan, the refusal to run beside other
+"""The chaos app's parts: crash points, the seeded plan, the refusal to run beside other
 jobs or workers, the verdict (it must catch every broken guarantee), and the command's
-report. The runs themselves are in tests/acceptance/test_chaos.py."""
+report. The runs themselves are in tests/acceptance/test_chaos.py; what the app's absence
+leaves of it (nothing) is in tests/test_chaos_app.py."""
 
 import dataclasses
 import json
@@ -16,28 +17,36 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.utils import timezone
 
-from django_jobq import faults
-from django_jobq.chaos import handlers, sql
-from django_jobq.chaos import run as chaos_run
-from django_jobq.chaos.handlers import QUEUE, Effect
-from django_jobq.chaos.plan import Plan, make_plan
-from django_jobq.chaos.run import ChaosConfig, ChaosRefused
-from django_jobq.chaos.supervisor import Death, Supervisor
-from django_jobq.chaos.verdict import Report, judge
+from django_jobq import crash_points
+from django_jobq.contrib.chaos import handlers, sql
+from django_jobq.contrib.chaos import run as chaos_run
+from django_jobq.contrib.chaos.handlers import QUEUE, Effect
+from django_jobq.contrib.chaos.plan import Plan, make_plan
+from django_jobq.contrib.chaos.run import ChaosConfig, ChaosRefused
+from django_jobq.contrib.chaos.supervisor import Death, Supervisor
+from django_jobq.contrib.chaos.verdict import Report, judge
 from django_jobq.leases import Lease
 from django_jobq.models import DeadLetter, DedupKey
 from tests.conftest import REPO_ROOT
 from tests.testapp.jobs import record
 
 TRANSACTIONAL, EXTERNAL = handlers.transactional.kind, handlers.external.kind
+COMMAND = "django_jobq.contrib.chaos.management.commands.jobq_chaos"
 
 # -- crash points --------------------------------------------------------------------------
 
+# A process with the chaos app, passing crash points as the worker's code does.
 ARRIVALS = """
-from django_jobq import faults
+import django
+from django.conf import settings
+
+settings.configure(INSTALLED_APPS=["django_jobq", "django_jobq.contrib.chaos"], DATABASES={})
+django.setup()
+from django_jobq import crash_points
 for point in ["after_ack", "after_handler", "after_ack", "after_handler", "after_handler"]:
     print(point, flush=True)
-    faults.reached(point)
+    if crash_points.reach is not None:
+        crash_points.reach(point)
 print("survived", flush=True)
 """
 
@@ -45,7 +54,7 @@ print("survived", flush=True)
 def run_script(crash_at):
     env = {"PATH": "/usr/bin:/bin"}
     if crash_at is not None:
-        env[faults.ENV_VAR] = crash_at
+        env[crash_points.ENV_VAR] = crash_at
     return subprocess.run(
         [sys.executable, "-c", ARRIVALS],
         cwd=REPO_ROOT,
@@ -58,7 +67,7 @@ def run_script(crash_at):
 
 
 def test_crash_points_are_off_unless_the_test_only_variable_is_set():
-    assert not faults.ENABLED  # this process (the test suite) never sets it
+    assert crash_points.reach is None  # this process (the test suite) never sets it
     done = run_script(None)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-1] == "survived"
@@ -69,11 +78,11 @@ def test_a_process_kills_itself_at_the_armed_arrival_of_the_armed_point():
     assert done.returncode == -9  # SIGKILL: no clean-up ran
     # The second arrival at after_handler is the fourth point reached; after_ack never counts.
     assert done.stdout.split() == ["after_ack", "after_handler", "after_ack", "after_handler"]
-    assert done.stderr == "jobq faults: SIGKILL at after_handler (arrival 2)\n"
+    assert done.stderr == "jobq crash point: SIGKILL at after_handler (arrival 2)\n"
 
 
 @pytest.mark.parametrize("value", ["after_handlr:1", "after_ack:0", "after_ack", "after_ack:x"])
-def test_a_misspelt_crash_plan_fails_at_import(value):
+def test_a_misspelt_crash_plan_fails_at_start_up(value):
     done = run_script(value)
     assert done.returncode == 1
     assert f"JOBQ_TEST_CRASH_AT={value!r}: expected POINT:COUNT" in done.stderr
@@ -94,7 +103,7 @@ def test_a_seed_fixes_the_plan():
 
 def test_the_plan_kills_every_point_evenly_early_in_the_run_and_strikes_from_outside():
     crashes = plan().crashes
-    counts = sorted(sum(c.point == p for c in crashes) for p in faults.POINTS)
+    counts = sorted(sum(c.point == p for c in crashes) for p in crash_points.POINTS)
     assert counts == [8, 8, 8, 8, 9, 9]
     # Workers die after about jobs / (2 * deaths) = 2000 / 118 ≈ 17 jobs: arrival counts stay
     # within twice that (per job a point is reached once, or half as often).
@@ -262,16 +271,14 @@ def test_the_verdict_explains_a_dead_letter_only_by_faults_on_every_attempt(
 def canned_report(**overrides):
     report = Report(seed=4, jobs=100, workers=2, per_death_bound=2, kills_planned=6, kills=6)
     report.faults = {
-        point: [1, int(point in ("in_handler", "after_handler"))] for point in faults.POINTS
+        point: [1, int(point in ("in_handler", "after_handler"))] for point in crash_points.POINTS
     }
     report.finished, report.wall_seconds = 100, 12.34
     return dataclasses.replace(report, **overrides)
 
 
 def test_the_command_prints_the_report_table(monkeypatch):
-    monkeypatch.setattr(
-        "django_jobq.management.commands.jobq_chaos.run", lambda config, say: canned_report()
-    )
+    monkeypatch.setattr(f"{COMMAND}.run", lambda config, say: canned_report())
     out = StringIO()
     call_command("jobq_chaos", "--jobs", "100", "--workers", "2", "--kills", "6", stdout=out)
     text = out.getvalue()
@@ -285,9 +292,7 @@ def test_the_command_prints_the_report_table(monkeypatch):
 
 def test_the_command_exits_1_naming_the_problems(monkeypatch):
     failed = canned_report(lost=1, problems=["1 jobs lost (gone, no dead letter, no effect): 9"])
-    monkeypatch.setattr(
-        "django_jobq.management.commands.jobq_chaos.run", lambda config, say: failed
-    )
+    monkeypatch.setattr(f"{COMMAND}.run", lambda config, say: failed)
     out = StringIO()
     with pytest.raises(CommandError, match=r"chaos run failed: 1 jobs lost .*: 9"):
         call_command("jobq_chaos", "--json", stdout=out)
@@ -299,26 +304,30 @@ def test_the_command_refuses_bad_arguments():
         call_command("jobq_chaos", "--jobs", "0")
 
 
-# -- docs/guarantees.md --------------------------------------------------------------------
+# -- docs/chaos.md and docs/guarantees.md -------------------------------------------------
 
 DOC = (REPO_ROOT / "docs" / "guarantees.md").read_text()
+CHAOS_DOC = (REPO_ROOT / "docs" / "chaos.md").read_text()
 
 
 def test_the_documented_options_are_the_commands_own():
-    from django_jobq.management.commands.jobq_chaos import Command
+    from django_jobq.contrib.chaos.management.commands.jobq_chaos import Command
 
     parser = Command().create_parser("manage.py", "jobq_chaos")
     common = {"--version", "--verbosity", "--settings", "--pythonpath", "--traceback"}
     common |= {"--no-color", "--force-color", "--skip-checks", "--help"}
     own = {o for action in parser._actions for o in action.option_strings if o.startswith("--")}
-    table = DOC.split("| option | default | |")[1].split("\n\n")[0]
+    table = CHAOS_DOC.split("| option | default | |")[1].split("\n\n")[0]
     assert set(re.findall(r"`(--[a-z-]+)", table)) == own - common
 
 
+def test_the_documented_crash_points_are_the_cores_in_order():
+    section = CHAOS_DOC.split("## Crash points\n", 1)[1].split("```", 1)[0]
+    assert tuple(re.findall(r"`([a-z_]+)`", section)) == crash_points.POINTS
+
+
 def test_the_documented_report_has_the_commands_rows(monkeypatch):
-    monkeypatch.setattr(
-        "django_jobq.management.commands.jobq_chaos.run", lambda config, say: canned_report()
-    )
+    monkeypatch.setattr(f"{COMMAND}.run", lambda config, say: canned_report())
     out = StringIO()
     call_command("jobq_chaos", stdout=out)
     documented = DOC.split("$ python manage.py jobq_chaos\n")[1].split("```")[0]
@@ -327,7 +336,7 @@ def test_the_documented_report_has_the_commands_rows(monkeypatch):
         return [line.split("  ")[0] for line in report.split("\n\n")[1].splitlines() if line]
 
     assert checks(documented) == checks(out.getvalue())
-    for point in faults.POINTS:
+    for point in crash_points.POINTS:
         assert re.search(rf"^{point} +\d+ +\d+$", documented, re.MULTILINE)
 
 

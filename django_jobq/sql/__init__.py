@@ -31,7 +31,8 @@ import sql``:
 Each statement is literal text, or a template filled with literal fragments at one level
 (never a fragment built from fragments); ``tests/unit/sql/`` shows every statement as
 PostgreSQL receives it (``tests/unit/test_sql_statements.py``). The chaos suite's
-statements are not the product's: they live in ``django_jobq/chaos/sql.py``.
+statements are not the product's: they live in the opt-in chaos app,
+``django_jobq/contrib/chaos/sql.py``.
 """
 
 from __future__ import annotations

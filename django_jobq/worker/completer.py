@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from .. import faults, outcomes, sql, task_results, text
+from .. import crash_points, outcomes, sql, task_results, text
 from ..leases import LeaseBusy
 from ..models import DeadLetter
 from ..outcomes import Action, Outcome
@@ -101,9 +101,10 @@ class Completer:
         others = [outcome for outcome in self.pending if outcome.action is not Action.ACK]
         try:
             if acks:
-                faults.reached("after_handler")
-                if self._ack(cursor, acks):
-                    faults.reached("after_ack")
+                if crash_points.reach is not None:
+                    crash_points.reach("after_handler")
+                if self._ack(cursor, acks) and crash_points.reach is not None:
+                    crash_points.reach("after_ack")
             for outcome in others:
                 self._record(cursor, outcome)
         finally:

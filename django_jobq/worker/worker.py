@@ -41,7 +41,7 @@ import psycopg
 from django.db import connections
 from django.utils import timezone
 
-from .. import claims, db, faults, leases, registry, sql, task_results, text
+from .. import claims, crash_points, db, leases, registry, sql, task_results, text
 from ..claim_positions import ClaimPositions
 from ..conf import get_settings, statement_timeout
 from ..outcomes import Outcome
@@ -391,7 +391,8 @@ class Worker:
         room = self._capacity - self._outstanding
         limit = min(self.batch_size, room) if room >= self._refill_at else 0
         if limit:
-            faults.reached("before_claim")
+            if crash_points.reach is not None:
+                crash_points.reach("before_claim")
             if self._positions.seconds_until_probe() == 0:
                 self._probe(cursor)
         jobs = claims.claim(
@@ -402,8 +403,8 @@ class Worker:
             kinds=self.kinds,
             positions=self._positions,
         )
-        if jobs:
-            faults.reached("after_claim")
+        if jobs and crash_points.reach is not None:
+            crash_points.reach("after_claim")
         self._observer.claimed(jobs)
         for job in jobs:
             # A job that must not run (poison row, expired, exhausted) is recorded at once,

@@ -2,7 +2,8 @@
 terminated, and PostgreSQL restarted, under load. No job lost, no transactional effect
 duplicated, every external duplicate explained by a death (docs/guarantees.md).
 
-The full run is ``manage.py jobq_chaos`` (2,000 jobs, 4 workers, 50 kills by default).
+The full run is ``manage.py jobq_chaos`` (2,000 jobs, 4 workers, 50 kills by default), a
+command of the chaos app, which tests/settings.py installs.
 """
 
 import dataclasses
@@ -14,9 +15,9 @@ import sys
 
 import pytest
 
-from django_jobq import faults
-from django_jobq.chaos.handlers import QUEUE
-from django_jobq.chaos.run import ChaosConfig, run
+from django_jobq import crash_points
+from django_jobq.contrib.chaos.handlers import QUEUE
+from django_jobq.contrib.chaos.run import ChaosConfig, run
 from django_jobq.models import DeadLetter, DedupKey, Job
 from tests.conftest import REPO_ROOT
 
@@ -35,11 +36,11 @@ REGRESSION_SEEDS: list[int] = []
 
 def planned_kills(config):
     crashes = config.plan().crashes
-    return {point: sum(c.point == point for c in crashes) for point in faults.POINTS}
+    return {point: sum(c.point == point for c in crashes) for point in crash_points.POINTS}
 
 
 def test_the_plan_shares_the_kills_out_evenly_among_the_crash_points():
-    assert planned_kills(SHORT) == dict.fromkeys(faults.POINTS, 1)
+    assert planned_kills(SHORT) == dict.fromkeys(crash_points.POINTS, 1)
     assert sorted(planned_kills(dataclasses.replace(SHORT, kills=50)).values()) == [8] * 4 + [9] * 2
 
 
@@ -52,7 +53,9 @@ def test_killed_workers_lose_no_job_and_repeat_no_transactional_effect(seed):
     assert report.ok, report.problems
     # Every planned kill happened, at its crash point.
     assert report.kills == config.kills
-    assert {point: report.faults[point][0] for point in faults.POINTS} == planned_kills(config)
+    assert {point: report.faults[point][0] for point in crash_points.POINTS} == planned_kills(
+        config
+    )
     terminated = sum(times for cause, (times, _) in report.faults.items() if "terminate" in cause)
     assert terminated == config.terminations
     # Nothing lost, nothing stuck.

@@ -1,7 +1,7 @@
 """Every SQL statement as PostgreSQL receives it, and the rule that keeps it readable.
 
 The product's statements live in ``django_jobq/sql/`` (one module per concern), the chaos
-suite's in ``django_jobq/chaos/sql.py``; each is a module-level constant. Most are literal.
+app's in ``django_jobq/contrib/chaos/sql.py``; each is a module-level constant. Most are literal.
 Where a statement needs variants (a claim for one queue, some queues or any queue), it is
 filled from a template with **one** level of literal fragments. This test:
 
@@ -37,7 +37,9 @@ def _modules() -> list[ModuleType]:
     names = [
         f"django_jobq.sql.{info.name}" for info in pkgutil.iter_modules(django_jobq.sql.__path__)
     ]
-    return [importlib.import_module(name) for name in [*sorted(names), "django_jobq.chaos.sql"]]
+    return [
+        importlib.import_module(name) for name in [*sorted(names), "django_jobq.contrib.chaos.sql"]
+    ]
 
 
 MODULES = _modules()

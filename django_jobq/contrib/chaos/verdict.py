@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from django.db import connections
 from django.db.models.functions import Now
 
-from .. import faults
-from ..leases import Lease
-from ..models import DeadLetter, DedupKey, Job
+from ... import crash_points
+from ...leases import Lease
+from ...models import DeadLetter, DedupKey, Job
 from . import handlers, sql
 from .handlers import QUEUE, Effect
 from .supervisor import Death, Supervisor
@@ -130,7 +130,7 @@ def judge(
 
 
 def _tally_faults(report: Report, supervisor: Supervisor) -> None:
-    for point in faults.POINTS:
+    for point in crash_points.POINTS:
         report.faults[point] = [0, 0]
     for death in supervisor.deaths:
         report.faults.setdefault(death.cause, [0, 0])[0] += 1

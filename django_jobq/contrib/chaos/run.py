@@ -1,6 +1,6 @@
 """One chaos run, from the refusal checks to the clean-up::
 
-    from django_jobq.chaos.run import ChaosConfig, run
+    from django_jobq.contrib.chaos.run import ChaosConfig, run
 
     report = run(ChaosConfig(jobs=2000, workers=4, kills=50, seed=1))
     assert report.ok, report.problems
@@ -30,10 +30,10 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connections
 
-from .. import faults
-from ..conf import get_settings
-from ..enqueueing import enqueue_many
-from ..models import DeadLetter, DedupKey, Job, OutcomeRollup, QueueSample, WorkerProcess
+from ... import crash_points
+from ...conf import get_settings
+from ...enqueueing import enqueue_many
+from ...models import DeadLetter, DedupKey, Job, OutcomeRollup, QueueSample, WorkerProcess
 from . import handlers, sql
 from .handlers import EFFECT_LOG_ENV, QUEUE
 from .plan import Plan, make_plan
@@ -216,12 +216,12 @@ def _enqueue(config: ChaosConfig) -> dict[int, str]:
 
 def _worker_env(alias: str, effect_log: Path) -> dict[str, str]:
     """The chaos workers' environment: this process's settings module, import path and queue
-    database (see :mod:`django_jobq.chaos.worker`)."""
+    database (see :mod:`django_jobq.contrib.chaos.worker`)."""
     if not settings.SETTINGS_MODULE:
         raise ChaosRefused("jobq_chaos needs DJANGO_SETTINGS_MODULE (its workers load it).")
     params = connections[alias].settings_dict
     database = {key: params[key] for key in ("NAME", "USER", "PASSWORD", "HOST", "PORT")}
-    env = {key: value for key, value in os.environ.items() if key != faults.ENV_VAR}
+    env = {key: value for key, value in os.environ.items() if key != crash_points.ENV_VAR}
     return {
         **env,
         "DJANGO_SETTINGS_MODULE": settings.SETTINGS_MODULE,

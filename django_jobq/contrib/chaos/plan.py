@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from .. import faults
+from ... import crash_points
 
 #: How often a job passes each crash point, per job: the kind-specific points are met by
 #: half of the jobs (the two kinds alternate), ``after_handler`` only by the external kind
@@ -81,7 +81,7 @@ def make_plan(
     before the queue drains.
     """
     rng = random.Random(seed)
-    order = list(faults.POINTS)
+    order = list(crash_points.POINTS)
     rng.shuffle(order)
     points = [order[n % len(order)] for n in range(kills)]
     rng.shuffle(points)

@@ -1,5 +1,6 @@
 """The chaos suite's own statements: its business table, and the connections it finds and
-terminates. Never run by workers; the product's statements are in :mod:`django_jobq.sql`.
+terminates. Run only by the chaos run and its workers; the product's statements are in
+:mod:`django_jobq.sql`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """``manage.py jobq_chaos``: the chaos suite against this project's queue database.
 
-Test-only: run it on a development or CI database. See docs/guarantees.md.
+Test-only: run it on a development or CI database. Exists only where the chaos app
+(``django_jobq.contrib.chaos``) is installed. See docs/chaos.md.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ...chaos.run import ChaosConfig, ChaosRefused, run
-from ...chaos.verdict import Report
-from ..tables import write_table
+from django_jobq.contrib.chaos.run import ChaosConfig, ChaosRefused, run
+from django_jobq.contrib.chaos.verdict import Report
+from django_jobq.management.tables import write_table
 
 #: The numeric options, named after the :class:`ChaosConfig` fields they set.
 _NUMBERS = {

@@ -1,8 +1,10 @@
 """The chaos suite's two job kinds, one per kind of business effect.
 
-They are registered only in the processes that import this module: the chaos run and the
-workers it starts (``python -m django_jobq.chaos.worker``), never a project's own workers,
-and their jobs go to their own queue, :data:`QUEUE`.
+They are registered only in the processes that import this module: the chaos run
+(``manage.py jobq_chaos``) and the workers it starts (``python -m
+django_jobq.contrib.chaos.worker``), so only where the chaos app is installed, and never in a
+project's own workers (the app has no ``jobs`` module for the autodiscovery to find). Their
+jobs go to their own queue, :data:`QUEUE`.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ from pathlib import Path
 
 from django.db import connections
 
-from .. import faults
-from ..backoff import FixedBackoff
-from ..conf import get_settings
-from ..context import JobContext
-from ..decorator import job
+from ... import crash_points
+from ...backoff import FixedBackoff
+from ...conf import get_settings
+from ...context import JobContext
+from ...decorator import job
 from . import sql
 
 #: The queue of every chaos job; the run touches no other queue's rows.
@@ -40,7 +42,8 @@ def transactional(ctx: JobContext) -> None:
                 cursor.execute(
                     sql.INSERT_CHAOS_BUSINESS_ROW, {"job_id": ctx.job_id, "attempt": ctx.attempt}
                 )
-            faults.reached("in_transaction")
+            if crash_points.reach is not None:
+                crash_points.reach("in_transaction")
 
 
 @job(name="jobq.chaos.external", queue=QUEUE, takes_context=True, backoff=FixedBackoff(0.5))
@@ -52,7 +55,8 @@ def external(ctx: JobContext, hold: float = 0.0) -> None:
     """
     time.sleep(hold)  # the job's work: long enough, for some jobs, to need a heartbeat
     append_effect(Path(os.environ[EFFECT_LOG_ENV]), ctx.job_id, ctx.attempt)
-    faults.reached("in_handler")
+    if crash_points.reach is not None:
+        crash_points.reach("in_handler")
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,10 @@ from typing import IO
 
 from django.db import DatabaseError, connections
 
-from .. import faults
-from ..leases import Lease
-from ..models import Job
-from ..worker.supervisor import stop_with_parent
+from ... import crash_points
+from ...leases import Lease
+from ...models import Job
+from ...worker.supervisor import stop_with_parent
 from . import sql
 from .handlers import QUEUE
 from .plan import CrashPlan, Plan, Termination
@@ -42,8 +42,8 @@ ROLE_WAIT = 3.0
 #: Seconds workers get to stop after SIGTERM at the end, before they are killed.
 STOP_TIMEOUT = 30.0
 
-#: The line :mod:`django_jobq.faults` writes before it kills the process.
-_CRASH_LINE = re.compile(rb"jobq faults: SIGKILL at (\w+)")
+#: The line a :class:`~django_jobq.contrib.chaos.crashes.Crash` writes before it kills the process.
+_CRASH_LINE = re.compile(rb"jobq crash point: SIGKILL at (\w+)")
 #: The worker's "lease lost" warnings (heartbeat refused; outcome not recorded), see
 #: django_jobq/worker/heartbeat.py and completer.py.
 _LEASE_LOST_LINE = re.compile(r"job (\d+) \S+ attempt (\d+): (?:heartbeat refused, )?lease lost")
@@ -176,14 +176,14 @@ class Supervisor:
         crash = self._crashes.popleft() if self._crashes else None
         env = dict(self.env)
         if crash is not None:
-            env[faults.ENV_VAR] = crash.env_value
+            env[crash_points.ENV_VAR] = crash.env_value
         log_path = self.run_dir / f"worker-{number}.log"
         log = log_path.open("wb")
         process = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "django_jobq.chaos.worker",
+                "django_jobq.contrib.chaos.worker",
                 "--worker-id",
                 worker_id,
                 *self.worker_args,
