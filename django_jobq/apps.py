@@ -13,7 +13,6 @@ class JobqConfig(AppConfig):
 
     def ready(self) -> None:
         from .checks import (
-            check_admin,
             check_crash_points,
             check_definitions,
             check_metrics,
@@ -29,6 +28,5 @@ class JobqConfig(AppConfig):
         checks.register(check_schedules)
         checks.register(check_tasks_backends)
         checks.register(check_definitions)
-        checks.register(check_admin, checks.Tags.admin)
         checks.register(check_mvcc_health, checks.Tags.database)
         autodiscover_modules("jobs")

@@ -7,7 +7,8 @@ id                        meaning
 ``django_jobq.E002``      ``JOBQ`` is not a dict or has an unknown key
 ``django_jobq.E003``      a ``JOBQ`` value has the wrong type or range
 ``django_jobq.E004``      ``JOBQ['DATABASE']`` names an alias missing from ``DATABASES``
-``django_jobq.E005``      the admin is installed but ``django_object_actions`` is not
+``django_jobq.E005``      retired: no longer raised (it was "the admin is installed but
+                          ``django_object_actions`` is not"); the id is not reused
 ``django_jobq.E006``      a schedule is malformed: ``JOBQ['SCHEDULES']`` is not a dict of
                           dicts with known keys, or a name, kind, payload or ``catch_up``
                           is invalid (the payload must fit the handler)
@@ -90,20 +91,6 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
     return errors
-
-
-def check_admin(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """The dead-letter admin's "Redrive" button needs django-object-actions' templates."""
-    if apps.is_installed("django.contrib.admin") and not apps.is_installed("django_object_actions"):
-        return [
-            Error(
-                "The django_jobq admin needs 'django_object_actions' in INSTALLED_APPS.",
-                hint="Add 'django_object_actions' to INSTALLED_APPS (it is installed with "
-                "django-jobq; it provides the dead-letter page's Redrive button).",
-                id="django_jobq.E005",
-            )
-        ]
-    return []
 
 
 def check_metrics(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:

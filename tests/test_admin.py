@@ -8,14 +8,12 @@ import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import Permission
 from django.db import connection
-from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
 from django_jobq.admin import JobAdmin
 from django_jobq.admin.pagination import CappedCountPaginator
-from django_jobq.checks import check_admin
 from django_jobq.models import DeadLetter, Job
 from tests.factories import DeadLetterFactory, JobFactory
 
@@ -37,9 +35,7 @@ def dead_letter_url(dead_letter):
 
 
 def redrive_button_url(dead_letter):
-    return reverse(
-        "admin:django_jobq_deadletter_actions", kwargs={"pk": dead_letter.pk, "tool": "redrive"}
-    )
+    return reverse("admin:django_jobq_deadletter_redrive", args=[dead_letter.pk])
 
 
 def post_action(client, url, action, objects, *, select_across=False, follow=True):
@@ -353,55 +349,6 @@ def test_redrive_round_trips_the_job_exactly(admin_client):
     assert not DeadLetter.objects.exists()
 
 
-def test_detail_redrive_button_is_a_csrf_protected_post_form(django_user_model):
-    dead = DeadLetterFactory()
-    admin = django_user_model.objects.create_superuser("root", "root@example.com", "pw")
-    client = Client(enforce_csrf_checks=True)
-    client.force_login(admin)
-
-    html = client.get(dead_letter_url(dead)).content.decode()
-    form_start = html.index(f'<form method="post" action="{redrive_button_url(dead)}">')
-    assert 'name="csrfmiddlewaretoken"' in html[form_start : html.index("</form>", form_start)]
-
-    assert client.get(redrive_button_url(dead)).status_code == 405
-    assert client.post(redrive_button_url(dead)).status_code == 403  # no CSRF token
-    assert DeadLetter.objects.filter(pk=dead.pk).exists()
-    assert not Job.objects.exists()
-
-
-def test_detail_redrive_button_redirects_to_the_list_naming_the_new_job(admin_client):
-    dead = DeadLetterFactory(payload={"label": "again"})
-
-    response = admin_client.post(redrive_button_url(dead))
-
-    assert response.status_code == 302
-    assert response.url == DEAD_LETTERS_URL
-    job = Job.objects.get()
-    assert job.payload == {"label": "again"}
-    assert not DeadLetter.objects.exists()
-    page = admin_client.get(response.url).content.decode()
-    assert f'Dead letter {dead.pk} redriven as job <a href="{job_url(job)}">{job.pk}</a>.' in page
-
-
-def test_the_redrive_button_url_on_the_list_is_not_found_not_a_crash(admin_client):
-    dead = DeadLetterFactory()
-    response = admin_client.post(DEAD_LETTERS_URL + "actions/redrive/")
-    assert response.status_code == 404
-    assert DeadLetter.objects.filter(pk=dead.pk).exists()
-
-
-def test_detail_redrive_leaves_a_dead_letter_whose_key_a_live_job_holds(admin_client):
-    live = JobFactory(kind="shop.jobs.charge", idempotency_key="charge-7")
-    dead = DeadLetterFactory(kind="shop.jobs.charge", idempotency_key="charge-7")
-
-    response = admin_client.post(redrive_button_url(dead), follow=True)
-
-    assert response.redirect_chain[-1][0] == dead_letter_url(dead)
-    assert b"Not redriven: a live job of kind shop.jobs.charge holds" in response.content
-    assert list(Job.objects.all()) == [live]
-    assert DeadLetter.objects.filter(pk=dead.pk).exists()
-
-
 def test_staff_without_the_redrive_permission_cannot_redrive(staff_client):
     client = staff_client("view_deadletter", "delete_deadletter")
     dead = DeadLetterFactory.create_batch(2)
@@ -509,15 +456,3 @@ def test_changelist_queries_do_not_grow_with_rows(admin_client, url, make_rows):
     five = queries_for_page()
     make_rows(45)
     assert queries_for_page() == five
-
-
-# -- set-up --------------------------------------------------------------------------------
-
-
-def test_a_missing_django_object_actions_app_is_e005(settings):
-    assert check_admin() == []
-    settings.INSTALLED_APPS = [
-        app for app in settings.INSTALLED_APPS if app != "django_object_actions"
-    ]
-    (error,) = check_admin()
-    assert error.id == "django_jobq.E005"

@@ -23,16 +23,17 @@ rows hold (:mod:`.filters`), search and ordering use the tables' indexes, and th
 dashboard's counts are bounded (docs/operations.md, "The admin with a large queue").
 
 The actions are POSTs with Django's CSRF protection: Django's admin actions for the lists,
-a form button rendered by django-object-actions (``methods=("POST",)``) for the detail page.
-The button's URL is answered by :meth:`DeadLetterAdmin.redrive_view`, not by that library's
-view, which checks no permission and looks the dead letter up on the default database.
+and for the detail page a form in the change form's object tools
+(``admin/django_jobq/deadletter/change_form.html``) posting to
+:meth:`DeadLetterAdmin.redrive_view`, a URL of this admin's own :meth:`~DeadLetterAdmin.get_urls`.
+Plain Django admin: ``INSTALLED_APPS`` needs only ``"django_jobq"`` (and Django's admin).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -50,12 +51,10 @@ from django.http import (
     HttpResponseRedirect,
 )
 from django.template.defaultfilters import pluralize
-from django.urls import URLPattern, path, re_path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
-from django_object_actions import DjangoObjectActions
-from django_object_actions import action as object_action
 
 from .. import operations
 from ..conf import get_settings
@@ -328,7 +327,7 @@ class JobAdmin(_JobFieldsDisplay, JobAdminBase):
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(DjangoObjectActions, _JobFieldsDisplay, DeadLetterAdminBase):
+class DeadLetterAdmin(_JobFieldsDisplay, DeadLetterAdminBase):
     list_display = (
         "id",
         "kind",
@@ -359,9 +358,10 @@ class DeadLetterAdmin(DjangoObjectActions, _JobFieldsDisplay, DeadLetterAdminBas
     )
     readonly_fields = flatten(fields)
     actions = ("redrive_selected",)
-    change_actions = ("redrive",)
-    # django-object-actions' list template, with a link to the dead letters by cause.
+    # Django's list with a link to the dead letters by cause; its change form with the
+    # Redrive button (shown where ``may_redrive``).
     change_list_template = "admin/django_jobq/deadletter/change_list.html"
+    change_form_template = "admin/django_jobq/deadletter/change_form.html"
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -371,6 +371,13 @@ class DeadLetterAdmin(DjangoObjectActions, _JobFieldsDisplay, DeadLetterAdminBas
 
     def has_redrive_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(REDRIVE_PERMISSION)
+
+    def may_redrive(self, request: HttpRequest) -> bool:
+        """Whether the user may run "Redrive selected dead letters": Django's admin offers
+        that action to whoever may see the list (the view or change permission) and has
+        :meth:`has_redrive_permission` (``@admin.action(permissions=["redrive"])``). The
+        button asks the same, to show itself and to act."""
+        return self.has_view_or_change_permission(request) and self.has_redrive_permission(request)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[DeadLetter], search_term: str
@@ -387,19 +394,18 @@ class DeadLetterAdmin(DjangoObjectActions, _JobFieldsDisplay, DeadLetterAdminBas
             return queryset.filter(job_id=job_id), False
         return queryset.filter(last_error__icontains=term), False
 
-    def get_change_actions(
-        self, request: HttpRequest, object_id: str, form_url: str
-    ) -> Sequence[str]:
-        return self.change_actions if self.has_redrive_permission(request) else ()
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """Django's change view (read-only here), with ``may_redrive`` for the template."""
+        context = {**(extra_context or {}), "may_redrive": self.may_redrive(request)}
+        return super().change_view(request, object_id, form_url, context)
 
     def get_urls(self) -> list[URLPattern]:
-        # Before django-object-actions' own route for the button's URL (which its template
-        # reverses by that route's name), so this admin's view answers it.
-        button = re_path(
-            r"^(?P<object_id>.+)/actions/redrive/$",
-            self.admin_site.admin_view(self.redrive_view),
-            name="django_jobq_deadletter_redrive",
-        )
         view = self.admin_site.admin_view
         by_cause = [
             path(
@@ -420,7 +426,14 @@ class DeadLetterAdmin(DjangoObjectActions, _JobFieldsDisplay, DeadLetterAdminBas
                 for action in (cause_pages.REDRIVE, cause_pages.DELETE)
             ),
         ]
-        return [button, *by_cause, *super().get_urls()]
+        # After "causes/redrive/", which this pattern would take for a dead letter "causes";
+        # before Django's own, whose "<path:object_id>/" redirect would take it.
+        button = path(
+            "<path:object_id>/redrive/",
+            view(self.redrive_view),
+            name="django_jobq_deadletter_redrive",
+        )
+        return [*by_cause, button, *super().get_urls()]
 
     @admin.display(description="error")
     def error_summary(self, obj: DeadLetter) -> str:
@@ -460,17 +473,6 @@ class DeadLetterAdmin(DjangoObjectActions, _JobFieldsDisplay, DeadLetterAdminBas
                 messages.WARNING,
             )
 
-    @object_action(
-        label="Redrive",
-        description="Enqueue this dead letter again as a fresh job, then delete it",
-        methods=("POST",),
-        button_type="form",
-    )
-    def redrive(self, request: HttpRequest, obj: Any) -> HttpResponse:
-        """The detail page's button, as django-object-actions renders it; its requests go to
-        :meth:`redrive_view`. Only the library's list-wide route still ends here."""
-        raise Http404("Redrive is a button of one dead letter's page.")
-
     @staticmethod
     def _key_is_held(obj: DeadLetter) -> bool:
         """Whether a live job of the dead letter's kind holds its idempotency key."""
@@ -483,17 +485,18 @@ class DeadLetterAdmin(DjangoObjectActions, _JobFieldsDisplay, DeadLetterAdminBas
     def redrive_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """The Redrive button: redrive one dead letter, read from the queue's database.
 
-        Answers 405 unless POST (the admin site checks its CSRF token: 403 without), 403
-        unless the user may do what the bulk action needs (view the list: Django's view or
-        change permission on dead letters; and ``django_jobq.redrive_deadletter``), 404 for
-        an id that is not a dead letter. Redirects to the list naming the new job, or back
-        to the dead letter if a live job holds its idempotency key.
+        URL ``<id>/redrive/`` (name ``admin:django_jobq_deadletter_redrive``), posted by the
+        form in the change form's object tools. Answers 405 unless POST (the admin site
+        checks its CSRF token: 403 without), 403 unless :meth:`may_redrive` (what the bulk
+        action needs), 404 for an id that is not a dead letter on the queue's database
+        (``JOBQ["DATABASE"]``, whatever its alias). Redrives with
+        :func:`.operations.redrive_one` (the bulk action's statement, on that database), then
+        redirects to the list saying which job it became, or back to the dead letter saying
+        why it stayed.
         """
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
-        if not (
-            self.has_view_or_change_permission(request) and self.has_redrive_permission(request)
-        ):
+        if not self.may_redrive(request):
             raise PermissionDenied
         obj = self.get_object(request, unquote(object_id))
         if obj is None:

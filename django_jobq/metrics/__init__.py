@@ -5,9 +5,10 @@ Two kinds, served in two places (docs/operations.md has every name, label and al
 - **Process metrics** (:mod:`.instruments`), recorded by the process that does the work:
   jobs enqueued (by any process that enqueues and has prometheus-client loaded, counted at
   commit), claimed, succeeded, retried, dead-lettered, leases reclaimed, refused fenced
-  writes, heartbeats, job durations, pickup latency and handler threads. ``jobq_worker --metrics-port PORT`` serves a worker's
-  (:func:`.server.serve`). They live in prometheus-client's default registry, so a web
-  process's enqueue counts appear wherever that registry is already exposed.
+  writes, heartbeats, job durations, pickup latency and handler threads.
+  ``jobq_worker --metrics-port PORT`` serves a worker's (:func:`.server.serve`). They live
+  in prometheus-client's default registry, so a web process's enqueue counts appear
+  wherever that registry is already exposed.
 - **Database gauges** (:class:`.collector.DatabaseCollector`): queue depth by state, the
   oldest ready age, dead letters by queue and kind, live and stale workers, and the MVCC
   health of the queue database (the xmin horizon's age, the jobq tables' live and dead rows,

@@ -23,7 +23,6 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "django_object_actions",  # the dead-letter admin's "Redrive" button
     "django_jobq",
     "shop",
 ]

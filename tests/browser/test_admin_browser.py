@@ -165,6 +165,34 @@ def test_superuser_filters_selects_all_and_redrives(
     ]
 
 
+def test_operator_redrives_one_dead_letter_from_its_page(log_in, live_server, django_user_model):
+    """The Redrive button (plain Django admin: a POST form with the CSRF token): the dead
+    letter becomes a live job, the list says which, and its link opens that job."""
+    make_dead_letters(2, kind=KIND, queue="default")
+    dead = DeadLetter.objects.earliest("job_id")
+    operator = django_user_model.objects.create_user("operator", password="pw", is_staff=True)
+    operator.user_permissions.set(
+        Permission.objects.filter(
+            codename__in=["view_deadletter", "redrive_deadletter", "view_job"]
+        )
+    )
+    page = log_in(operator)
+
+    page.goto(f"{live_server.url}/admin/django_jobq/deadletter/{dead.pk}/change/")
+    page.get_by_role("button", name="Redrive").click()
+
+    page.wait_for_url("**/admin/django_jobq/deadletter/")
+    job = Job.objects.get()
+    message = page.locator(".messagelist").inner_text()
+    assert message == f"Dead letter {dead.pk} redriven as job {job.pk}."
+    assert (job.kind, job.payload, job.status, job.attempts) == (KIND, dead.payload, "ready", 0)
+    assert not DeadLetter.objects.filter(pk=dead.pk).exists()
+    assert "1 dead letter" in page.locator(".paginator").inner_text()
+    page.locator(".messagelist").get_by_role("link", name=str(job.pk)).click()
+    page.wait_for_url(f"**/admin/django_jobq/job/{job.pk}/change/")
+    assert page.locator(".fieldBox.field-status .readonly").inner_text() == "ready"
+
+
 def test_view_only_staff_sees_no_redrive_action_or_button(log_in, live_server, django_user_model):
     make_dead_letters(3, kind=KIND)
     user = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
