@@ -153,9 +153,24 @@ class Attempt:
     def __init__(self, span: trace.Span) -> None:
         self._span = span
 
-    def failed(self, exc: BaseException) -> None:
-        """Record the exception the handler raised (an ``exception`` event)."""
-        self._span.record_exception(exc)
+    def failed(self, exc: BaseException, error: str, traceback: str) -> None:
+        """Record the exception the handler raised: an ``exception`` event, as
+        ``Span.record_exception`` makes, from ``exc``'s description as the worker stores it
+        (``error``: ``"Type: message"``, ``traceback``). Never raises: ``record_exception``
+        would call the exception's ``__str__``, which is user code."""
+        cls = type(exc)
+        name = cls.__qualname__
+        if cls.__module__ and cls.__module__ != "builtins":
+            name = f"{cls.__module__}.{name}"
+        prefix = f"{cls.__name__}: "
+        self._span.add_event(
+            "exception",
+            {
+                "exception.type": name,
+                "exception.message": error.removeprefix(prefix),
+                "exception.stacktrace": traceback,
+            },
+        )
 
     def decided(self, outcome: str, reason: str = "") -> None:
         """Record the attempt's outcome (``jobq.outcome``: ``succeeded``, ``retried``,
@@ -196,3 +211,18 @@ def processing(job: Claimed) -> Iterator[Attempt]:
         set_status_on_exception=False,
     ) as span:
         yield Attempt(span)
+
+
+#: Seconds :func:`flush` waits for the exporter at most.
+FLUSH_TIMEOUT = 5.0
+
+
+def flush() -> None:
+    """Export the spans the SDK's processors still hold (a ``BatchSpanProcessor`` holds up to
+    a few seconds' worth), waiting :data:`FLUSH_TIMEOUT` seconds at most; nothing without
+    an SDK. For a process that exits without running ``atexit`` handlers, where the SDK
+    would flush them itself: a forked worker (``jobq_worker --processes N``). Only call when
+    :data:`ENABLED`."""
+    force_flush = getattr(trace.get_tracer_provider(), "force_flush", None)
+    if force_flush is not None:
+        force_flush(int(FLUSH_TIMEOUT * 1000))

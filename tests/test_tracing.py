@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -39,7 +40,7 @@ from django_jobq.worker import Worker
 from tests.conftest import REPO_ROOT, database_url
 from tests.factories import JobFactory
 from tests.testapp import tasks
-from tests.testapp.jobs import record
+from tests.testapp.jobs import raise_unprintable, record
 from tests.testapp.models import Effect
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -209,6 +210,18 @@ def test_a_retry_adds_a_second_attempt_span_the_first_recording_the_exception(sp
     assert parent_id(only(spans, "charge card")) == second.context.span_id
 
 
+def test_an_exception_that_cannot_be_printed_is_recorded_and_retried(spans):
+    raise_unprintable.enqueue()
+    run_burst()
+    job = Job.objects.get()
+    assert (job.attempts, job.last_error) == (1, "Unprintable (its message could not be formatted)")
+    attempt = only(spans, "process tests.testapp.jobs.raise_unprintable")
+    assert attributes(attempt)["jobq.outcome"] == "retried"
+    (event,) = attempt.events
+    assert dict(event.attributes or {})["exception.type"] == "tests.testapp.jobs.Unprintable"
+    assert "raise Unprintable" in str(dict(event.attributes or {})["exception.stacktrace"])
+
+
 def test_a_dead_letter_marks_the_span_an_error_and_its_redrive_joins_the_trace(spans, handlers):
     with trace.get_tracer("tests").start_as_current_span("request"):
         saved = enqueue("tests.tracing.doomed")
@@ -299,6 +312,60 @@ def test_a_bad_stored_context_starts_a_new_trace_and_the_job_runs(spans, stored)
     assert attributes(attempt)["jobq.outcome"] == "succeeded"
 
 
+# -- the documented set-up ---------------------------------------------------------------------
+
+DOCS = (REPO_ROOT / "docs" / "tracing.md").read_text()
+MANAGE = REPO_ROOT / "testproject" / "manage.py"
+
+
+def exported_spans(output: str) -> list[dict[str, Any]]:
+    """The spans ``ConsoleSpanExporter`` printed (JSON objects, one after another)."""
+    decoder = json.JSONDecoder()
+    found, position = [], 0
+    while (start := output.find("{", position)) != -1:
+        span, position = decoder.raw_decode(output, start)
+        found.append(span)
+    return found
+
+
+def test_the_documented_set_up_exports_the_spans_of_forked_workers(spans, tmp_path):
+    """The docs' SDK set-up in a project's settings; ``--processes 2`` forks the workers,
+    which exit without atexit handlers: their spans are exported all the same."""
+    (snippet,) = re.findall(r"```python\n(.*?)```", DOCS, re.DOTALL)
+    (tmp_path / "traced_settings.py").write_text(f"from tests.settings import *\n{snippet}")
+    with trace.get_tracer("tests").start_as_current_span("request"):
+        record.enqueue("exported")
+    send = only(spans, "send tests.testapp.jobs.record")
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "DJANGO_SETTINGS_MODULE": "traced_settings",
+        "PYTHONPATH": os.pathsep.join(
+            [str(tmp_path), str(REPO_ROOT), str(REPO_ROOT / "testproject")]
+        ),
+    }
+    result = subprocess.run(
+        [sys.executable, str(MANAGE), "jobq_worker", "--processes", "2", "--burst"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert Effect.objects.get().label == "exported"
+    (attempt,) = [
+        span
+        for span in exported_spans(result.stdout)
+        if span["name"] == "process tests.testapp.jobs.record"
+    ]
+    assert attempt["context"]["trace_id"] == f"0x{send.context.trace_id:032x}"
+    assert attempt["parent_id"] == f"0x{send.context.span_id:016x}"
+    assert attempt["kind"] == "SpanKind.CONSUMER"
+    assert attempt["resource"]["attributes"]["service.name"] == "shop"
+
+
 # -- the cost without OpenTelemetry, or without its SDK ----------------------------------------
 
 _SCRIPT = """
@@ -328,7 +395,7 @@ from django.db import transaction
 from django_jobq import enqueue_many, tracing
 from django_jobq.models import Job
 from django_jobq.worker import Worker
-from tests.testapp.jobs import record
+from tests.testapp.jobs import raise_unprintable, record
 from tests.testapp.models import Effect
 
 at_setup = list(tried)

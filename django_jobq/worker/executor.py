@@ -146,12 +146,16 @@ def _retry_delay(job: ClaimedJob, definition: KindDefinition, exc: BaseException
 
 
 def _verdict_on_failure(
-    job: ClaimedJob, definition: KindDefinition, exc: BaseException, duration: float
+    job: ClaimedJob,
+    definition: KindDefinition,
+    exc: BaseException,
+    described: tuple[str, str],
+    duration: float,
 ) -> Outcome:
     """Retry, or dead-letter: a permanent error, an exception outside ``retry_on``, or the
-    final attempt. A dead letter's reason quotes the error, cut to the reason's column (the
-    whole error is the dead letter's ``last_error``)."""
-    described = describe(exc)
+    final attempt (``described``: ``exc``'s error and traceback, :func:`describe`). A dead
+    letter's reason quotes the error, cut to the reason's column (the whole error is the
+    dead letter's ``last_error``)."""
     error = described[0]
     if isinstance(exc, PermanentError):
         message = error.partition(": ")[2] or error
@@ -220,14 +224,15 @@ def _execute(
             returned = definition.func(**job.payload)
     except BaseException as exc:  # any failure of user code is the job's outcome
         duration = time.monotonic() - started
+        described = describe(exc)
         if attempt is not None:
-            attempt.failed(exc)
-        error = describe(exc)[0]
+            attempt.failed(exc, *described)
+        error = described[0]
         if held.acked:  # raised after its transaction committed: the job is done anyway
             return Outcome(job, Action.ACKED_BY_HANDLER, duration=duration, error=error)
         if isinstance(exc, LeaseLost):
             return Outcome(job, Action.LEASE_LOST, duration=duration, error=error)
-        return _verdict_on_failure(job, definition, exc, duration)
+        return _verdict_on_failure(job, definition, exc, described, duration)
     finally:
         instruments.handler_finished()
         close_old_connections()
