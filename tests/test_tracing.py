@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -36,6 +37,8 @@ from django_jobq.backoff import FixedBackoff
 from django_jobq.context import JobContext
 from django_jobq.models import DeadLetter, Job
 from django_jobq.operations import redrive_one
+from django_jobq.scheduling import ScheduledJob, enqueue_due
+from django_jobq.timetables import Timetable
 from django_jobq.worker import Worker
 from tests.conftest import REPO_ROOT, database_url
 from tests.factories import JobFactory
@@ -300,6 +303,27 @@ def test_an_insert_deferred_to_another_databases_commit_keeps_the_enqueues_conte
     assert "messaging.message.id" not in attributes(send)  # unknown until the commit
     stored = Job.objects.get().trace_context
     assert stored_parent(stored) == (send.context.trace_id, send.context.span_id)
+
+
+def test_a_schedules_tick_starts_a_trace_of_its_own(spans):
+    """The scheduler runs outside any span: a tick's send span is a root, its attempt the
+    send span's child."""
+    every_minute = ScheduledJob(
+        name="every",
+        kind="tests.testapp.jobs.record",
+        timetable=Timetable("* * * * *", "UTC"),
+        payload={"label": "tick"},
+        catch_up=1,
+        origin="test",
+    )
+    floors: dict[str, datetime] = {}
+    enqueue_due([every_minute], now=datetime(2026, 5, 1, 12, 0, 30, tzinfo=UTC), floors=floors)
+    enqueue_due([every_minute], now=datetime(2026, 5, 1, 12, 1, 0, tzinfo=UTC), floors=floors)
+    run_burst()
+    assert Effect.objects.get().label == "tick"
+    send = only(spans, "send tests.testapp.jobs.record")
+    assert send.parent is None
+    assert parent_id(only(spans, "process tests.testapp.jobs.record")) == send.context.span_id
 
 
 @pytest.mark.parametrize("stored", ["not a carrier", [1, 2], {"traceparent": 42}, {}])
