@@ -40,6 +40,9 @@ class ClaimedJob:
     (a payload that is not a JSON object or cannot be decoded, an infinite time, a visibility
     timeout out of range), else ``""``. Such a job's ``payload`` is ``{}`` and its times are
     clamped: the worker dead-letters it unrun without reading them.
+
+    ``trace_context`` is the job's stored OpenTelemetry context as JSON text (``None``: none
+    was recorded), the parent of the attempt's span (:mod:`django_jobq.tracing`).
     """
 
     id: int
@@ -56,6 +59,7 @@ class ClaimedJob:
     reclaimed: bool = False
     pickup_latency: float = 0.0
     poison: str = ""
+    trace_context: str | None = None
 
     @property
     def lease(self) -> Lease:
@@ -273,6 +277,7 @@ def _claimed_job(
     reclaimed: bool,
     pickup_latency: float,
     poison: str | None,
+    trace_context: str | None,
 ) -> ClaimedJob:
     """One row of ``sql.claims.CLAIM_JOBS_WALK_*`` (or the job columns of a row of
     ``sql.claims.CLAIM_JOBS_*``) as a job, its payload decoded; never raises for the row's
@@ -296,6 +301,7 @@ def _claimed_job(
         reclaimed=reclaimed,
         pickup_latency=pickup_latency if math.isfinite(pickup_latency) and not poison else 0.0,
         poison=poison or "",
+        trace_context=trace_context,
     )
 
 

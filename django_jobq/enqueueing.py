@@ -31,7 +31,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 from psycopg.rows import class_row
 
-from . import db, registry, sql
+from . import db, registry, sql, tracing
 from .conf import get_settings
 from .exceptions import UnknownKind
 from .models import Job
@@ -282,6 +282,10 @@ def insert(
     parameters and columns (``sql.tasks.INSERT_TASK_JOBS``, for jobs without idempotency
     keys); by default ``INSERT_JOBS``, or ``INSERT_UNKEYED_JOBS`` when no job has a key.
 
+    With OpenTelemetry (:mod:`django_jobq.tracing`), the insert runs in an enqueue span
+    whose context every job stores (``Job.trace_context``), taken at this call even when
+    the insert is deferred.
+
     Returns:
         The jobs in input order (unsaved placeholders, filled in at commit, when the insert
         is deferred), and the database alias whose commit makes them visible: run
@@ -290,17 +294,34 @@ def insert(
     alias = get_settings().DATABASE
     if not prepared:
         return [], alias
+    if not tracing.ENABLED:
+        return _insert_by_transaction(alias, prepared, statement, None)
+    with tracing.sending(prepared) as sending:
+        jobs, commit_alias = _insert_by_transaction(
+            alias, prepared, statement, sending.trace_context
+        )
+        sending.inserted(jobs)
+    return jobs, commit_alias
+
+
+def _insert_by_transaction(
+    alias: str,
+    prepared: Sequence[PreparedJob],
+    statement: str | None,
+    trace_context: dict[str, str] | None,
+) -> tuple[list[Job], str]:
+    """:func:`insert`, with the trace context to store in each job (or ``None``)."""
     if connections[alias].in_atomic_block:
-        return _insert(alias, prepared, statement), alias
+        return _insert(alias, prepared, statement, trace_context), alias
     caller_alias = next(
         (c.alias for c in connections.all(initialized_only=True) if c.in_atomic_block), None
     )
     if caller_alias is None:
-        return _insert(alias, prepared, statement), alias
-    placeholders = [_unsaved_job(job) for job in prepared]
+        return _insert(alias, prepared, statement, trace_context), alias
+    placeholders = [_unsaved_job(job, trace_context) for job in prepared]
 
     def insert_after_commit() -> None:
-        saved = _insert(alias, prepared, statement)
+        saved = _insert(alias, prepared, statement, trace_context)
         for placeholder, job in zip(placeholders, saved, strict=True):
             placeholder.__dict__.update(job.__dict__)
 
@@ -311,18 +332,19 @@ def insert(
 _READY = str(Job.Status.READY.value)
 
 
-def _unsaved_job(job: PreparedJob) -> Job:
+def _unsaved_job(job: PreparedJob, trace_context: dict[str, str] | None) -> Job:
     """The :class:`Job` a prepared job becomes; ``run_at`` stays unset for a delay (the
     database computes it)."""
-    instance = Job(**_prepared_values(job))
+    instance = Job(**_prepared_values(job, trace_context))
     if job.run_at is not None:
         instance.run_at = job.run_at
     return instance
 
 
-def _prepared_values(job: PreparedJob) -> dict[str, Any]:
-    """A new job's field values that the prepared job decides (by attribute name), of the
-    types the ORM reads (a str, not a str subclass or an enum; an int, not an IntEnum)."""
+def _prepared_values(job: PreparedJob, trace_context: dict[str, str] | None) -> dict[str, Any]:
+    """A new job's field values that the prepared job and its enqueue's trace context
+    decide (by attribute name), of the types the ORM reads (a str, not a str subclass or an
+    enum; an int, not an IntEnum)."""
     return {
         "queue": str(job.queue),
         "kind": str(job.kind),
@@ -337,6 +359,7 @@ def _prepared_values(job: PreparedJob) -> dict[str, Any]:
         "last_error": "",
         "lease_deadline": None,
         "started_at": None,
+        "trace_context": trace_context,
     }
 
 
@@ -358,11 +381,13 @@ class _Inserted:
     idempotency_key: str | None = None
 
 
-def _saved_job(alias: str, job: PreparedJob, row: _Inserted) -> Job:
+def _saved_job(
+    alias: str, job: PreparedJob, trace_context: dict[str, str] | None, row: _Inserted
+) -> Job:
     """The :class:`Job` that ``INSERT_JOBS`` made of ``job``: its own values plus the
     database's from ``row`` (without ``USE_TZ`` Django's ORM returns the times' wall time in
     the session's time zone, naive, and so does this)."""
-    values = _prepared_values(job)
+    values = _prepared_values(job, trace_context)
     values["id"] = row.id
     moments = [row.run_at, row.created_at, row.expires_at]
     if not django_settings.USE_TZ:
@@ -371,14 +396,25 @@ def _saved_job(alias: str, job: PreparedJob, row: _Inserted) -> Job:
     return Job.from_db(alias, _JOB_FIELDS, [values[name] for name in _JOB_FIELDS])
 
 
-def _insert(alias: str, jobs: Sequence[PreparedJob], statement: str | None) -> list[Job]:
-    """Run ``statement``; return a saved :class:`Job` per input, existing ones included."""
+def _insert(
+    alias: str,
+    jobs: Sequence[PreparedJob],
+    statement: str | None,
+    trace_context: dict[str, str] | None,
+) -> list[Job]:
+    """Run ``statement``, each new job storing ``trace_context``; return a saved
+    :class:`Job` per input, existing ones included."""
     unique, position = _one_per_key(jobs)
     if any(job.idempotency_key is not None for job in unique):
-        saved, inserted = _insert_keyed(alias, unique, statement or sql.enqueue.INSERT_JOBS)
+        saved, inserted = _insert_keyed(
+            alias, unique, statement or sql.enqueue.INSERT_JOBS, trace_context
+        )
     else:
-        rows = _execute(alias, statement or sql.enqueue.INSERT_UNKEYED_JOBS, unique)
-        saved = [_saved_job(alias, job, row) for job, row in zip(unique, rows, strict=True)]
+        rows = _execute(alias, statement or sql.enqueue.INSERT_UNKEYED_JOBS, unique, trace_context)
+        saved = [
+            _saved_job(alias, job, trace_context, row)
+            for job, row in zip(unique, rows, strict=True)
+        ]
         inserted = saved
     _count_enqueued(alias, inserted)
     return [saved[index] for index in position]
@@ -415,9 +451,14 @@ def _one_per_key(jobs: Sequence[PreparedJob]) -> tuple[list[PreparedJob], list[i
     return unique, position
 
 
-def _execute(alias: str, statement: str, jobs: Sequence[PreparedJob]) -> list[_Inserted]:
-    """Run an insert statement built on ``sql.enqueue.INSERT_JOBS_TEMPLATE`` for ``jobs``;
-    return its rows."""
+def _execute(
+    alias: str,
+    statement: str,
+    jobs: Sequence[PreparedJob],
+    trace_context: dict[str, str] | None,
+) -> list[_Inserted]:
+    """Run an insert statement built on ``sql.enqueue.INSERT_JOBS_TEMPLATE`` for ``jobs``,
+    each storing ``trace_context``; return its rows."""
     parameters: dict[str, Any] = {
         "queue": [job.queue for job in jobs],
         "kind": [job.kind for job in jobs],
@@ -432,6 +473,7 @@ def _execute(alias: str, statement: str, jobs: Sequence[PreparedJob]) -> list[_I
         # one (Python's and PostgreSQL's rounding of seconds to microseconds differ).
         "visibility_timeout": [timedelta(seconds=job.visibility_timeout_seconds) for job in jobs],
         "idempotency_key": [job.idempotency_key for job in jobs],
+        "trace_context": None if trace_context is None else json.dumps(trace_context),
         "channel": sql.wake.WAKE_CHANNEL,
     }
     with db.server_binding_cursor(alias, binary_results=True) as cursor:
@@ -452,7 +494,10 @@ class _KeyFreed(Exception):
 
 
 def _insert_keyed(
-    alias: str, jobs: Sequence[PreparedJob], statement: str
+    alias: str,
+    jobs: Sequence[PreparedJob],
+    statement: str,
+    trace_context: dict[str, str] | None,
 ) -> tuple[list[Job], list[Job]]:
     """Insert jobs of which some have idempotency keys (each key once); return a saved Job
     per input (the live job for a key one holds), and the jobs inserted.
@@ -473,7 +518,7 @@ def _insert_keyed(
     for _ in range(_KEY_ROUNDS):
         try:
             with transaction.atomic(using=alias):
-                found, inserted = _insert_or_find(alias, batch, statement)
+                found, inserted = _insert_or_find(alias, batch, statement, trace_context)
         except _KeyFreed:
             continue
         saved: list[Job] = [found[0]] * len(jobs)
@@ -492,7 +537,10 @@ def _lock_order(job: PreparedJob) -> tuple[bool, str, str]:
 
 
 def _insert_or_find(
-    alias: str, batch: Sequence[PreparedJob], statement: str
+    alias: str,
+    batch: Sequence[PreparedJob],
+    statement: str,
+    trace_context: dict[str, str] | None,
 ) -> tuple[list[Job], list[Job]]:
     """One round of :func:`_insert_keyed`: a saved Job per job of ``batch``, and those
     inserted.
@@ -500,7 +548,7 @@ def _insert_or_find(
     Raises:
         _KeyFreed: a skipped key has no live job any more.
     """
-    rows = _execute(alias, statement, batch)
+    rows = _execute(alias, statement, batch, trace_context)
     new_rows: dict[tuple[str, str] | int, _Inserted] = {}
     unkeyed = 0
     for row in rows:
@@ -529,7 +577,7 @@ def _insert_or_find(
             continue
         else:
             row = new_rows[(job.kind, job.idempotency_key)]
-        inserted.append(_saved_job(alias, job, row))
+        inserted.append(_saved_job(alias, job, trace_context, row))
         found.append(inserted[-1])
     return found, inserted
 

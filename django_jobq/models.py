@@ -112,6 +112,12 @@ class Job(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, db_default="")
+    trace_context = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The OpenTelemetry context of the enqueue (a W3C traceparent/tracestate "
+        "carrier), the parent of each attempt's span; NULL when none was recorded.",
+    )
 
     class Meta:
         db_table = "jobq_job"
@@ -202,6 +208,9 @@ class DeadLetter(models.Model):
     last_error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
     died_at = models.DateTimeField(db_default=Now())
+    trace_context = models.JSONField(
+        null=True, blank=True, help_text="The job's trace context, kept for its redrive."
+    )
     # Computed by PostgreSQL in every insert, whoever writes the row (django_jobq.fingerprints).
     fingerprint = fingerprints.FingerprintField(
         expression=fingerprints.expression(),

@@ -117,6 +117,9 @@ POISON_REASON = """CASE
 # epoch seconds (an infinite time gives an infinite age, not an error). The payload comes
 # back as JSON text, decoded by the caller row by row (``claims.claim``); ``poison`` names
 # what is wrong with a row whose times or lease length only the database can see.
+# ``trace_context`` (the enqueue's OpenTelemetry context, the parent of the attempt's span)
+# comes back as text too, read only where tracing is on (:mod:`django_jobq.tracing`): a
+# malformed one never fails the claim.
 # Both statements select the same columns of the claimed rows joined to ``lapsed``; the
 # lease is ``{lease_length}`` (``sql.leases.LEASE_LENGTH``) and ``poison`` is
 # ``{poison_reason}`` (``POISON_REASON``).
@@ -200,7 +203,8 @@ WITH lapsed AS MATERIALIZED (
               job.lease_deadline,
               COALESCE(job.expires_at <= now(), false) AS expired,
               GREATEST(job.run_at, job.created_at) AS waiting_since,
-              {poison_reason} AS poison
+              {poison_reason} AS poison,
+              job.trace_context::text AS trace_context
 )
 SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_priorities,
        flag.position_run_ats, flag.position_ids,
@@ -211,7 +215,7 @@ SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_prio
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
            AS pickup_latency,
-       claimed.poison
+       claimed.poison, claimed.trace_context
 FROM (
     SELECT (SELECT count(*) FROM front) = %(front)s AS front_full,
            EXISTS (SELECT FROM front WHERE NOT served) AS front_unserved,
@@ -413,7 +417,8 @@ WITH RECURSIVE lapsed AS MATERIALIZED (
               job.lease_deadline,
               COALESCE(job.expires_at <= now(), false) AS expired,
               GREATEST(job.run_at, job.created_at) AS waiting_since,
-              {poison_reason} AS poison
+              {poison_reason} AS poison,
+              job.trace_context::text AS trace_context
 )
 SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload,
        claimed.priority, claimed.run_at, claimed.attempts, claimed.max_attempts,
@@ -422,7 +427,7 @@ SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload,
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
            AS pickup_latency,
-       claimed.poison
+       claimed.poison, claimed.trace_context
 FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
 """
 

@@ -34,6 +34,8 @@ from __future__ import annotations
 #: rollback, and PostgreSQL folds identical ones of one transaction into one, so enqueueing in
 #: a loop inside ``atomic()`` still sends one per queue. ``{more_writes}`` takes further
 #: data-modifying CTEs over ``saved`` (they must sit at the top level of the statement).
+#: ``%(trace_context)s`` is one value for the whole batch, stored in every row: the enqueue's
+#: OpenTelemetry context (JSON text, see :mod:`django_jobq.tracing`), or NULL.
 #: Its slots, each filled with a literal fragment: ``{on_conflict}`` (the keyed form's
 #: ``ON CONFLICT ... DO NOTHING``, or nothing), ``{more_writes}`` (``, name AS (...)`` CTEs,
 #: or nothing: ``INSERT_TASK_JOBS`` writes each job's task result there) and
@@ -41,12 +43,12 @@ from __future__ import annotations
 INSERT_JOBS_TEMPLATE = """
 WITH saved AS (
     INSERT INTO jobq_job (queue, kind, payload, priority, run_at, expires_at, max_attempts,
-                          visibility_timeout, idempotency_key)
+                          visibility_timeout, idempotency_key, trace_context)
     SELECT queue, kind, payload, priority,
            COALESCE(run_at, statement_timestamp() + make_interval(secs => delay_seconds)),
            COALESCE(expires_at,
                     statement_timestamp() + make_interval(secs => expires_after_seconds)),
-           max_attempts, visibility_timeout, idempotency_key
+           max_attempts, visibility_timeout, idempotency_key, %(trace_context)s::jsonb
     FROM unnest(%(queue)b::text[], %(kind)b::text[], %(payload)b::jsonb[],
                 %(priority)b::integer[], %(run_at)b::timestamptz[], %(delay_seconds)b::float8[],
                 %(expires_at)b::timestamptz[], %(expires_after_seconds)b::float8[],

@@ -205,9 +205,11 @@ WITH live AS (
 ), dead AS (
     INSERT INTO jobq_dead_letter (job_id, queue, kind, payload, priority, attempts,
                                   max_attempts, visibility_timeout, idempotency_key,
-                                  created_at, reason, last_error, traceback, died_at)
+                                  created_at, reason, last_error, traceback, died_at,
+                                  trace_context)
     SELECT id, queue, kind, payload, priority, attempts, max_attempts, visibility_timeout,
-           idempotency_key, created_at, dead_reason, %(error)s, %(traceback)s, now()
+           idempotency_key, created_at, dead_reason, %(error)s, %(traceback)s, now(),
+           trace_context
     FROM moved
     RETURNING job_id
 )

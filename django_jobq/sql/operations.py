@@ -48,6 +48,8 @@ RETURNING id
 #: fails a whole batch.
 #: The job of a Django task (its payload names a result of its kind, see ``INSERT_TASK_JOBS``)
 #: makes that result READY again in the same statement, pointing at the new job.
+#: The new job keeps the dead letter's ``trace_context``: its attempts' spans join the trace
+#: of the original enqueue, as its first attempts' did (docs/tracing.md, "Redrive").
 REDRIVE_DEAD_LETTERS = """
 WITH redriven AS (
     DELETE FROM jobq_dead_letter AS dead
@@ -69,8 +71,9 @@ WITH redriven AS (
     RETURNING dead.*
 ), job AS (
     INSERT INTO jobq_job (queue, kind, payload, priority, max_attempts, visibility_timeout,
-                          idempotency_key)
-    SELECT queue, kind, payload, priority, max_attempts, visibility_timeout, idempotency_key
+                          idempotency_key, trace_context)
+    SELECT queue, kind, payload, priority, max_attempts, visibility_timeout, idempotency_key,
+           trace_context
     FROM redriven
     ORDER BY id
     RETURNING id, kind, payload

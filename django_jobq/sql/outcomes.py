@@ -93,7 +93,8 @@ RETURNING job.id
 ACK_JOB_IN_TRANSACTION = _ACK_JOB_IN_TRANSACTION_TEMPLATE.format(fenced=FENCED)
 
 #: Retry: make a failed attempt's job ready again after ``%(delay_seconds)s``, recording
-#: ``%(error)s`` and keeping its attempt count (the next claim consumes the next attempt).
+#: ``%(error)s`` and keeping its attempt count (the next claim consumes the next attempt) and
+#: the rest of the row (its ``trace_context``: every attempt's span has the same parent).
 #: Locked (as above) and fenced. ``{result}`` is what a task's job adds: nothing
 #: (``RETRY_JOB``) or its result's update (``RETRY_JOB_WITH_RESULT``). Returns a
 #: ``(job, busy)`` row unless the lease is lost.
@@ -138,7 +139,8 @@ RETRY_JOB = _RETRY_JOB_TEMPLATE.format(fenced=FENCED, result="")
 RETRY_JOB_WITH_RESULT = _RETRY_JOB_TEMPLATE.format(fenced=FENCED, result=_RETRIED_RESULT)
 
 #: Dead letter: move a job to the dead letters (copy + reason + error) and delete it, in one
-#: statement and so one transaction: the job is in exactly one of the two tables. Locked (as
+#: statement and so one transaction: the job is in exactly one of the two tables. The copy
+#: keeps the job's ``trace_context``, which its redrive gives the new job. Locked (as
 #: above) and fenced. ``{results}`` is what a task's job adds: nothing (``DEAD_LETTER_JOB``)
 #: or its result made FAILED (``DEAD_LETTER_JOB_WITH_RESULT``). ``attempts`` records the attempts
 #: that ran: not the current one when ``%(ran)s`` is false (expired, unknown kind, or a
@@ -160,11 +162,12 @@ WITH locked AS MATERIALIZED (
 ), dead AS (
     INSERT INTO jobq_dead_letter (job_id, queue, kind, payload, priority, attempts,
                                   max_attempts, visibility_timeout, idempotency_key,
-                                  created_at, reason, last_error, traceback, died_at)
+                                  created_at, reason, last_error, traceback, died_at,
+                                  trace_context)
     SELECT id, queue, kind, payload, priority,
            CASE WHEN %(ran)s THEN attempts ELSE attempts - 1 END, max_attempts,
            visibility_timeout, idempotency_key, created_at, %(reason)s, %(error)s,
-           %(traceback)s, now()
+           %(traceback)s, now(), trace_context
     FROM moved
     RETURNING job_id
 ){results}

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import close_old_connections, connections
 
-from .. import db, registry, signals, text
+from .. import db, registry, signals, text, tracing
 from ..backoff import default_backoff
 from ..claims import ClaimedJob
 from ..conf import MAX_DURATION
@@ -30,6 +30,7 @@ from ..models import DeadLetter
 from ..outcomes import Action, Outcome
 from ..registry import KindDefinition
 from .held import HeldJob
+from .observer import outcome_name
 
 logger = logging.getLogger("django_jobq.worker")
 
@@ -64,7 +65,17 @@ def _refused(job: ClaimedJob, reason: str, error: str) -> Outcome:
 
 def refusal(job: ClaimedJob) -> Outcome | None:
     """The dead-letter verdict for a claimed job that must not run, or ``None``: a poison
-    row (``ClaimedJob.poison``), a reclaim past the final attempt, an expired job."""
+    row (``ClaimedJob.poison``), a reclaim past the final attempt, an expired job. With
+    OpenTelemetry, a refused job's attempt gets its span too (see :func:`execute`)."""
+    refused = _refusal(job)
+    if refused is not None and tracing.ENABLED:
+        with tracing.processing(job) as attempt:
+            _decided(attempt, refused)
+    return refused
+
+
+def _refusal(job: ClaimedJob) -> Outcome | None:
+    """:func:`refusal`, untraced."""
     if job.poison:
         return _refused(
             job,
@@ -135,12 +146,16 @@ def _retry_delay(job: ClaimedJob, definition: KindDefinition, exc: BaseException
 
 
 def _verdict_on_failure(
-    job: ClaimedJob, definition: KindDefinition, exc: BaseException, duration: float
+    job: ClaimedJob,
+    definition: KindDefinition,
+    exc: BaseException,
+    described: tuple[str, str],
+    duration: float,
 ) -> Outcome:
     """Retry, or dead-letter: a permanent error, an exception outside ``retry_on``, or the
-    final attempt. A dead letter's reason quotes the error, cut to the reason's column (the
-    whole error is the dead letter's ``last_error``)."""
-    described = describe(exc)
+    final attempt (``described``: ``exc``'s error and traceback, :func:`describe`). A dead
+    letter's reason quotes the error, cut to the reason's column (the whole error is the
+    dead letter's ``last_error``)."""
     error = described[0]
     if isinstance(exc, PermanentError):
         message = error.partition(": ")[2] or error
@@ -166,9 +181,29 @@ def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
     verdict; never raises.
 
     ``extend`` is what ``JobContext.heartbeat`` calls, for handlers that take a context.
+
+    With OpenTelemetry (:mod:`django_jobq.tracing`), the attempt runs in its span, current
+    while the handler runs; the span records the handler's exception, and ends with the
+    verdict (``jobq.outcome``; status ERROR for a dead letter), before the completer writes it.
     """
+    if not tracing.ENABLED:
+        return _execute(held, extend, None)
+    with tracing.processing(held.job) as attempt:
+        return _decided(attempt, _execute(held, extend, attempt))
+
+
+def _decided(attempt: tracing.Attempt, outcome: Outcome) -> Outcome:
+    """``outcome``, recorded on the attempt's span."""
+    attempt.decided(outcome_name(outcome, applied=True), outcome.reason)
+    return outcome
+
+
+def _execute(
+    held: HeldJob, extend: Callable[[HeldJob], bool], attempt: tracing.Attempt | None
+) -> Outcome:
+    """:func:`execute`; the handler's exception is recorded on ``attempt``, when traced."""
     job = held.job
-    if (refused := refusal(job)) is not None:
+    if (refused := _refusal(job)) is not None:
         return refused
     definition = registry.get(job.kind)
     if definition is None:
@@ -189,12 +224,15 @@ def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
             returned = definition.func(**job.payload)
     except BaseException as exc:  # any failure of user code is the job's outcome
         duration = time.monotonic() - started
-        error = describe(exc)[0]
+        described = describe(exc)
+        if attempt is not None:
+            attempt.failed(exc, *described)
+        error = described[0]
         if held.acked:  # raised after its transaction committed: the job is done anyway
             return Outcome(job, Action.ACKED_BY_HANDLER, duration=duration, error=error)
         if isinstance(exc, LeaseLost):
             return Outcome(job, Action.LEASE_LOST, duration=duration, error=error)
-        return _verdict_on_failure(job, definition, exc, duration)
+        return _verdict_on_failure(job, definition, exc, described, duration)
     finally:
         instruments.handler_finished()
         close_old_connections()

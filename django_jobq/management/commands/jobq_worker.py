@@ -15,7 +15,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import scheduling
+from ... import scheduling, tracing
 from ...conf import QUEUE_NAME_RE
 from ...metrics.multiprocess import mark_process_dead, prepare_multiprocess
 from ...metrics.server import MetricsServer, serve, serve_multiprocess
@@ -213,7 +213,12 @@ class Command(BaseCommand):
         def run_slot(slot: int) -> int:
             given = options["worker_id"]
             worker_id = f"{given}-{slot}" if given else None
-            return run_worker({**options, "worker_id": worker_id}, supervised=True)
+            try:
+                return run_worker({**options, "worker_id": worker_id}, supervised=True)
+            finally:
+                # A forked child ends without atexit handlers, so the SDK would not flush.
+                if tracing.ENABLED:
+                    tracing.flush()
 
         port, addr = options["metrics_port"], options["metrics_addr"]
         with contextlib.ExitStack() as cleanup:

@@ -88,7 +88,8 @@ WITH lapsed AS MATERIALIZED (
                   WHEN job.attempts = 2147483647 AND job.max_attempts = 2147483647
                       THEN 'attempts is 2147483647, the integer maximum: the attempt number (the '
                            || 'fencing token) cannot advance'
-              END AS poison
+              END AS poison,
+              job.trace_context::text AS trace_context
 )
 SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_priorities,
        flag.position_run_ats, flag.position_ids,
@@ -99,7 +100,7 @@ SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_prio
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
            AS pickup_latency,
-       claimed.poison
+       claimed.poison, claimed.trace_context
 FROM (
     SELECT (SELECT count(*) FROM front) = %(front)s AS front_full,
            EXISTS (SELECT FROM front WHERE NOT served) AS front_unserved,
@@ -202,7 +203,8 @@ WITH lapsed AS MATERIALIZED (
                   WHEN job.attempts = 2147483647 AND job.max_attempts = 2147483647
                       THEN 'attempts is 2147483647, the integer maximum: the attempt number (the '
                            || 'fencing token) cannot advance'
-              END AS poison
+              END AS poison,
+              job.trace_context::text AS trace_context
 )
 SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_priorities,
        flag.position_run_ats, flag.position_ids,
@@ -213,7 +215,7 @@ SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_prio
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
            AS pickup_latency,
-       claimed.poison
+       claimed.poison, claimed.trace_context
 FROM (
     SELECT (SELECT count(*) FROM front) = %(front)s AS front_full,
            EXISTS (SELECT FROM front WHERE NOT served) AS front_unserved,
@@ -316,7 +318,8 @@ WITH lapsed AS MATERIALIZED (
                   WHEN job.attempts = 2147483647 AND job.max_attempts = 2147483647
                       THEN 'attempts is 2147483647, the integer maximum: the attempt number (the '
                            || 'fencing token) cannot advance'
-              END AS poison
+              END AS poison,
+              job.trace_context::text AS trace_context
 )
 SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_priorities,
        flag.position_run_ats, flag.position_ids,
@@ -327,7 +330,7 @@ SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_prio
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
            AS pickup_latency,
-       claimed.poison
+       claimed.poison, claimed.trace_context
 FROM (
     SELECT (SELECT count(*) FROM front) = %(front)s AS front_full,
            EXISTS (SELECT FROM front WHERE NOT served) AS front_unserved,
@@ -499,7 +502,8 @@ WITH RECURSIVE lapsed AS MATERIALIZED (
                   WHEN job.attempts = 2147483647 AND job.max_attempts = 2147483647
                       THEN 'attempts is 2147483647, the integer maximum: the attempt number (the '
                            || 'fencing token) cannot advance'
-              END AS poison
+              END AS poison,
+              job.trace_context::text AS trace_context
 )
 SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload,
        claimed.priority, claimed.run_at, claimed.attempts, claimed.max_attempts,
@@ -508,7 +512,7 @@ SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload,
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
            AS pickup_latency,
-       claimed.poison
+       claimed.poison, claimed.trace_context
 FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
 
 -- name: CLAIM_JOBS_WALK_QUEUES
@@ -654,7 +658,8 @@ WITH RECURSIVE lapsed AS MATERIALIZED (
                   WHEN job.attempts = 2147483647 AND job.max_attempts = 2147483647
                       THEN 'attempts is 2147483647, the integer maximum: the attempt number (the '
                            || 'fencing token) cannot advance'
-              END AS poison
+              END AS poison,
+              job.trace_context::text AS trace_context
 )
 SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload,
        claimed.priority, claimed.run_at, claimed.attempts, claimed.max_attempts,
@@ -663,7 +668,7 @@ SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload,
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
            AS pickup_latency,
-       claimed.poison
+       claimed.poison, claimed.trace_context
 FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
 
 -- name: CLAIM_JOBS_WALK_ANY_QUEUE
@@ -809,7 +814,8 @@ WITH RECURSIVE lapsed AS MATERIALIZED (
                   WHEN job.attempts = 2147483647 AND job.max_attempts = 2147483647
                       THEN 'attempts is 2147483647, the integer maximum: the attempt number (the '
                            || 'fencing token) cannot advance'
-              END AS poison
+              END AS poison,
+              job.trace_context::text AS trace_context
 )
 SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload,
        claimed.priority, claimed.run_at, claimed.attempts, claimed.max_attempts,
@@ -818,7 +824,7 @@ SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload,
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
            AS pickup_latency,
-       claimed.poison
+       claimed.poison, claimed.trace_context
 FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
 
 -- name: PROBE_CLAIM_POSITIONS_ONE_QUEUE

@@ -3,12 +3,12 @@
 -- name: INSERT_JOBS
 WITH saved AS (
     INSERT INTO jobq_job (queue, kind, payload, priority, run_at, expires_at, max_attempts,
-                          visibility_timeout, idempotency_key)
+                          visibility_timeout, idempotency_key, trace_context)
     SELECT queue, kind, payload, priority,
            COALESCE(run_at, statement_timestamp() + make_interval(secs => delay_seconds)),
            COALESCE(expires_at,
                     statement_timestamp() + make_interval(secs => expires_after_seconds)),
-           max_attempts, visibility_timeout, idempotency_key
+           max_attempts, visibility_timeout, idempotency_key, %(trace_context)s::jsonb
     FROM unnest(%(queue)b::text[], %(kind)b::text[], %(payload)b::jsonb[],
                 %(priority)b::integer[], %(run_at)b::timestamptz[], %(delay_seconds)b::float8[],
                 %(expires_at)b::timestamptz[], %(expires_after_seconds)b::float8[],
@@ -30,12 +30,12 @@ WHERE (SELECT count(*) FROM woken) >= 0
 -- name: INSERT_UNKEYED_JOBS
 WITH saved AS (
     INSERT INTO jobq_job (queue, kind, payload, priority, run_at, expires_at, max_attempts,
-                          visibility_timeout, idempotency_key)
+                          visibility_timeout, idempotency_key, trace_context)
     SELECT queue, kind, payload, priority,
            COALESCE(run_at, statement_timestamp() + make_interval(secs => delay_seconds)),
            COALESCE(expires_at,
                     statement_timestamp() + make_interval(secs => expires_after_seconds)),
-           max_attempts, visibility_timeout, idempotency_key
+           max_attempts, visibility_timeout, idempotency_key, %(trace_context)s::jsonb
     FROM unnest(%(queue)b::text[], %(kind)b::text[], %(payload)b::jsonb[],
                 %(priority)b::integer[], %(run_at)b::timestamptz[], %(delay_seconds)b::float8[],
                 %(expires_at)b::timestamptz[], %(expires_after_seconds)b::float8[],

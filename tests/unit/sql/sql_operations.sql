@@ -44,8 +44,9 @@ WITH redriven AS (
     RETURNING dead.*
 ), job AS (
     INSERT INTO jobq_job (queue, kind, payload, priority, max_attempts, visibility_timeout,
-                          idempotency_key)
-    SELECT queue, kind, payload, priority, max_attempts, visibility_timeout, idempotency_key
+                          idempotency_key, trace_context)
+    SELECT queue, kind, payload, priority, max_attempts, visibility_timeout, idempotency_key,
+           trace_context
     FROM redriven
     ORDER BY id
     RETURNING id, kind, payload

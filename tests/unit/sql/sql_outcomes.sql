@@ -138,11 +138,12 @@ WITH locked AS MATERIALIZED (
 ), dead AS (
     INSERT INTO jobq_dead_letter (job_id, queue, kind, payload, priority, attempts,
                                   max_attempts, visibility_timeout, idempotency_key,
-                                  created_at, reason, last_error, traceback, died_at)
+                                  created_at, reason, last_error, traceback, died_at,
+                                  trace_context)
     SELECT id, queue, kind, payload, priority,
            CASE WHEN %(ran)s THEN attempts ELSE attempts - 1 END, max_attempts,
            visibility_timeout, idempotency_key, created_at, %(reason)s, %(error)s,
-           %(traceback)s, now()
+           %(traceback)s, now(), trace_context
     FROM moved
     RETURNING job_id
 )
@@ -166,11 +167,12 @@ WITH locked AS MATERIALIZED (
 ), dead AS (
     INSERT INTO jobq_dead_letter (job_id, queue, kind, payload, priority, attempts,
                                   max_attempts, visibility_timeout, idempotency_key,
-                                  created_at, reason, last_error, traceback, died_at)
+                                  created_at, reason, last_error, traceback, died_at,
+                                  trace_context)
     SELECT id, queue, kind, payload, priority,
            CASE WHEN %(ran)s THEN attempts ELSE attempts - 1 END, max_attempts,
            visibility_timeout, idempotency_key, created_at, %(reason)s, %(error)s,
-           %(traceback)s, now()
+           %(traceback)s, now(), trace_context
     FROM moved
     RETURNING job_id
 ), failed AS (
