@@ -135,10 +135,11 @@ OPTIONS_REFUSED_HINT = (
 )
 
 #: How a pooler's refusal of ``options`` reads: PgBouncer 1.18's "unsupported startup
-#: parameter: options", and the "unsupported options startup parameter: ..." of the
-#: versions that parse ``options`` (1.20 on).
-_OPTIONS_REFUSED = re.compile(
-    r"unsupported startup parameter: options|unsupported options startup parameter"
+#: parameter: options", and the versions that parse ``options`` (1.20 on): "unsupported
+#: startup parameter in options: statement_timeout", "unsupported options startup parameter:
+#: ...".
+OPTIONS_REFUSED = re.compile(
+    r"unsupported startup parameter(: options| in options)|unsupported options startup parameter"
 )
 
 
@@ -178,7 +179,7 @@ def connect(
     try:
         return WatchedConnection.connect(**params, autocommit=True)
     except psycopg.OperationalError as exc:
-        if _OPTIONS_REFUSED.search(str(exc)):
+        if OPTIONS_REFUSED.search(str(exc)):
             raise psycopg.OperationalError(str(exc).rstrip() + OPTIONS_REFUSED_HINT) from exc
         raise
 
