@@ -3,10 +3,12 @@
 ========================  ==============================================================
 id                        meaning
 ========================  ==============================================================
-``django_jobq.E001``      the queue database (``JOBQ['DATABASE']``) is not PostgreSQL
+``django_jobq.E001``      the queue database (``JOBQ['DATABASE']``, or the listeners'
+                          ``JOBQ['LISTEN_DATABASE']``) is not PostgreSQL
 ``django_jobq.E002``      ``JOBQ`` is not a dict or has an unknown key
 ``django_jobq.E003``      a ``JOBQ`` value has the wrong type or range
-``django_jobq.E004``      ``JOBQ['DATABASE']`` names an alias missing from ``DATABASES``
+``django_jobq.E004``      ``JOBQ['DATABASE']`` (or ``JOBQ['LISTEN_DATABASE']``) names an
+                          alias missing from ``DATABASES``
 ``django_jobq.E005``      retired: no longer raised (it was "the admin is installed but
                           ``django_object_actions`` is not"); the id is not reused
 ``django_jobq.E006``      a schedule is malformed: ``JOBQ['SCHEDULES']`` is not a dict of
@@ -66,30 +68,36 @@ from . import conf, crash_points, mvcc, registry, scheduling, task_results
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Report every problem in ``JOBQ`` and in the queue database it names."""
+    """Report every problem in ``JOBQ`` and in the databases it names (the queue's and the
+    listeners')."""
     raw = getattr(settings, "JOBQ", {})
     errors: list[CheckMessage] = [Error(msg, id=check_id) for check_id, msg in conf.validate(raw)]
     if errors:
         return errors
-    alias = conf.get_settings().DATABASE
-    if alias not in settings.DATABASES:
-        return [
-            Error(
-                f"JOBQ['DATABASE'] = {alias!r} is not a key of DATABASES.",
-                hint=f"Use one of: {', '.join(sorted(settings.DATABASES))}.",
-                id="django_jobq.E004",
+    config = conf.get_settings()
+    for key, alias in (("DATABASE", config.DATABASE), ("LISTEN_DATABASE", config.LISTEN_DATABASE)):
+        if alias is None:
+            continue
+        if alias not in settings.DATABASES:
+            errors.append(
+                Error(
+                    f"JOBQ[{key!r}] = {alias!r} is not a key of DATABASES.",
+                    hint=f"Use one of: {', '.join(sorted(settings.DATABASES))}.",
+                    id="django_jobq.E004",
+                )
             )
-        ]
-    vendor = connections[alias].vendor
-    if vendor != "postgresql":
-        errors.append(
-            Error(
-                f"django-jobq needs PostgreSQL, but the queue database {alias!r} is {vendor}.",
-                hint="Point JOBQ['DATABASE'] at a database using "
-                "django.db.backends.postgresql (PostgreSQL 13 or newer).",
-                id="django_jobq.E001",
+            continue
+        vendor = connections[alias].vendor
+        if vendor != "postgresql":
+            errors.append(
+                Error(
+                    f"django-jobq needs PostgreSQL, but the database {alias!r} "
+                    f"(JOBQ[{key!r}]) is {vendor}.",
+                    hint=f"Point JOBQ[{key!r}] at a database using "
+                    "django.db.backends.postgresql (PostgreSQL 13 or newer).",
+                    id="django_jobq.E001",
+                )
             )
-        )
     return errors
 
 

@@ -4,6 +4,7 @@ Users configure django-jobq with one dictionary in their settings module::
 
     JOBQ = {
         "DATABASE": "default",        # alias in DATABASES holding the queue tables
+        "LISTEN_DATABASE": None,      # alias the workers' listeners connect with; None: DATABASE
         "DEFAULT_QUEUE": "default",   # queue for jobs that name none
         "MAX_ATTEMPTS": 5,            # attempts before a job becomes a dead letter
         "VISIBILITY_TIMEOUT": 30,     # lease length in seconds
@@ -36,6 +37,12 @@ and the schedules' system check its values (cron, timezone, payload: E006-E009).
 hour (E013). ``ALERT_HORIZON_AGE`` is how long a transaction may hold the xmin horizon back
 before ``jobq_stats --check`` and ``jobq_doctor --check`` fail, system check W005 warns and
 the dashboard shows it in red (:mod:`django_jobq.mvcc`).
+
+``LISTEN_DATABASE`` names the ``DATABASES`` alias each worker's listener (its ``LISTEN``
+connection) opens, ``None`` for ``DATABASE``'s: the same database reached another way, e.g.
+directly while ``DATABASE`` goes through PgBouncer in transaction mode, which carries no
+``LISTEN`` (docs/pgbouncer.md). A str or ``None`` (E003); an alias of ``DATABASES`` that is
+PostgreSQL (E004, E001).
 
 ``CONNECT_TIMEOUT`` and ``STATEMENT_TIMEOUT`` bound the worker's own connections (main loop,
 heartbeat, listener; :func:`django_jobq.db.connect`, docs/operations.md): a connect timeout
@@ -106,6 +113,7 @@ class JobqSettings:
     """The resolved ``JOBQ`` setting. Durations are seconds (``float``)."""
 
     DATABASE: str = "default"
+    LISTEN_DATABASE: str | None = None
     DEFAULT_QUEUE: str = "default"
     MAX_ATTEMPTS: int = 5
     VISIBILITY_TIMEOUT: float = 30.0
@@ -200,6 +208,10 @@ def validate(raw: Any) -> list[tuple[str, str]]:
         )
     if "DATABASE" in raw and not isinstance(raw["DATABASE"], str):
         problems.append(("django_jobq.E003", "JOBQ['DATABASE'] must be a database alias (str)."))
+    if raw.get("LISTEN_DATABASE") is not None and not isinstance(raw["LISTEN_DATABASE"], str):
+        problems.append(
+            ("django_jobq.E003", "JOBQ['LISTEN_DATABASE'] must be a database alias (str) or None.")
+        )
     queue = raw.get("DEFAULT_QUEUE", JobqSettings.DEFAULT_QUEUE)
     if not isinstance(queue, str) or not QUEUE_NAME_RE.match(queue):
         problems.append(

@@ -17,6 +17,7 @@ connections into model instances.
 from __future__ import annotations
 
 import math
+import re
 import socket
 import threading
 import time
@@ -123,10 +124,33 @@ def connection_timeouts() -> dict[str, Any]:
     }
 
 
+#: Appended to the error of a pooler that refuses the startup parameter ``options``, which
+#: carries the worker's server-side timeouts (PgBouncer without ``ignore_startup_parameters =
+#: options``): what the error alone does not say.
+OPTIONS_REFUSED_HINT = (
+    " -- django-jobq's worker connections send statement_timeout and lock_timeout in the "
+    "startup parameter 'options'; behind PgBouncer, add 'options' to its "
+    "ignore_startup_parameters, or connect the workers to PostgreSQL directly "
+    "(docs/pgbouncer.md)"
+)
+
+#: How a pooler's refusal of ``options`` reads: PgBouncer 1.18's "unsupported startup
+#: parameter: options", and the versions that parse ``options`` (1.20 on): "unsupported
+#: startup parameter in options: statement_timeout", "unsupported options startup parameter:
+#: ...".
+OPTIONS_REFUSED = re.compile(
+    r"unsupported startup parameter(: options| in options)|unsupported options startup parameter"
+)
+
+
 def connect(
-    *, application_name: str = "django-jobq", connect_timeout: float | None = None
+    *,
+    application_name: str = "django-jobq",
+    connect_timeout: float | None = None,
+    alias: str | None = None,
 ) -> WatchedConnection:
-    """Open an autocommit psycopg connection to the queue database (``JOBQ['DATABASE']``).
+    """Open an autocommit psycopg connection to the queue database: Django's alias ``alias``,
+    by default ``JOBQ['DATABASE']`` (the listener passes ``JOBQ['LISTEN_DATABASE']``).
 
     Uses the same connection parameters as Django's connection for that alias (including
     ``OPTIONS``), minus Django's own adapters, so ``jsonb`` arrives as Python objects; adds
@@ -136,9 +160,11 @@ def connect(
     deadline.
 
     Raises:
-        psycopg.OperationalError: the database cannot be reached in time.
+        psycopg.OperationalError: the database cannot be reached in time, or refuses the
+            connection; a pooler's refusal of the startup parameter ``options`` ends with
+            :data:`OPTIONS_REFUSED_HINT`.
     """
-    params = connections[get_settings().DATABASE].get_connection_params()
+    params = connections[alias or get_settings().DATABASE].get_connection_params()
     params.pop("context", None)
     params.pop("cursor_factory", None)
     params.setdefault("application_name", application_name)
@@ -150,7 +176,12 @@ def connect(
     if connect_timeout is not None:
         longest = float(params["connect_timeout"])
         params["connect_timeout"] = max(2, math.ceil(min(longest, connect_timeout)))
-    return WatchedConnection.connect(**params, autocommit=True)
+    try:
+        return WatchedConnection.connect(**params, autocommit=True)
+    except psycopg.OperationalError as exc:
+        if OPTIONS_REFUSED.search(str(exc)):
+            raise psycopg.OperationalError(str(exc).rstrip() + OPTIONS_REFUSED_HINT) from exc
+        raise
 
 
 def close_unusable_connections() -> None:

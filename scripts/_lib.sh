@@ -9,6 +9,7 @@
 #     jobq_venv_django 6.1 PY      # .venv-django61 (Django 6.1 on PY), not on PATH
 #     jobq_find_postgres test      # exports DATABASE_URL (MODE: test | demo)
 #     jobq_chromium                # Debian's chromium for tests/browser, if it can
+#     jobq_pgbouncer               # Debian's pgbouncer for tests/test_pgbouncer.py, if it can
 #
 # Sourcing it cds to the repository root, so callers may be started from any
 # directory.
@@ -113,29 +114,62 @@ jobq_venv_django() {
 }
 
 # --------------------------------------------------------------------------
-# Chromium (the browser tests)
+# Debian packages the tests use when present: chromium, pgbouncer
 # --------------------------------------------------------------------------
 
-# The browser tests drive Debian's /usr/bin/chromium through Playwright. When it
-# is missing and this runs as root with apt-get, install it (apt-get update
-# only if the install fails without it). Otherwise say so: those tests skip.
-jobq_chromium() {
-    command -v chromium >/dev/null 2>&1 && return
+# _jobq_apt_install PACKAGE COMMAND WHAT
+#
+# When COMMAND is missing and this runs as root with apt-get, install Debian's
+# PACKAGE quietly (apt-get update only if the install fails without it).
+# Otherwise, or when the install fails, say so: WHAT (the tests that need it)
+# will be skipped. Services the package would start are not started: while
+# apt-get runs, a policy-rc.d that refuses every start is in place (unless the
+# machine has one already, which is then left as it is).
+_jobq_apt_install() {
+    local package="$1" command="$2" what="$3"
+    command -v "$command" >/dev/null 2>&1 && return
     if [[ "$(id -u)" -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
-        jobq_log "chromium is not installed (installing it needs root and apt-get):" \
-            "the browser tests will be skipped"
+        jobq_log "$command is not installed (installing it needs root and apt-get):" \
+            "$what will be skipped"
         return
     fi
-    jobq_log "installing chromium with apt-get (for the browser tests)"
-    local log
+    jobq_log "installing $package with apt-get (for $what)"
+    local log policy=/usr/sbin/policy-rc.d own_policy=0
     log="$(mktemp)"
-    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >"$log" 2>&1 &&
+    if [[ ! -e "$policy" ]]; then
+        printf '#!/bin/sh\n# scripts/_lib.sh: no service starts while it installs %s\nexit 101\n' \
+            "$package" >"$policy"
+        chmod 755 "$policy"
+        own_policy=1
+    fi
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$package" >"$log" 2>&1 &&
         ! { apt-get update -q >>"$log" 2>&1 &&
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >>"$log" 2>&1; }; then
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$package" >>"$log" 2>&1; }; then
         tail -n 5 "$log" >&2
-        jobq_log "could not install chromium: the browser tests will be skipped"
+        jobq_log "could not install $package: $what will be skipped"
+    fi
+    if [[ $own_policy -eq 1 ]]; then
+        rm -f "$policy"
     fi
     rm -f "$log"
+}
+
+# The browser tests drive Debian's /usr/bin/chromium through Playwright.
+jobq_chromium() {
+    _jobq_apt_install chromium chromium "the browser tests"
+}
+
+# tests/test_pgbouncer.py starts PgBouncer processes of its own (as the
+# `postgres` user, on free ports). Debian's package also brings a system
+# service on port 6432: it is not started by the install (see above), and it is
+# disabled so that it does not start at the next boot either.
+jobq_pgbouncer() {
+    command -v pgbouncer >/dev/null 2>&1 && return
+    _jobq_apt_install pgbouncer pgbouncer "the PgBouncer tests"
+    if command -v pgbouncer >/dev/null 2>&1 && command -v systemctl >/dev/null 2>&1 &&
+        [[ -d /run/systemd/system ]]; then
+        systemctl disable --now pgbouncer.service >/dev/null 2>&1 || true
+    fi
 }
 
 # --------------------------------------------------------------------------

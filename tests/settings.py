@@ -35,6 +35,12 @@ DATABASES = {
     "queue": {**DATABASES["default"], "TEST": {"NAME": f"test_jobq_{os.getpid()}_queue"}},
 }
 
+if os.environ.get("JOBQ_TEST_LISTEN_DATABASE_URL"):  # a worker whose listener connects apart
+    import dj_database_url
+
+    DATABASES["listener"] = dj_database_url.parse(os.environ["JOBQ_TEST_LISTEN_DATABASE_URL"])
+    JOBQ = {**JOBQ, "LISTEN_DATABASE": "listener"}  # type: ignore[dict-item]
+
 if importlib.util.find_spec("django.tasks") is None:  # Django 5.2: the django-tasks backport
     INSTALLED_APPS.append("django_tasks")
 

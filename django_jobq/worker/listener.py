@@ -10,22 +10,48 @@ listener reconnects with exponential backoff (:func:`.timers.reconnect_delays`),
 again and calls ``wake()`` once: jobs enqueued while it was away were announced to nobody,
 so the worker claims them right away. Meanwhile the worker still polls at its poll interval; no
 job waits on the listener.
+
+Before it listens, each connection is checked (:meth:`Listener._hears`): after ``LISTEN`` on
+a channel of its own, another connection to the queue database sends a notification there,
+which must arrive within :data:`CHECK_TIMEOUT` seconds. Behind a pooler in transaction mode
+(PgBouncer's ``pool_mode = transaction``) it never does: each transaction may run on another
+server connection, so a ``LISTEN`` ends with the transaction that ran it and the worker would
+never be woken. Then the listener logs an error that says so and what to do (``--no-listen``,
+or ``JOBQ['LISTEN_DATABASE']`` for a direct connection), closes its connection and stops: the
+worker finds new jobs by polling. It does not stop the worker: a check that timed out on a
+database too slow to deliver one notification in that time costs pickup latency, not jobs.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import threading
+import time
+import uuid
 from collections.abc import Callable, Collection
 from typing import Any
 
 import psycopg
 
 from .. import db, sql
+from ..conf import get_settings
 from .outage import OutageLog
 from .timers import reconnect_delays
 from .watchdog import Watchdog
+
+logger = logging.getLogger("django_jobq.worker")
+
+#: Seconds the check of a listener connection waits for its notification, from the moment
+#: the notifying transaction committed. Paid in full only by a connection that cannot hear
+#: (a healthy server delivers in milliseconds); generous, so a slow server passes.
+CHECK_TIMEOUT = 5.0
+
+
+class CannotHear(Exception):
+    """The listener's connection received no notification of its check: it keeps no
+    ``LISTEN`` across transactions (a pooler in transaction mode)."""
 
 
 class Listener:
@@ -57,6 +83,9 @@ class Listener:
         self._stop_read, self._stop_write = os.pipe()
         self._thread = threading.Thread(target=self.run, name=f"{worker_id}-listener", daemon=True)
         self.listening = threading.Event()  # set while a LISTEN connection is up
+        #: Set when the check found that the connection hears no notifications: the listener
+        #: has stopped, and the worker polls.
+        self.cannot_hear = threading.Event()
         self.reconnects = 0
 
     def start(self) -> None:
@@ -79,6 +108,21 @@ class Listener:
                 with self._connect() as connection:
                     delays = reconnect_delays()  # connected: the next outage starts afresh
                     self._listen(connection)
+            except CannotHear:
+                self.cannot_hear.set()
+                logger.error(
+                    "worker %s: the listener's connection receives no notifications: a test "
+                    "notification sent to the queue database did not arrive within %g s. A "
+                    "connection pooler in transaction mode (PgBouncer's pool_mode = "
+                    "transaction) keeps no LISTEN across transactions. The listener stops and "
+                    "the worker finds new jobs by polling only (--poll-interval). Run the "
+                    "worker with --no-listen, or set JOBQ['LISTEN_DATABASE'] to a DATABASES "
+                    "alias that connects to PostgreSQL directly (or through a pool in session "
+                    "mode); see docs/pgbouncer.md.",
+                    self._worker_id,
+                    CHECK_TIMEOUT,
+                )
+                return
             except psycopg.Error as exc:
                 self.listening.clear()
                 if self._stopping.is_set():
@@ -94,11 +138,20 @@ class Listener:
                 self.reconnects += 1
 
     def _connect(self) -> psycopg.Connection[Any]:
+        """Open the listener's connection (``JOBQ['LISTEN_DATABASE']``), check that it hears
+        notifications, and ``LISTEN``.
+
+        Raises:
+            CannotHear: the connection receives no notifications.
+            psycopg.Error: a connection fault.
+        """
         name = f"jobq listener {self._worker_id}"
-        connection = db.connect(application_name=name)
+        connection = db.connect(application_name=name, alias=get_settings().LISTEN_DATABASE)
         if self._watchdog is not None:
             self._watchdog.watch(connection, name)
         try:
+            if not self._hears(connection):
+                raise CannotHear
             connection.execute(sql.wake.LISTEN_WAKE)
         except BaseException:
             connection.close()
@@ -107,6 +160,47 @@ class Listener:
         self._failures.restored("worker %s: listener reconnected", self._worker_id)
         self._wake()  # whatever was enqueued while nobody listened
         return connection
+
+    def _hears(self, connection: psycopg.Connection[Any]) -> bool:
+        """Whether ``connection`` receives a notification sent after its ``LISTEN`` from
+        another connection to the queue database (``JOBQ['DATABASE']``, the way enqueue's
+        notifications travel), within :data:`CHECK_TIMEOUT` seconds of its commit. ``True``
+        as well if the listener is stopped meanwhile (no verdict is needed).
+
+        Raises:
+            psycopg.Error: a connection fault.
+        """
+        payload = uuid.uuid4().hex
+        connection.execute(sql.wake.LISTEN_CHECK)
+        name = f"jobq listener check {self._worker_id}"
+        with db.connect(application_name=name) as notifier:
+            if self._watchdog is not None:
+                self._watchdog.watch(notifier, name)
+            notifier.execute(sql.wake.NOTIFY_CHECK, {"payload": payload})
+        deadline = time.monotonic() + CHECK_TIMEOUT
+        readable: list[int] = []
+        while True:
+            received = list(connection.notifies(timeout=0))  # what arrived, and any backlog
+            if any(n.channel == sql.wake.CHECK_CHANNEL and n.payload == payload for n in received):
+                heard = True
+                break
+            if readable and not received:
+                # Readable but no notification (see _listen): the round trip raises if the
+                # server closed the connection; what it brings is read on the next turn.
+                connection.execute(sql.wake.PING)
+                readable = []
+                continue
+            time_left = deadline - time.monotonic()
+            if time_left <= 0:
+                heard = False
+                break
+            readable, _, _ = select.select(
+                [connection.fileno(), self._stop_read], [], [], time_left
+            )
+            if self._stop_read in readable:
+                return True
+        connection.execute(sql.wake.UNLISTEN_CHECK)
+        return heard
 
     def _listen(self, connection: psycopg.Connection[Any]) -> None:
         """Wait for notifications until stopped; raise ``psycopg.Error`` if the connection

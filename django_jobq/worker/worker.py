@@ -151,8 +151,10 @@ class Worker:
             ``None`` waits for them however long they take.
         scheduler: run the scheduler, which enqueues the jobs of due schedule ticks
             (:mod:`django_jobq.scheduling`); on by default.
-        listen: wake on enqueue notifications (LISTEN on a connection of its own); off, the
-            worker only polls (e.g. behind a PgBouncer in transaction mode).
+        listen: wake on enqueue notifications (LISTEN on a connection of its own, to
+            ``JOBQ['LISTEN_DATABASE']``; a connection that cannot hear them is logged as an
+            error and dropped, see :mod:`.listener`); off, the worker only polls (e.g. behind
+            PgBouncer in transaction mode without a direct ``LISTEN_DATABASE``).
 
     Raises:
         ValueError: an option out of range.

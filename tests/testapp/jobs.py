@@ -279,3 +279,12 @@ def enqueue_behind(label: str) -> None:
     from django.utils import timezone
 
     record.using(run_at=timezone.now() - timedelta(days=1)).enqueue(label)
+
+
+@job(queue="pgbouncer", takes_context=True, max_attempts=3, backoff=FixedBackoff(0))
+def pgbouncer_attempts(ctx: JobContext, label: str, failures: int) -> None:
+    """Fail the first ``failures`` attempts, then write ``"<label> attempt <n>"``: with 3
+    attempts, 0 or 1 failures succeed (1 after a retry), 3 make a dead letter."""
+    if ctx.attempt <= failures:
+        raise RuntimeError(f"{label} fails attempt {ctx.attempt}")
+    Effect.objects.create(label=f"{label} attempt {ctx.attempt}")

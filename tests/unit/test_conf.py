@@ -44,6 +44,13 @@ def test_a_queue_database_that_is_not_postgresql_is_e001() -> None:
     assert "sqlite" in error.msg
 
 
+@override_settings(JOBQ={"LISTEN_DATABASE": "other"})
+def test_a_listener_database_that_is_not_postgresql_is_e001() -> None:
+    (error,) = check_settings()
+    assert error.id == "django_jobq.E001"
+    assert "LISTEN_DATABASE" in error.msg and "sqlite" in error.msg
+
+
 @pytest.mark.parametrize(
     ("jobq", "expected"),
     [
@@ -62,6 +69,8 @@ def test_a_queue_database_that_is_not_postgresql_is_e001() -> None:
         ({"DEAD_LETTER_RETENTION": -5}, ["django_jobq.E003"]),
         ({"DEFAULT_QUEUE": "has space"}, ["django_jobq.E003"]),
         ({"DATABASE": "missing"}, ["django_jobq.E004"]),
+        ({"LISTEN_DATABASE": "missing"}, ["django_jobq.E004"]),
+        ({"LISTEN_DATABASE": 5432}, ["django_jobq.E003"]),
         ({"METRICS_TOKEN": "short"}, ["django_jobq.E012"]),
         ({"METRICS_TOKEN": 12345678901234567890}, ["django_jobq.E012"]),
         ({"METRICS_TOKEN": " padded-token-of-enough-length "}, ["django_jobq.E012"]),

@@ -146,7 +146,8 @@ class Command(BaseCommand):
             action="store_false",
             dest="listen",
             help="Do not LISTEN for enqueue notifications; only poll (e.g. behind PgBouncer "
-            "in transaction pooling mode, which cannot carry LISTEN).",
+            "in transaction pooling mode, which cannot carry LISTEN, unless "
+            "JOBQ['LISTEN_DATABASE'] names a direct connection).",
         )
         parser.add_argument(
             "--no-scheduler",

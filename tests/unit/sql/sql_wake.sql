@@ -8,3 +8,15 @@ LISTEN "jobq"
 
 -- name: PING
 SELECT 1
+
+-- name: CHECK_CHANNEL
+jobq_listener_check
+
+-- name: LISTEN_CHECK
+LISTEN "jobq_listener_check"
+
+-- name: NOTIFY_CHECK
+SELECT pg_notify('jobq_listener_check', %(payload)s)
+
+-- name: UNLISTEN_CHECK
+UNLISTEN "jobq_listener_check"
