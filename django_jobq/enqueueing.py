@@ -294,7 +294,7 @@ def insert(
     alias = get_settings().DATABASE
     if not prepared:
         return [], alias
-    if not tracing.ENABLED:
+    if not (tracing.ENABLED and tracing.configured()):
         return _insert_by_transaction(alias, prepared, statement, None)
     with tracing.sending(prepared) as sending:
         jobs, commit_alias = _insert_by_transaction(

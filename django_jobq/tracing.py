@@ -3,9 +3,10 @@ extra); nothing at all when it is not.
 
 The only module of the package that imports OpenTelemetry. It does so once, here, at import:
 :data:`ENABLED` says whether that worked, and every call site tests it before calling
-anything below (a constant check; no import is tried again, no function called)::
+anything below (a constant check; no import is tried again, no function called), then
+:func:`configured` (is there a tracer provider to record spans?)::
 
-    if tracing.ENABLED:
+    if tracing.ENABLED and tracing.configured():
         with tracing.sending(prepared) as sending:
             ...  # insert the jobs with sending.trace_context
 
@@ -14,8 +15,8 @@ What is recorded (docs/tracing.md):
 - an enqueue (:func:`sending`): a PRODUCER span ``send <kind>`` around the insert, whose
   context is stored with each job it inserts (``jobq_job.trace_context``: the W3C
   ``traceparent``/``tracestate`` carrier of the configured propagator, as JSON), never in the
-  payload. Nothing is stored when that span has no valid context (OpenTelemetry installed
-  but no SDK configured, and no incoming trace): an empty carrier would only take room;
+  payload. Nothing is stored when that span has no valid context: an empty carrier would
+  only take room;
 - an attempt (:func:`processing`): a CONSUMER span ``process <kind>``, a child of the stored
   context, current while the handler runs (so the handler's own spans nest under it), ended
   once the attempt's outcome is decided (``jobq.outcome``).
@@ -34,7 +35,13 @@ from typing import Any, Protocol
 
 try:
     from opentelemetry import propagate, trace
-    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.trace import (
+        NoOpTracerProvider,
+        ProxyTracerProvider,
+        SpanKind,
+        Status,
+        StatusCode,
+    )
 except ImportError:  # the extra is not installed: the call sites test ENABLED
     ENABLED = False
 else:
@@ -75,6 +82,18 @@ class Claimed(Protocol):
     def attempt(self) -> int: ...
     @property
     def trace_context(self) -> str | None: ...
+
+
+def configured() -> bool:
+    """Whether the project has set a tracer provider (an SDK's, or whatever
+    ``opentelemetry-instrument`` sets): only then is there anything to record. With the API
+    alone (installed, often as another package's dependency, but no SDK set up) every span
+    is a no-op, yet opening and closing one per attempt still cost a busy worker about 15% of
+    its burn-down rate (bench/results/20261201-214500-issue20-ab.md); so the call sites
+    open none, and store no context. Asked at each call (cheap: a global read and an
+    ``isinstance``), so a provider set after start-up is used from then on. Only call when
+    :data:`ENABLED`."""
+    return not isinstance(trace.get_tracer_provider(), (ProxyTracerProvider, NoOpTracerProvider))
 
 
 def _one(values: Collection[str]) -> str | None:

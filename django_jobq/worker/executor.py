@@ -68,7 +68,7 @@ def refusal(job: ClaimedJob) -> Outcome | None:
     row (``ClaimedJob.poison``), a reclaim past the final attempt, an expired job. With
     OpenTelemetry, a refused job's attempt gets its span too (see :func:`execute`)."""
     refused = _refusal(job)
-    if refused is not None and tracing.ENABLED:
+    if refused is not None and tracing.ENABLED and tracing.configured():
         with tracing.processing(job) as attempt:
             _decided(attempt, refused)
     return refused
@@ -186,7 +186,7 @@ def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
     while the handler runs; the span records the handler's exception, and ends with the
     verdict (``jobq.outcome``; status ERROR for a dead letter), before the completer writes it.
     """
-    if not tracing.ENABLED:
+    if not (tracing.ENABLED and tracing.configured()):
         return _execute(held, extend, None)
     with tracing.processing(held.job) as attempt:
         return _decided(attempt, _execute(held, extend, attempt))
