@@ -14,9 +14,11 @@ from types import FrameType
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError, connections
+from django.db.migrations.executor import MigrationExecutor
 
 from ... import scheduling, tracing
-from ...conf import QUEUE_NAME_RE
+from ...conf import QUEUE_NAME_RE, get_settings
 from ...metrics.multiprocess import mark_process_dead, prepare_multiprocess
 from ...metrics.server import MetricsServer, serve, serve_multiprocess
 from ...worker.supervisor import Supervisor
@@ -176,6 +178,7 @@ class Command(BaseCommand):
                 raise CommandError(
                     f"invalid queue name {queue!r}: expected {QUEUE_NAME_RE.pattern}"
                 )
+        _refuse_unmigrated_schema()
         processes = options["processes"]
         if options["worker_id"] is not None:
             self._check_worker_id(options["worker_id"], processes)
@@ -277,6 +280,34 @@ class Command(BaseCommand):
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         jobq_logger.addHandler(handler)
         jobq_logger.propagate = False
+
+
+def _refuse_unmigrated_schema() -> None:
+    """Refuse to start a worker whose release has django_jobq migrations the queue database
+    lacks (an upgrade deployed before ``migrate``): its statements name columns that do not
+    exist yet, so every claim would fail. An unreachable database is not refused here: the
+    worker waits for it and reconnects (docs/operations.md).
+
+    Raises:
+        CommandError: naming the unapplied migrations and the command that applies them.
+    """
+    alias = get_settings().DATABASE
+    try:
+        executor = MigrationExecutor(connections[alias])
+        plan = executor.migration_plan(executor.loader.graph.leaf_nodes("django_jobq"))
+    except DatabaseError:
+        return
+    unapplied = [
+        migration.name
+        for migration, backwards in plan
+        if migration.app_label == "django_jobq" and not backwards
+    ]
+    if unapplied:
+        raise CommandError(
+            f"the queue database ({alias!r}) lacks django_jobq migrations of this release: "
+            f"{', '.join(unapplied)}. Run 'manage.py migrate' (--database {alias}) before "
+            "starting its workers (docs/deploying.md, 'Upgrading django-jobq')."
+        )
 
 
 def _configured_by_project(name: str) -> bool:
