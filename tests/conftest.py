@@ -71,15 +71,22 @@ def database_url() -> str:
     return f"postgres://{user}{password}@{host}:{port}/{settings['NAME']}"
 
 
-@pytest.fixture
-def manage(transactional_db: None) -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    """Start ``manage.py <args>`` as a real subprocess on the test database."""
-    env = {
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment of a fresh Python process on the test settings and the test database
+    (this process's environment, plus ``extra``)."""
+    return {
         **os.environ,
         "DATABASE_URL": database_url(),
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "testproject")]),
+        **extra,
     }
+
+
+@pytest.fixture
+def manage(transactional_db: None) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start ``manage.py <args>`` as a real subprocess on the test database."""
+    env = subprocess_env()
     started: list[subprocess.Popen[str]] = []
 
     def start(*args: str, new_session: bool = False, **extra_env: str) -> subprocess.Popen[str]:

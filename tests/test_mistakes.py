@@ -175,19 +175,11 @@ def test_a_module_imported_before_jobs_py_and_by_it_is_not_warned_of(monkeypatch
 
 def run_manage(*args, **env):
     """``manage.py <args>`` in a fresh process on the test settings; returns it finished."""
-    import os
-
-    from tests.conftest import database_url
+    from tests.conftest import subprocess_env
 
     return subprocess.run(
         [sys.executable, str(REPO_ROOT / "testproject" / "manage.py"), *args],
-        env={
-            **os.environ,
-            "DATABASE_URL": database_url(),
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "testproject")]),
-            **env,
-        },
+        env=subprocess_env(**env),
         capture_output=True,
         text=True,
         timeout=120,

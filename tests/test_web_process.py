@@ -2,7 +2,6 @@
 not prometheus-client (docs/operations.md, "Metrics"). Each test runs a fresh interpreter on
 the test database, because this process has long loaded everything."""
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -10,7 +9,7 @@ import textwrap
 import pytest
 
 from django_jobq.models import Job, StoredTaskResult
-from tests.conftest import REPO_ROOT, database_url
+from tests.conftest import REPO_ROOT, subprocess_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,13 +40,7 @@ def run_web_process(script: str, **env: str) -> subprocess.CompletedProcess[str]
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script)],
         cwd=REPO_ROOT,
-        env={
-            **os.environ,
-            "DATABASE_URL": database_url(),
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "testproject")]),
-            **env,
-        },
+        env=subprocess_env(**env),
         capture_output=True,
         text=True,
         timeout=60,
