@@ -13,7 +13,6 @@ Exits 1 naming the dependency when one has no ``>=`` floor.
 from __future__ import annotations
 
 import re
-import sys
 import tomllib
 from pathlib import Path
 
@@ -21,7 +20,8 @@ FLOOR = re.compile(r"(?P<name>[A-Za-z0-9_.-]+)(?:\[[^]]*\])?\s*>=\s*(?P<version>
 
 
 def floors(pyproject: Path) -> list[str]:
-    """``name==floor`` for each dependency of ``pyproject``.
+    """``name==floor`` (pip constraint lines, str) for each dependency of ``pyproject`` (the
+    path of a pyproject.toml), plus ``psycopg-binary`` at psycopg's floor.
 
     Raises:
         SystemExit: a dependency has no ``>=`` floor.
@@ -40,4 +40,3 @@ def floors(pyproject: Path) -> list[str]:
 if __name__ == "__main__":
     root = Path(__file__).resolve().parent.parent
     print("\n".join(floors(root / "pyproject.toml")))
-    sys.exit(0)
