@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 import psycopg
@@ -45,7 +45,9 @@ class Outcome:
     """The verdict on one claimed job. ``duration`` and ``retry_delay`` are in seconds;
     ``reason`` is set for dead letters. ``exception_class_path`` (``module.QualName``) names
     the exception of a failed attempt, ``returned`` is what a successful handler returned
-    (kept as the result of a Django task's job, see :mod:`django_jobq.task_results`)."""
+    (kept as the result of a Django task's job, see :mod:`django_jobq.task_results`).
+    ``exception`` is the exception itself, for :mod:`django_jobq.testing` to raise in the
+    test; the worker records only its text."""
 
     job: ClaimedJob
     action: Action
@@ -57,6 +59,7 @@ class Outcome:
     ran: bool = True  # False: dead-lettered without running this attempt
     exception_class_path: str = ""
     returned: Any = None
+    exception: BaseException | None = field(default=None, repr=False, compare=False)
 
 
 class Recorded(Written):

@@ -1,7 +1,8 @@
 """Handler threads: each runs claimed jobs one at a time and reports an :class:`Outcome`.
 
-Handlers use Django's ORM on the thread's own Django connection. As around a request,
-``close_old_connections()`` runs before and after every job, so a broken or expired
+Handlers use Django's ORM on the thread's own Django connection. As around a request, the
+pool closes old connections before and after every job (:func:`execute` itself does not:
+:mod:`django_jobq.testing` runs it inside a test's transaction), so a broken or expired
 connection never leaks from one job into the next.
 """
 
@@ -56,6 +57,7 @@ def _failed(
         error=error,
         traceback=tb,
         exception_class_path=class_path(exc),
+        exception=exc,
     )
 
 
@@ -212,7 +214,6 @@ def _execute(
             DeadLetter.Reason.UNKNOWN_KIND,
             f"no handler is registered for kind {job.kind!r} in this worker",
         )
-    db.close_unusable_connections()
     signals.send(signals.job_started, job)
     instruments.handler_started()
     started = held.started = time.monotonic()
@@ -229,13 +230,14 @@ def _execute(
             attempt.failed(exc, *described)
         error = described[0]
         if held.acked:  # raised after its transaction committed: the job is done anyway
-            return Outcome(job, Action.ACKED_BY_HANDLER, duration=duration, error=error)
+            return Outcome(
+                job, Action.ACKED_BY_HANDLER, duration=duration, error=error, exception=exc
+            )
         if isinstance(exc, LeaseLost):
-            return Outcome(job, Action.LEASE_LOST, duration=duration, error=error)
+            return Outcome(job, Action.LEASE_LOST, duration=duration, error=error, exception=exc)
         return _verdict_on_failure(job, definition, exc, described, duration)
     finally:
         instruments.handler_finished()
-        close_old_connections()
     duration = time.monotonic() - started
     if inspect.isawaitable(returned) and not held.acked:
         return _not_awaited(job, returned, duration)
@@ -313,7 +315,9 @@ class ExecutorPool:
         try:
             while (held := self._jobs.get()) is not None:
                 try:
+                    db.close_unusable_connections()
                     outcome = execute(held, self._extend)
+                    close_old_connections()
                 except Exception as exc:  # a bug here must not wedge the job or the thread
                     logger.exception("job %s: could not decide its outcome", held.job.id)
                     error, tb = describe(exc)
