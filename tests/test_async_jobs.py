@@ -17,6 +17,7 @@ from datetime import timedelta
 import pytest
 from asgiref.sync import async_to_sync
 from django.utils import timezone
+from opentelemetry import trace
 from prometheus_client import REGISTRY
 
 from django_jobq import claims, enqueue, enqueue_many, job, registry, signals
@@ -27,6 +28,7 @@ from django_jobq.worker import Worker
 from django_jobq.worker.executor import execute_async
 from django_jobq.worker.held import HeldJob
 from tests.conftest import wait_until
+from tests.test_tracing import attributes, exporter, named, spans  # noqa: F401 (fixtures)
 from tests.testapp.jobs import record
 from tests.testapp.models import Effect
 
@@ -56,9 +58,9 @@ def stop(worker):
     return stderr
 
 
-def most_at_once(spans):
-    """The most ``(start, end)`` spans open at one instant."""
-    events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+def most_at_once(intervals):
+    """The most ``(start, end)`` intervals open at one instant."""
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
     open_now = most = 0
     for _, step in events:
         open_now += step
@@ -145,11 +147,11 @@ def test_a_thousand_async_jobs_overlap_in_one_worker_process_with_default_flags(
 
     lines = [line.rsplit(" ", 2) for line in times.read_text().splitlines()]
     assert sorted(label for label, _, _ in lines) == sorted(labels)  # each ran once
-    spans = [(float(start), float(end)) for _, start, end in lines]
-    overlap = most_at_once(spans)
+    intervals = [(float(start), float(end)) for _, start, end in lines]
+    overlap = most_at_once(intervals)
     assert overlap > 50  # the default ASYNC_CONCURRENCY is 100
     assert overlap <= 100
-    elapsed = max(end for _, end in spans) - min(start for start, _ in spans)
+    elapsed = max(end for _, end in intervals) - min(start for start, _ in intervals)
     print(f"1,000 async jobs of 0.1 s: {elapsed:.2f} s from the first start to the last end")
 
 
@@ -239,6 +241,72 @@ def test_async_orm_signals_and_a_sync_kind_in_one_worker(manage):
     assert announced == ["job_started orm", "job_succeeded orm"]
 
 
+def test_a_running_async_job_is_heartbeated_past_its_visibility_timeout(manage):
+    # A lease of 1 s, a job of 2.5 s: without the automatic heartbeats the lease would
+    # lapse and a second attempt start.
+    enqueue(
+        "async.slow",
+        {"label": "long", "seconds": 2.5},
+        queue=QUEUE,
+        visibility_timeout=1,
+        max_attempts=1,
+    )
+    worker = start_worker(manage)
+    wait_until(lambda: not Job.objects.exists(), what="the long job to be acked")
+    stop(worker)
+    assert sorted(Effect.objects.values_list("label", flat=True)) == [
+        "long finished attempt 1",
+        "long started",
+    ]
+    assert not DeadLetter.objects.exists()
+
+
+def enqueue_slow(count, seconds):
+    return enqueue_many(
+        {
+            "kind": "async.slow",
+            "payload": {"label": f"slow {n}", "seconds": seconds},
+            "queue": QUEUE,
+            "visibility_timeout": 300,
+        }
+        for n in range(count)
+    )
+
+
+def started_labels():
+    return sorted(Effect.objects.filter(label__endswith=" started").values_list("label", flat=True))
+
+
+def test_shutdown_releases_unstarted_async_jobs_and_lets_running_ones_finish(manage):
+    jobs = enqueue_slow(5, seconds=2)
+    worker = start_worker(manage, "--async-concurrency", "2", "--shutdown-timeout", "30")
+    wait_until(lambda: len(started_labels()) == 2, what="two jobs running on the loop")
+    assert Job.objects.filter(status="running").count() == 5  # three claimed, waiting
+    stop(worker)  # exit 0: the running ones finished
+
+    started = started_labels()
+    assert len(started) == 2
+    finished = sorted(
+        Effect.objects.filter(label__contains="finished").values_list("label", flat=True)
+    )
+    assert sorted(finished) == [label.replace("started", "finished attempt 1") for label in started]
+    released = Job.objects.filter(pk__in=[job.pk for job in jobs])
+    assert sorted(released.values_list("status", "attempts")) == [("ready", 0)] * 3
+
+
+def test_async_jobs_still_running_at_the_shutdown_timeout_are_cancelled(manage):
+    enqueue_slow(2, seconds=60)
+    worker = start_worker(manage, "--shutdown-timeout", "0.5")
+    wait_until(lambda: len(started_labels()) == 2, what="both jobs running")
+    worker.send_signal(signal.SIGTERM)
+    _, stderr = worker.communicate(timeout=30)
+    assert worker.returncode == 1, stderr  # the shutdown timeout passed with jobs running
+    assert "cancelled 2 async job(s) still running at shutdown" in stderr
+    assert not Effect.objects.filter(label__contains="finished").exists()
+    # Their outcomes are not recorded: the leases lapse and other workers run them again.
+    assert Job.objects.filter(status="running", attempts=1).count() == 2
+
+
 # -- in process --------------------------------------------------------------------------------
 
 
@@ -293,6 +361,30 @@ def test_async_jobs_send_signals_and_count_in_the_metrics():
     assert REGISTRY.get_sample_value("jobq_job_duration_seconds_count", durations) == 2
     # The loop's 7 slots were counted idle while the worker ran, and are gone with it.
     assert REGISTRY.get_sample_value("jobq_worker_threads", {"state": "idle"}) == idle_before
+
+
+def test_each_async_attempt_runs_in_its_own_span(spans):  # noqa: F811 (the fixture)
+    seen = []
+
+    async def traced(label: str) -> None:
+        before = trace.get_current_span()
+        await asyncio.sleep(0.05)  # the other job runs meanwhile, in its own span
+        seen.append((label, before, trace.get_current_span()))
+
+    with registry.isolated():
+        definition = job(name="async_tests.traced", queue="async-traced")(traced)
+        definition.enqueue("a")
+        definition.enqueue("b")
+        Worker(queues=["async-traced"], burst=True, poll_interval=0.05).run()
+
+    finished = named(spans, "process async_tests.traced")
+    assert len(finished) == 2
+    assert all(attributes(span)["jobq.outcome"] == "succeeded" for span in finished)
+    assert len(seen) == 2
+    for _, before, after in seen:
+        assert before is after  # the job's span stays current across its awaits
+        assert before.get_span_context().span_id in {s.context.span_id for s in finished}
+    assert seen[0][1] is not seen[1][1]
 
 
 def always_extended(held):

@@ -65,6 +65,15 @@ async def overrun_final(label: str) -> None:
     await Effect.objects.acreate(label=f"{label} went on")
 
 
+@job(name="async.slow", queue=QUEUE, takes_context=True)
+async def slow(ctx: JobContext, label: str, seconds: float) -> None:
+    """Write ``"<label> started"``, sleep ``seconds``, write ``"<label> finished attempt
+    <n>"``: what shutdown and heartbeats do to running async jobs."""
+    await Effect.objects.acreate(label=f"{label} started")
+    await asyncio.sleep(seconds)
+    await Effect.objects.acreate(label=f"{label} finished attempt {ctx.attempt}")
+
+
 def _write(label: str) -> int:
     """Write an Effect with the ORM's sync API (run by ``ctx.aatomic``); return its id."""
     return Effect.objects.create(label=label).pk
