@@ -32,6 +32,7 @@ id                        meaning
 ``django_jobq.E018``      ``JOBQ['UNKNOWN_KIND_GRACE']`` is not ``None`` or 1 s to 10 years
 ``django_jobq.E019``      the test-only ``JOBQ_TEST_CRASH_AT`` is set, but no crash point is
                           armed: the chaos app (``django_jobq.contrib.chaos``) is not installed
+``django_jobq.E020``      ``JOBQ['ASYNC_CONCURRENCY']`` is not an int from 1 to 10,000
 ``django_jobq.W001``      a ``JOBQ['SCHEDULES']`` entry's kind has no handler in this process
 ``django_jobq.W002``      a ``@job`` is defined in a module that workers do not import (not an
                           installed app's ``jobs`` module, nor imported by one)

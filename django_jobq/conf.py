@@ -25,6 +25,7 @@ Users configure django-jobq with one dictionary in their settings module::
         "STATEMENT_TIMEOUT": None,    # seconds per worker statement; None: VISIBILITY_TIMEOUT / 3
         "ENQUEUE_UNREGISTERED_KINDS": False,  # True: enqueue kinds this process does not register
         "UNKNOWN_KIND_GRACE": 600,    # seconds a job no live worker can run waits; None: forever
+        "ASYNC_CONCURRENCY": 100,     # async jobs one worker process runs at once on its loop
     }
 
 Durations are seconds (int or float) or ``datetime.timedelta``. ``SCHEDULES`` declares
@@ -60,6 +61,11 @@ of them has registered its kind (a mixed fleet during a deploy, or a removed kin
 from the moment it became due (``GREATEST(run_at, created_at)``); then the maintenance sweep
 makes it an "unknown kind" dead letter (docs/deploying.md). 1 s to 10 years, or ``None``:
 such jobs wait until a worker that has the kind comes (E018).
+
+``ASYNC_CONCURRENCY`` is how many async jobs (``async def`` handlers) one worker process
+runs side by side on its event loop, and how many claim slots that adds to the worker's
+threads when it registers async kinds (docs/async.md); ``jobq_worker --async-concurrency``
+overrides it. An int from 1 to :data:`MAX_ASYNC_CONCURRENCY` (E020).
 
 ``TASKS`` entries whose backend is ``django_jobq.tasks_backend.JobqBackend`` are checked by
 :func:`validate_tasks_backend` (E010): their ``QUEUES`` must be queue names, and their
@@ -104,6 +110,8 @@ CONNECT_TIMEOUT_RANGE = (2.0, 3600.0)
 STATEMENT_TIMEOUT_RANGE = (0.1, 3600.0)
 #: The shortest statement timeout derived from ``VISIBILITY_TIMEOUT``, in seconds.
 MIN_DERIVED_STATEMENT_TIMEOUT = 1.0
+#: The most async jobs one worker process may run at once (``JOBQ['ASYNC_CONCURRENCY']``).
+MAX_ASYNC_CONCURRENCY = 10_000
 #: The range of ``JOBQ['UNKNOWN_KIND_GRACE']`` in seconds (``None`` is also allowed).
 UNKNOWN_KIND_GRACE_RANGE = (1.0, 10 * 365 * 24 * 3600.0)
 
@@ -134,6 +142,7 @@ class JobqSettings:
     STATEMENT_TIMEOUT: float | None = None
     ENQUEUE_UNREGISTERED_KINDS: bool = False
     UNKNOWN_KIND_GRACE: float | None = 600.0
+    ASYNC_CONCURRENCY: int = 100
 
 
 _KNOWN_KEYS = frozenset(f.name for f in fields(JobqSettings))
@@ -232,6 +241,19 @@ def validate(raw: Any) -> list[tuple[str, str]]:
             (
                 "django_jobq.E017",
                 f"JOBQ['ENQUEUE_UNREGISTERED_KINDS'] = {unregistered!r} must be True or False.",
+            )
+        )
+    async_concurrency = raw.get("ASYNC_CONCURRENCY", JobqSettings.ASYNC_CONCURRENCY)
+    if (
+        not isinstance(async_concurrency, int)
+        or isinstance(async_concurrency, bool)
+        or not 1 <= async_concurrency <= MAX_ASYNC_CONCURRENCY
+    ):
+        problems.append(
+            (
+                "django_jobq.E020",
+                f"JOBQ['ASYNC_CONCURRENCY'] = {async_concurrency!r} must be an int from 1 to "
+                f"{MAX_ASYNC_CONCURRENCY}.",
             )
         )
     durations = {}

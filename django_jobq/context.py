@@ -13,6 +13,16 @@
 
 The worker heartbeats running jobs on its own; :meth:`JobContext.heartbeat` is for a single
 step that may outlast a third of the visibility timeout between two automatic heartbeats.
+
+An async handler (``async def``) gets the same context, with awaitable forms of the two
+methods that touch the database: :meth:`JobContext.aheartbeat`, and :meth:`JobContext.aatomic`,
+which runs a plain function inside :meth:`JobContext.atomic` on Django's sync thread::
+
+    @job(takes_context=True)
+    async def import_feed(ctx: JobContext, url: str) -> None:
+        rows = await fetch(url)                      # the event loop runs other jobs meanwhile
+        await ctx.aheartbeat()
+        await ctx.aatomic(save_rows, rows)           # the rows and the job's ack commit together
 """
 
 from __future__ import annotations
@@ -20,14 +30,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
-from typing import Protocol
+from typing import ParamSpec, Protocol, TypeVar
 
+from asgiref.sync import sync_to_async
 from django.db import connections, transaction
 
 from . import crash_points, outcomes
 from .claims import ClaimedJob
 from .conf import get_settings
 from .idempotency import LeaseLost, idempotent
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class HeldAttempt(Protocol):
@@ -85,6 +99,12 @@ class JobContext:
         """
         return self._extend()
 
+    async def aheartbeat(self) -> bool:
+        """:meth:`heartbeat` for an async handler: the statement runs on a thread of asyncio's
+        default executor, so the event loop (and the worker's other async jobs) goes on
+        meanwhile. Returns as :meth:`heartbeat` does."""
+        return await sync_to_async(self._extend, thread_sensitive=False)()
+
     @contextmanager
     def atomic(self) -> Iterator[None]:
         """A transaction on the queue's database that also completes the job.
@@ -117,6 +137,34 @@ class JobContext:
         if crash_points.reach is not None:
             crash_points.reach("after_ack")
         self._held.acked = True
+
+    async def aatomic(self, func: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """:meth:`atomic` for an async handler: run the plain function ``func(*args,
+        **kwargs)`` inside ``ctx.atomic()``, on Django's sync thread
+        (``sync_to_async(thread_sensitive=True)``, where the async ORM runs its queries), and
+        return what it returns. ``func``'s writes and the job's fenced ack commit together;
+        the event loop runs other jobs meanwhile. ``func`` uses the ORM's sync API (it runs in
+        a plain thread)::
+
+            def save(rows: list[dict]) -> None:
+                Row.objects.bulk_create(Row(**row) for row in rows)
+
+            await ctx.aatomic(save, rows)
+
+        Django has no async transaction API: a transaction opened by ``async`` code would
+        span awaits, and other jobs' queries would run inside it on the shared sync thread.
+        Hence a function, run whole on that thread.
+
+        Raises:
+            LeaseLost, RuntimeError: as :meth:`atomic`.
+            Exception: whatever ``func`` raises (its writes are rolled back, nothing acked).
+        """
+
+        def run() -> T:
+            with self.atomic():
+                return func(*args, **kwargs)
+
+        return await sync_to_async(run, thread_sensitive=True)()
 
     def idempotent(self, key: str | None = None) -> AbstractContextManager[bool]:
         """:func:`django_jobq.idempotency.idempotent` with this job's kind as namespace and

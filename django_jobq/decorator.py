@@ -22,7 +22,6 @@ its kind (:mod:`django_jobq.registry`, which workers and enqueue read); the defi
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -74,36 +73,23 @@ class JobDefinition(registry.KindDefinition):
         return enqueue_many([self.prepare(*args, **kwargs)])[0]
 
 
-def _is_async(func: Any) -> bool:
-    """A coroutine or async generator function, or a ``functools.partial`` of one, or an
-    object whose ``__call__`` is one: calling it returns without running its body."""
-    while isinstance(func, functools.partial):
-        func = func.func
-    if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
-        return True
-    if inspect.isroutine(func) or not callable(func):
-        return False
-    call = type(func).__call__  # an instance's: what calling it runs
-    return inspect.iscoroutinefunction(call) or inspect.isasyncgenfunction(call)
-
-
-def refuse_async(func: Callable[..., Any], what: str) -> None:
-    """Refuse an async handler: workers call handlers synchronously, so the job would be
-    acked with its body never run.
+def refuse_async_generator(func: Callable[..., Any], what: str) -> None:
+    """Refuse an async generator as a handler: a worker awaits coroutine handlers, and an
+    async generator is neither awaited nor iterated, so its body would never run.
 
     Raises:
-        TypeError: ``func`` is async (see :func:`_is_async`); ``what`` names it.
+        TypeError: ``func`` is an async generator function, or a ``functools.partial`` of
+            one, or an object whose ``__call__`` is one; ``what`` names it.
     """
-    if _is_async(func):
+    if registry.is_async_generator_handler(func):
         raise TypeError(
-            f"{what} is an async function; django-jobq runs handlers synchronously and does "
-            f"not support async handlers yet. Register a sync wrapper instead, e.g. "
-            f"asgiref.sync.async_to_sync(handler) called from a plain def."
+            f"{what} is an async generator function; a job handler is a plain or async "
+            f"function (def or async def) returning when its work is done."
         )
 
 
 def _validate_handler(func: Callable[..., Any], takes_context: bool) -> None:
-    refuse_async(func, getattr(func, "__qualname__", repr(func)))
+    refuse_async_generator(func, getattr(func, "__qualname__", repr(func)))
     parameters = list(inspect.signature(func).parameters.values())
     if takes_context:
         if not parameters:
@@ -158,7 +144,8 @@ def job(
         visibility_timeout: lease length in seconds (> 0); a worker heartbeats running jobs
             every third of it, so it bounds how long a crashed worker's job waits.
         max_runtime: seconds (> 0) after which a running job's lease is no longer extended,
-            so it lapses and another worker may take the job.
+            so it lapses and another worker may take the job; an async handler's task is
+            cancelled then, and the attempt fails (retry, or dead letter on the last one).
         takes_context: pass a :class:`~django_jobq.context.JobContext` as first argument.
         backoff: retry delay policy, ``attempt -> seconds`` (see :mod:`django_jobq.backoff`);
             default ``ExponentialBackoff`` from the ``JOBQ`` setting.
@@ -178,9 +165,14 @@ def job(
         ValueError: an invalid name, alias or option, or a name or alias already
             registered (as a kind or an alias) by another function.
         TypeError: an option of the wrong type, a function with positional-only or
-            ``*args`` parameters, or an async handler (``async def``, an async generator,
-            a ``functools.partial`` of one or an object whose ``__call__`` is one): handlers
-            run synchronously, so wrap it in a plain function (``async_to_sync``).
+            ``*args`` parameters, or an async generator function (or a partial of one, or
+            an object whose ``__call__`` is one).
+
+    The handler may be a plain function or a coroutine function (``async def``, a
+    ``functools.partial`` of one, an object with an ``async def __call__``): the worker runs
+    a plain one on a handler thread and awaits a coroutine one on its event loop
+    (``definition.is_async``, fixed here; docs/async.md). ``max_runtime`` then cancels the
+    task instead of letting the lease lapse.
 
     An invalid cron expression or timezone, or a schedule payload the handler cannot take,
     is reported by ``manage.py check`` (``django_jobq.E006``-``E009``) and stops workers

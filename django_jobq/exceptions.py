@@ -44,6 +44,14 @@ class Fail(PermanentError):
     """Dead-letter this job now: ``raise Fail("order was deleted")``."""
 
 
+class MaxRuntimeExceeded(Exception):
+    """The worker cancelled an async handler's task when it ran past its kind's
+    ``max_runtime`` (raised by the worker, never by a handler). The attempt fails like one
+    that raised: it retries after the kind's backoff, whatever ``retry_on`` says, or becomes
+    a dead letter ("max attempts exceeded") on the final attempt. Its message: "max_runtime
+    of N s exceeded; the task was cancelled"."""
+
+
 class UnknownKind(LookupError):
     """Enqueue was given a kind that no ``@job`` (or task) registers in this process.
 

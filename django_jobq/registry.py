@@ -58,7 +58,8 @@ class KindDefinition:
     ``schedules`` by the schedulers (see :mod:`django_jobq.scheduling`).
     With ``takes_context`` the handler's first parameter receives a
     :class:`~django_jobq.context.JobContext` and is not part of the payload. ``aliases`` are
-    former kinds whose jobs this handler runs too (see the module docs).
+    former kinds whose jobs this handler runs too (see the module docs). :attr:`is_async`
+    says whether the worker awaits the handler on its event loop.
     """
 
     func: Callable[..., Any]
@@ -77,6 +78,13 @@ class KindDefinition:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
+
+    @functools.cached_property
+    def is_async(self) -> bool:
+        """Whether the handler is a coroutine function (:func:`is_coroutine_handler`): the
+        worker runs its jobs on its event loop (:mod:`django_jobq.worker.async_executor`)
+        instead of a handler thread. Computed once, when the definition is registered."""
+        return is_coroutine_handler(self.func)
 
     @functools.cached_property
     def signature(self) -> inspect.Signature:
@@ -137,6 +145,28 @@ class KindDefinition:
         return payload
 
 
+def _what_runs(func: Any) -> Any:
+    """What calling ``func`` runs: the function inside ``functools.partial`` layers, or an
+    instance's ``__call__``."""
+    while isinstance(func, functools.partial):
+        func = func.func
+    if inspect.isroutine(func) or not callable(func):
+        return func
+    return type(func).__call__
+
+
+def is_coroutine_handler(func: Any) -> bool:
+    """Whether calling ``func`` returns a coroutine without running its body: an
+    ``async def``, a ``functools.partial`` of one, or an object whose ``__call__`` is one."""
+    return inspect.iscoroutinefunction(_what_runs(func))
+
+
+def is_async_generator_handler(func: Any) -> bool:
+    """Whether ``func`` (or what a partial of it or its ``__call__`` runs) is an async
+    generator function, which a worker could neither await nor run."""
+    return inspect.isasyncgenfunction(_what_runs(func))
+
+
 #: A definition of any class, as :func:`register` returns it.
 D = TypeVar("D", bound=KindDefinition)
 
@@ -165,6 +195,7 @@ def register(definition: D) -> D:
     if previous is not None:
         for name in (previous.kind, *previous.aliases):
             _registry.pop(name, None)
+    definition.is_async  # noqa: B018 - computed now: a kind's nature is fixed at registration
     for name in names:
         _registry[name] = definition
     _importers[definition] = _modules_being_imported()

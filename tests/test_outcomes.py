@@ -3,7 +3,6 @@
 See docs/guarantees.md ("Faults and what the worker does") and docs/operations.md (log lines).
 """
 
-import functools
 import logging
 import re
 import signal
@@ -12,7 +11,7 @@ import threading
 import pytest
 from django.db import connection
 
-from django_jobq import claims, job, registry, text
+from django_jobq import claims, text
 from django_jobq.models import DeadLetter, Job
 from django_jobq.outcomes import Action, Outcome
 from django_jobq.task_framework import InvalidTask, TaskResultStatus
@@ -202,34 +201,11 @@ def test_a_task_result_the_database_refuses_fails_that_task_only(refuse):
     assert (stats.outcome_counts.succeeded, stats.outcome_counts.dead_lettered) == (5, 1)
 
 
-# -- async handlers ------------------------------------------------------------------------
-
-
-async def _coroutine_function(label: str) -> None: ...
+# -- async handlers (tests/test_async_jobs.py runs them) ---------------------------------
 
 
 async def _async_generator(label: str):
     yield label
-
-
-class _AsyncCallable:
-    async def __call__(self, label: str) -> None: ...
-
-
-@pytest.mark.parametrize(
-    "handler",
-    [
-        _coroutine_function,
-        _async_generator,
-        functools.partial(_coroutine_function, label="x"),
-        _AsyncCallable(),
-    ],
-    ids=["async-def", "async-generator", "partial", "async-__call__"],
-)
-def test_job_refuses_an_async_handler(handler):
-    with pytest.raises(TypeError, match=r"async function.*async_to_sync"):
-        job(name="outcomes.async")(handler)
-    assert registry.get("outcomes.async") is None
 
 
 def test_a_handler_that_returns_a_coroutine_is_dead_lettered_never_acked():

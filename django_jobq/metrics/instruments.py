@@ -79,7 +79,7 @@ PICKUP_LATENCY = Histogram(
 )
 WORKER_THREADS = Gauge(
     "jobq_worker_threads",
-    "Handler threads of the running workers: busy (running a job) or idle.",
+    "Handler threads and async job slots of the running workers: busy (running a job) or idle.",
     ("state",),
     multiprocess_mode="livesum",
 )
@@ -178,7 +178,8 @@ def observe_heartbeat(queue: str) -> None:
 
 
 def threads_started(count: int) -> None:
-    """A worker started ``count`` handler threads (idle until they take a job)."""
+    """A worker started ``count`` handler threads or async job slots (idle until they take
+    a job)."""
     WORKER_THREADS.labels("idle").inc(count)
 
 

@@ -1,4 +1,6 @@
-"""Handler threads: each runs claimed jobs one at a time and reports an :class:`Outcome`.
+"""Handler threads: each runs claimed jobs one at a time and reports an :class:`Outcome`;
+and the verdict on an attempt, for them and for the event loop of async handlers
+(:func:`execute`, :func:`execute_async`, :mod:`.async_executor`).
 
 Handlers use Django's ORM on the thread's own Django connection. As around a request, the
 pool closes old connections before and after every job (:func:`execute` itself does not:
@@ -8,15 +10,17 @@ connection never leaks from one job into the next.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import queue
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections
 
 from .. import db, registry, signals, text, tracing
@@ -24,7 +28,7 @@ from ..backoff import default_backoff
 from ..claims import ClaimedJob
 from ..conf import MAX_DURATION
 from ..context import JobContext
-from ..exceptions import PermanentError, Retry
+from ..exceptions import MaxRuntimeExceeded, PermanentError, Retry
 from ..idempotency import LeaseLost
 from ..metrics import instruments
 from ..models import DeadLetter
@@ -154,17 +158,18 @@ def _verdict_on_failure(
     described: tuple[str, str],
     duration: float,
 ) -> Outcome:
-    """Retry, or dead-letter: a permanent error, an exception outside ``retry_on``, or the
-    final attempt (``described``: ``exc``'s error and traceback, :func:`describe`). A dead
-    letter's reason quotes the error, cut to the reason's column (the whole error is the
-    dead letter's ``last_error``)."""
+    """Retry, or dead-letter: a permanent error, an exception outside ``retry_on`` (``Retry``
+    and ``MaxRuntimeExceeded`` are never outside it), or the final attempt (``described``:
+    ``exc``'s error and traceback, :func:`describe`). A dead letter's reason quotes the
+    error, cut to the reason's column (the whole error is the dead letter's
+    ``last_error``)."""
     error = described[0]
     if isinstance(exc, PermanentError):
         message = error.partition(": ")[2] or error
         reason = text.reason(f"{DeadLetter.Reason.FAILED}: {message}")
         return _failed(job, exc, described, duration, reason=reason)
     retryable = (
-        isinstance(exc, Retry)
+        isinstance(exc, Retry | MaxRuntimeExceeded)
         or definition.retry_on is None
         or isinstance(exc, definition.retry_on)
     )
@@ -187,11 +192,33 @@ def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
     With OpenTelemetry (:mod:`django_jobq.tracing`), the attempt runs in its span, current
     while the handler runs; the span records the handler's exception, and ends with the
     verdict (``jobq.outcome``; status ERROR for a dead letter), before the completer writes it.
+
+    An async handler's jobs go to :func:`execute_async` instead; called here, its coroutine
+    is closed unrun and the job dead-lettered (:func:`_not_awaited`).
     """
     if not (tracing.ENABLED and tracing.configured()):
         return _execute(held, extend, None)
     with tracing.processing(held.job) as attempt:
         return _decided(attempt, _execute(held, extend, attempt))
+
+
+async def execute_async(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
+    """:func:`execute` for a job whose handler is a coroutine function
+    (``KindDefinition.is_async``): await it with its payload as keyword arguments, and
+    return the verdict; never raises (a ``CancelledError`` from outside is a failed attempt
+    too).
+
+    The kind's ``max_runtime`` (seconds) bounds the await: past it the handler's task is
+    cancelled and the attempt fails with :class:`~django_jobq.exceptions.MaxRuntimeExceeded`
+    (a retry, or a dead letter on the final attempt). ``job_started`` is sent through
+    ``sync_to_async(thread_sensitive=True)``, since receivers may use the ORM: on Django's
+    sync thread, or on the thread of an enclosing ``async_to_sync`` (a test's). No connection
+    hygiene here; the worker's :class:`~.async_executor.AsyncExecutor` does it.
+    """
+    if not (tracing.ENABLED and tracing.configured()):
+        return await _execute_async(held, extend, None)
+    with tracing.processing(held.job) as attempt:
+        return _decided(attempt, await _execute_async(held, extend, attempt))
 
 
 def _decided(attempt: tracing.Attempt, outcome: Outcome) -> Outcome:
@@ -200,11 +227,9 @@ def _decided(attempt: tracing.Attempt, outcome: Outcome) -> Outcome:
     return outcome
 
 
-def _execute(
-    held: HeldJob, extend: Callable[[HeldJob], bool], attempt: tracing.Attempt | None
-) -> Outcome:
-    """:func:`execute`; the handler's exception is recorded on ``attempt``, when traced."""
-    job = held.job
+def _definition(job: ClaimedJob) -> KindDefinition | Outcome:
+    """The definition that runs ``job``, or the dead-letter verdict of a job that must not
+    run: a refusal (:func:`refusal`) or a kind no handler is registered for here."""
     if (refused := _refusal(job)) is not None:
         return refused
     definition = registry.get(job.kind)
@@ -214,49 +239,133 @@ def _execute(
             DeadLetter.Reason.UNKNOWN_KIND,
             f"no handler is registered for kind {job.kind!r} in this worker",
         )
-    signals.send(signals.job_started, job)
+    return definition
+
+
+def _arguments(
+    held: HeldJob, definition: KindDefinition, extend: Callable[[HeldJob], bool]
+) -> tuple[JobContext, ...]:
+    """The positional arguments of the handler: its context, if it takes one."""
+    if definition.takes_context:
+        return (JobContext(held, lambda: extend(held)),)
+    return ()
+
+
+def _verdict_on_exception(
+    held: HeldJob,
+    definition: KindDefinition,
+    exc: BaseException,
+    duration: float,
+    attempt: tracing.Attempt | None,
+) -> Outcome:
+    """The verdict on an attempt whose handler raised ``exc`` after ``duration`` seconds,
+    recorded on ``attempt``'s span when traced."""
+    described = describe(exc)
+    if attempt is not None:
+        attempt.failed(exc, *described)
+    error = described[0]
+    job = held.job
+    if held.acked:  # raised after its transaction committed: the job is done anyway
+        return Outcome(job, Action.ACKED_BY_HANDLER, duration=duration, error=error, exception=exc)
+    if isinstance(exc, LeaseLost):
+        return Outcome(job, Action.LEASE_LOST, duration=duration, error=error, exception=exc)
+    return _verdict_on_failure(job, definition, exc, described, duration)
+
+
+def _verdict_on_return(held: HeldJob, returned: Any, duration: float) -> Outcome:
+    """The verdict on an attempt whose handler returned ``returned`` after ``duration``
+    seconds."""
+    if inspect.isawaitable(returned) and not held.acked:
+        return _not_awaited(held.job, returned, duration)
+    action = Action.ACKED_BY_HANDLER if held.acked else Action.ACK
+    return Outcome(held.job, action, duration=duration, returned=returned)
+
+
+def _execute(
+    held: HeldJob, extend: Callable[[HeldJob], bool], attempt: tracing.Attempt | None
+) -> Outcome:
+    """:func:`execute`; the handler's exception is recorded on ``attempt``, when traced."""
+    definition = _definition(held.job)
+    if isinstance(definition, Outcome):
+        return definition
+    signals.send(signals.job_started, held.job)
     instruments.handler_started()
     started = held.started = time.monotonic()
     try:
-        if definition.takes_context:
-            context = JobContext(held, lambda: extend(held))
-            returned = definition.func(context, **job.payload)
-        else:
-            returned = definition.func(**job.payload)
+        returned = definition.func(*_arguments(held, definition, extend), **held.job.payload)
     except BaseException as exc:  # any failure of user code is the job's outcome
-        duration = time.monotonic() - started
-        described = describe(exc)
-        if attempt is not None:
-            attempt.failed(exc, *described)
-        error = described[0]
-        if held.acked:  # raised after its transaction committed: the job is done anyway
-            return Outcome(
-                job, Action.ACKED_BY_HANDLER, duration=duration, error=error, exception=exc
-            )
-        if isinstance(exc, LeaseLost):
-            return Outcome(job, Action.LEASE_LOST, duration=duration, error=error, exception=exc)
-        return _verdict_on_failure(job, definition, exc, described, duration)
+        return _verdict_on_exception(held, definition, exc, time.monotonic() - started, attempt)
     finally:
         instruments.handler_finished()
-    duration = time.monotonic() - started
-    if inspect.isawaitable(returned) and not held.acked:
-        return _not_awaited(job, returned, duration)
-    action = Action.ACKED_BY_HANDLER if held.acked else Action.ACK
-    return Outcome(job, action, duration=duration, returned=returned)
+    return _verdict_on_return(held, returned, time.monotonic() - started)
+
+
+async def _execute_async(
+    held: HeldJob, extend: Callable[[HeldJob], bool], attempt: tracing.Attempt | None
+) -> Outcome:
+    """:func:`execute_async`; the handler's exception is recorded on ``attempt``, when
+    traced."""
+    definition = _definition(held.job)
+    if isinstance(definition, Outcome):
+        return definition
+    await sync_to_async(signals.send, thread_sensitive=True)(signals.job_started, held.job)
+    instruments.handler_started()
+    started = held.started = time.monotonic()
+    try:
+        returned = await _within_max_runtime(
+            definition.func(*_arguments(held, definition, extend), **held.job.payload),
+            definition.max_runtime,
+        )
+    except BaseException as exc:  # any failure of user code is the job's outcome
+        return _verdict_on_exception(held, definition, exc, time.monotonic() - started, attempt)
+    finally:
+        instruments.handler_finished()
+    return _verdict_on_return(held, returned, time.monotonic() - started)
+
+
+async def _within_max_runtime(awaitable: Awaitable[Any], max_runtime: float | None) -> Any:
+    """Await ``awaitable`` in this task, cancelling it after ``max_runtime`` seconds
+    (``None``: no limit).
+
+    Raises:
+        MaxRuntimeExceeded: the time ran out and the cancelled handler raised (a handler
+            that swallows the cancellation and returns has its value kept: its work is done).
+        BaseException: whatever the handler raises.
+    """
+    timeout = asyncio.timeout(max_runtime)
+    try:
+        async with timeout:
+            return await awaitable
+    except TimeoutError as exc:
+        if not timeout.expired():
+            raise  # the handler's own
+        raise MaxRuntimeExceeded(
+            f"max_runtime of {max_runtime:g} s exceeded; the task was cancelled"
+        ) from exc
 
 
 def _not_awaited(job: ClaimedJob, returned: Any, duration: float) -> Outcome:
-    """The dead letter of a handler that returned an awaitable (a sync wrapper of an async
-    function, which ``@job`` cannot see through): its body never ran, so it must not be
-    acked. The awaitable is closed unrun."""
+    """The dead letter of a handler that returned an awaitable from a plain function (a
+    sync wrapper of an async function, which ``@job`` cannot see through): its body never
+    ran, so it must not be acked. The awaitable is closed unrun."""
     if inspect.iscoroutine(returned):
         returned.close()
     error = (
-        f"the handler returned {type(returned).__name__}, an awaitable: async handlers are "
-        f"not supported, so its body did not run (wrap it with asgiref's async_to_sync)"
+        f"the handler returned {type(returned).__name__}, an awaitable, from a plain function, "
+        f"so its body did not run; declare the handler itself with async def and the worker "
+        f"awaits it"
     )
     reason = text.reason(f"{DeadLetter.Reason.FAILED}: {error}")
     return Outcome(job, Action.DEAD_LETTER, duration=duration, reason=reason, error=error)
+
+
+def undecided(held: HeldJob, exc: Exception) -> Outcome:
+    """The outcome of a job whose verdict could not be reached (``exc`` is a bug of the
+    worker's, logged here): a retry in a minute, so that neither the job nor its executor
+    wedges."""
+    logger.exception("job %s: could not decide its outcome", held.job.id, exc_info=exc)
+    error, tb = describe(exc)
+    return Outcome(held.job, Action.RETRY, retry_delay=60.0, error=error, traceback=tb)
 
 
 class ExecutorPool:
@@ -319,11 +428,7 @@ class ExecutorPool:
                     outcome = execute(held, self._extend)
                     close_old_connections()
                 except Exception as exc:  # a bug here must not wedge the job or the thread
-                    logger.exception("job %s: could not decide its outcome", held.job.id)
-                    error, tb = describe(exc)
-                    outcome = Outcome(
-                        held.job, Action.RETRY, retry_delay=60.0, error=error, traceback=tb
-                    )
+                    outcome = undecided(held, exc)
                 held.finished = True
                 self._report(outcome)
         finally:

@@ -8,7 +8,8 @@ and counted. A job whose row another transaction has locked is skipped, not wait
 (busy: the lease is not lost), and tried again within half a heartbeat interval (at most a
 second).
 A running job past its ``max_runtime`` is no longer extended, so its lease lapses and
-another worker can take the job; that is logged as an error.
+another worker can take the job; that is logged as an error. (An async job's task is
+cancelled then by the event loop, which reports its failure at once: nothing to log here.)
 
 Leases follow liveness: only jobs that are prefetched or whose handler is running are
 extended, not a finished job waiting for its ack (``HeldJob.finished``). And while the
@@ -133,6 +134,8 @@ class Heartbeater:
             and now - held.started > max_runtime
         ):
             held.overran = True
+            if held.asynchronous:
+                return False  # its task is cancelled: the attempt's failure says so
             logger.error(
                 "job %s %s attempt %s exceeded max_runtime (%g s): no longer extending its "
                 "lease; another worker may take it once the lease lapses",

@@ -19,10 +19,13 @@ class HeldJob:
     ``deadline`` is the last deadline the database confirmed. ``next_heartbeat`` and
     ``started`` are ``time.monotonic()`` seconds; ``started`` is ``None`` until a handler
     thread picks the job up. ``max_runtime`` is in seconds (``None``: no limit).
+    ``asynchronous``: its handler runs on the worker's event loop, which cancels it at
+    ``max_runtime`` (a handler thread cannot be stopped: its lease is left to lapse).
     """
 
     job: ClaimedJob
     max_runtime: float | None = None
+    asynchronous: bool = False
     deadline: datetime = field(init=False)
     next_heartbeat: float = field(init=False)
     started: float | None = None

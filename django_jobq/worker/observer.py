@@ -86,8 +86,12 @@ class Observer:
         queues: Sequence[str] | None,
         concurrency: int,
         kinds: Sequence[str],
+        slots: int | None = None,
     ) -> None:
-        self._concurrency = concurrency
+        """``concurrency``: the worker's threads (registered); ``slots``: its handler slots,
+        threads and async ones, counted by the ``jobq_worker_threads`` gauge (default: the
+        threads)."""
+        self._slots = concurrency if slots is None else slots
         self._registration = Registration(
             worker_id=worker_id, queues=queues, concurrency=concurrency, kinds=kinds
         )
@@ -100,7 +104,7 @@ class Observer:
         """Register the worker and count its handler threads."""
         self._registration.register(cursor)
         self._beat.restart()  # registering is the first beat
-        instruments.threads_started(self._concurrency)
+        instruments.threads_started(self._slots)
 
     def claimed(self, jobs: Sequence[ClaimedJob]) -> None:
         """Count a claim's jobs, its reclaims and their pickup latencies."""
@@ -160,7 +164,7 @@ class Observer:
     def stop(self, cursor: Cursor) -> None:
         """Flush the last outcomes and deregister; best effort, since the worker may be
         stopping because its connection broke (then its row goes stale, and is pruned)."""
-        instruments.threads_stopped(self._concurrency)
+        instruments.threads_stopped(self._slots)
         try:
             self.rollups.flush(cursor)
             self._registration.deregister(cursor)

@@ -21,7 +21,10 @@ take, but once none runs the last writes (releases, outcomes) get :data:`FINAL_W
 seconds.
 
 A worker holds at most ``concurrency + batch_size`` leased jobs: one running per executor
-thread and up to ``batch_size`` claimed ahead (prefetched).
+thread and up to ``batch_size`` claimed ahead (prefetched). A worker whose process registers
+async kinds (``async def`` handlers) also runs an event loop (:mod:`.async_executor`) with
+``async_concurrency`` slots, which add to that bound and to the default ``batch_size``; each
+claimed job goes to a thread or to the loop by its kind's ``is_async``.
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ from django.utils import timezone
 
 from .. import claims, crash_points, db, leases, registry, sql, task_results, text
 from ..claim_positions import ClaimPositions
-from ..conf import get_settings, statement_timeout
+from ..conf import MAX_ASYNC_CONCURRENCY, get_settings, statement_timeout
 from ..outcomes import Outcome
+from .async_executor import AsyncExecutor
 from .completer import Completer, OutcomeCounts
 from .executor import ExecutorPool, refusal
 from .heartbeat import Heartbeater
@@ -110,6 +114,11 @@ class WorkerStats:
     outcome_counts: OutcomeCounts
 
 
+def _is_async_kind(kind: str) -> bool:
+    definition = registry.get(kind)
+    return definition is not None and definition.is_async
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -136,7 +145,13 @@ class Worker:
     Args:
         queues: queues to claim from; ``None`` means every queue.
         concurrency: executor threads, each with its own Django connection (>= 1).
-        batch_size: the most jobs one claim takes, and the prefetch bound (>= 1).
+        batch_size: the most jobs one claim takes, and the prefetch bound (>= 1); default:
+            the handler slots (``concurrency``, plus ``async_concurrency`` when this process
+            registers async kinds).
+        async_concurrency: async jobs run at once on the worker's event loop, 1 to
+            :data:`~django_jobq.conf.MAX_ASYNC_CONCURRENCY` (default
+            ``JOBQ['ASYNC_CONCURRENCY']``). The loop, and these slots in the claim bound, exist
+            only when this process registers async kinds (docs/async.md).
         poll_interval: the most seconds an idle worker waits before claiming again (default
             ``JOBQ['POLL_INTERVAL']``); a notification, a ``run_at`` or lease deadline that
             falls due, or a schedule tick wakes it sooner.
@@ -177,6 +192,7 @@ class Worker:
         shutdown_timeout: float | None = None,
         scheduler: bool = True,
         listen: bool = True,
+        async_concurrency: int | None = None,
     ) -> None:
         if not 1 <= concurrency <= MAX_CONCURRENCY:
             raise ValueError(f"concurrency must be 1 to {MAX_CONCURRENCY}, not {concurrency}.")
@@ -187,10 +203,13 @@ class Worker:
         problem = None if worker_id is None else worker_id_problem(worker_id)
         if problem is not None:
             raise ValueError(f"worker_id {problem}.")
+        if async_concurrency is not None and not 1 <= async_concurrency <= MAX_ASYNC_CONCURRENCY:
+            raise ValueError(
+                f"async_concurrency must be 1 to {MAX_ASYNC_CONCURRENCY}, not {async_concurrency}."
+            )
         settings = get_settings()
         self.queues = list(queues) if queues else None
         self.concurrency = concurrency
-        self.batch_size = batch_size or concurrency
         self.poll_interval = poll_interval if poll_interval is not None else settings.POLL_INTERVAL
         if not 0 < self.poll_interval <= MAX_POLL_INTERVAL:
             raise ValueError(
@@ -238,15 +257,31 @@ class Worker:
         )
         task_results.discover()
         self.kinds = registry.claimable_kinds()
+        self.serves_async = any(_is_async_kind(kind) for kind in self.kinds)
+        self.async_concurrency = async_concurrency or settings.ASYNC_CONCURRENCY
+        self._async = AsyncExecutor(
+            self.async_concurrency,
+            report=self._report,
+            extend=self._heartbeater.extend_one,
+            name=self.worker_id,
+        )
+        # Slots for handlers: one per thread, and the loop's when it runs async kinds.
+        slots = concurrency + (self.async_concurrency if self.serves_async else 0)
+        self._slots = slots
+        self.batch_size = batch_size or slots
         self._observer = Observer(
-            worker_id=self.worker_id, queues=self.queues, concurrency=concurrency, kinds=self.kinds
+            worker_id=self.worker_id,
+            queues=self.queues,
+            concurrency=concurrency,
+            kinds=self.kinds,
+            slots=slots,
         )
         self._observing = False  # registered (on the first connection)
         # Where this process's claims start reading (see django_jobq.claim_positions).
         self._positions = ClaimPositions()
         self._completer = Completer(on_applied=self._applied, observer=self._observer)
         self._maintenance = Maintenance()
-        self._capacity = self.concurrency + self.batch_size
+        self._capacity = slots + self.batch_size
         self._refill_at = max(1, self.batch_size // 2)
         self._outstanding = 0  # claimed and not yet recorded (prefetched, running, reported)
         self._to_release: list[HeldJob] = []
@@ -274,13 +309,13 @@ class Worker:
 
     def _take_outcomes(self) -> list[Outcome]:
         """Take the reported outcomes, first letting others arrive for up to
-        :data:`ACK_FLUSH_DELAY` after the oldest (unless every thread has reported, or the
-        worker is stopping), so that one ack statement records many jobs."""
+        :data:`ACK_FLUSH_DELAY` after the oldest (unless every handler slot has reported, or
+        the worker is stopping), so that one ack statement records many jobs."""
         with self._outcomes_changed:
             if self._outcomes and not self._stopping.is_set():
                 deadline = self._first_outcome_at + ACK_FLUSH_DELAY
                 self._outcomes_changed.wait_for(
-                    lambda: len(self._outcomes) >= self.concurrency or self._stopping.is_set(),
+                    lambda: len(self._outcomes) >= self._slots or self._stopping.is_set(),
                     timeout=max(0.0, deadline - time.monotonic()),
                 )
             taken, self._outcomes = self._outcomes, []
@@ -288,9 +323,17 @@ class Worker:
 
     def _hold(self, job: claims.ClaimedJob) -> HeldJob:
         definition = registry.get(job.kind)
-        held = HeldJob(job, max_runtime=definition.max_runtime if definition else None)
+        held = HeldJob(
+            job,
+            max_runtime=definition.max_runtime if definition else None,
+            asynchronous=definition is not None and definition.is_async,
+        )
         self._held.add(held)
         return held
+
+    def _submit(self, held: HeldJob) -> None:
+        """Hand a held job to the event loop (an async kind's) or to the handler threads."""
+        (self._async if held.asynchronous else self._pool).submit(held)
 
     def _shutdown_deadline(self) -> float | None:
         """When a stopping worker gives up (``time.monotonic()`` seconds): the shutdown
@@ -413,7 +456,7 @@ class Worker:
             # without waiting for a handler thread or being heartbeated.
             refused = refusal(job)
             if refused is None:
-                self._pool.submit(self._hold(job))
+                self._submit(self._hold(job))
             else:
                 self._report(refused)
         self._outstanding += len(jobs)
@@ -460,6 +503,7 @@ class Worker:
     def _shutdown_turn(self, cursor: psycopg.Cursor[Any]) -> float | None:
         """Release prefetched jobs; finish once nothing is outstanding or time is up."""
         self._to_release.extend(self._pool.take_unstarted())
+        self._to_release.extend(self._async.take_unstarted())
         if self._to_release:
             released = leases.release(cursor, [held.job.lease for held in self._to_release])
             self._released += len(released)
@@ -490,10 +534,12 @@ class Worker:
         """
         started = time.monotonic()
         logger.info(
-            "worker %s starting: queues=%s concurrency=%s batch_size=%s kinds=%s (%s)",
+            "worker %s starting: queues=%s concurrency=%s async_concurrency=%s batch_size=%s "
+            "kinds=%s (%s)",
             self.worker_id,
             ",".join(self.queues) if self.queues else "*",
             self.concurrency,
+            self.async_concurrency if self.serves_async else "-",
             self.batch_size,
             len(self.kinds),
             registry.kinds_fingerprint(self.kinds),
@@ -514,6 +560,8 @@ class Worker:
         if self._listener is not None:
             self._listener.start()
         self._pool.start()
+        if self.serves_async:
+            self._async.start()
         try:
             while True:
                 self._wake.clear()
@@ -591,7 +639,9 @@ class Worker:
         if self._listener is not None:
             self._listener.stop(timeout=max(0.0, exit_by - time.monotonic()))
         self._pool.take_unstarted()
+        self._async.take_unstarted()
         self._pool.stop(wait=wait, timeout=max(0.0, exit_by - time.monotonic()))
+        self._async.stop(wait=wait, timeout=max(0.0, exit_by - time.monotonic()))
         if connection is not None:
             if self._observing:
                 self._observer.stop(connection.cursor())

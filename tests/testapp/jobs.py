@@ -271,6 +271,9 @@ def kinds_new_release(label: str) -> None:
 if os.environ.get("JOBQ_TEST_NEW_RELEASE"):
     job(name="kinds.new_release", queue="kinds")(kinds_new_release)
 
+if os.environ.get("JOBQ_TEST_ASYNC_JOBS"):  # a worker with async kinds (tests/test_async_jobs.py)
+    from . import async_jobs  # noqa: F401
+
 
 @job
 def enqueue_behind(label: str) -> None:

@@ -90,6 +90,10 @@ def test_a_listener_database_that_is_not_postgresql_is_e001() -> None:
         ({"UNKNOWN_KIND_GRACE": -1}, ["django_jobq.E018"]),
         ({"UNKNOWN_KIND_GRACE": "10m"}, ["django_jobq.E018"]),
         ({"UNKNOWN_KIND_GRACE": 1e12}, ["django_jobq.E018"]),
+        ({"ASYNC_CONCURRENCY": 0}, ["django_jobq.E020"]),
+        ({"ASYNC_CONCURRENCY": 10_001}, ["django_jobq.E020"]),
+        ({"ASYNC_CONCURRENCY": 2.5}, ["django_jobq.E020"]),
+        ({"ASYNC_CONCURRENCY": True}, ["django_jobq.E020"]),
     ],
 )
 def test_invalid_settings_have_an_error_id(jobq: Any, expected: list[str]) -> None:

@@ -18,7 +18,7 @@ from django.db import DatabaseError, connections
 from django.db.migrations.executor import MigrationExecutor
 
 from ... import scheduling, tracing
-from ...conf import QUEUE_NAME_RE, get_settings
+from ...conf import MAX_ASYNC_CONCURRENCY, QUEUE_NAME_RE, get_settings
 from ...metrics.multiprocess import mark_process_dead, prepare_multiprocess
 from ...metrics.server import MetricsServer, serve, serve_multiprocess
 from ...worker.supervisor import Supervisor
@@ -54,6 +54,7 @@ def run_worker(options: dict[str, Any], *, supervised: bool = False) -> int:
         shutdown_timeout=options["shutdown_timeout"],
         scheduler=options["scheduler"],
         listen=options["listen"],
+        async_concurrency=options["async_concurrency"],
     )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -98,11 +99,21 @@ class Command(BaseCommand):
             help="Handler threads, each with its own database connection (default 1).",
         )
         parser.add_argument(
+            "--async-concurrency",
+            type=bounded_int(1, MAX_ASYNC_CONCURRENCY),
+            default=None,
+            metavar="N",
+            help="Async jobs (async def handlers) run side by side on the process's event "
+            "loop, on top of the threads; only when the process registers async kinds "
+            "(default JOBQ['ASYNC_CONCURRENCY'], 100).",
+        )
+        parser.add_argument(
             "--batch-size",
             type=bounded_int(1, MAX_BATCH_SIZE),
             default=None,
-            help="Most jobs claimed at once and held ahead of a free thread "
-            "(default: the concurrency).",
+            help="Most jobs claimed at once and held ahead of a free thread or async slot "
+            "(default: the concurrency, plus the async concurrency when it serves async "
+            "kinds).",
         )
         parser.add_argument(
             "--poll-interval",
