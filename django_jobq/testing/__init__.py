@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .assertions import assert_enqueued, enqueued_jobs
-    from .eager import eager
+    from .eager_mode import eager
     from .fixture import JobqFixture
     from .runs import JobDeadLettered, RanJob, TooManyJobs, run_jobs
 
@@ -34,7 +34,7 @@ _EXPORTS = {
     "JobDeadLettered": "runs",
     "enqueued_jobs": "assertions",
     "assert_enqueued": "assertions",
-    "eager": "eager",
+    "eager": "eager_mode",
     "JobqFixture": "fixture",
 }
 

@@ -55,7 +55,7 @@ def _jobq_eager_marker(request: pytest.FixtureRequest) -> Iterator[None]:
     if marker is None:
         yield
         return
-    from .eager import eager
+    from .eager_mode import eager
 
     with eager(**marker.kwargs):
         yield

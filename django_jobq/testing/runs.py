@@ -103,7 +103,7 @@ class RanJob:
 class TooManyJobs(RuntimeError):
     """The testing helpers stopped a chain of jobs at their cap: :func:`run_jobs` made
     ``max_jobs`` attempts and a due job was still left, or eager mode met jobs enqueued by
-    jobs :data:`~django_jobq.testing.eager.MAX_DEPTH` levels deep. Most likely a job that
+    jobs :data:`~django_jobq.testing.eager_mode.MAX_DEPTH` levels deep. Most likely a job that
     enqueues another without end (or, with ``include_scheduled``, retries forever). The job
     claimed last, if any, is left running, unrun. Attribute: ``ran`` (the attempts made, a
     list of :class:`RanJob`)."""
@@ -186,7 +186,7 @@ def run_until(
 ) -> list[RanJob]:
     """Run the jobs of ``kind`` in ``queue`` until the job ``job_id`` has run once (made
     due first if scheduled); those ahead of it in claim order run first. Eager mode's run
-    (:mod:`django_jobq.testing.eager`). Raises as :func:`run_jobs`."""
+    (:mod:`django_jobq.testing.eager_mode`). Raises as :func:`run_jobs`."""
     operations.run_now([job_id])
     ran: list[RanJob] = []
     while (job := _claim_one([queue], [kind], include_scheduled=False)) is not None:
