@@ -568,10 +568,11 @@ def test_the_plugin_imports_nothing_of_django_and_runs_without_pytest_django(tmp
     environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     environment.pop("DJANGO_SETTINGS_MODULE", None)
 
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:django"]
+
     def pytest(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:django", *plugin]
-            + ["-c", "/dev/null", *args],
+            [*command, *plugin, "-c", "/dev/null", *args],
             capture_output=True,
             text=True,
             cwd=tmp_path,
