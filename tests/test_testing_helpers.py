@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -583,3 +584,16 @@ def test_the_plugin_imports_nothing_of_django_and_runs_without_pytest_django(tmp
     assert run.returncode == 0, run.stdout + run.stderr
     assert "1 passed" in run.stdout
     assert "@pytest.mark.jobq_eager(raise_exceptions=True" in pytest("--markers").stdout
+
+
+# -- the docs' examples are the demo's tests ------------------------------------------------
+
+
+@pytest.mark.parametrize("page", ["testing.md", "quickstart.md"])
+def test_the_docs_examples_from_the_demos_tests_are_in_those_tests(page):
+    """A block that opens with ``# testproject/...`` quotes that file: it runs in CI."""
+    text = (REPO_ROOT / "docs" / page).read_text()
+    quoted = re.findall(r"```python\n# (testproject/\S+)\n(.*?)```", text, re.DOTALL)
+    assert quoted
+    for path, block in quoted:
+        assert block in (REPO_ROOT / path).read_text(), f"{page} quotes {path}: not found"
