@@ -173,12 +173,7 @@ def run_jobs(
         UnknownKind: a kind in ``kinds`` is not registered in this process.
     """
     names = None if kinds is None else registered_names(kinds)
-    ran: list[RanJob] = []
-    while (job := _claim_one(queues, names, include_scheduled)) is not None:
-        if len(ran) >= max_jobs:
-            raise _too_many(max_jobs, ran)
-        ran.append(_attempt(job, raise_exceptions=raise_exceptions))
-    return ran
+    return _run(queues, names, include_scheduled, raise_exceptions, max_jobs)
 
 
 def run_until(
@@ -188,12 +183,26 @@ def run_until(
     due first if scheduled); those ahead of it in claim order run first. Eager mode's run
     (:mod:`django_jobq.testing.eager_mode`). Raises as :func:`run_jobs`."""
     operations.run_now([job_id])
+    return _run([queue], [kind], False, raise_exceptions, max_jobs, last=job_id)
+
+
+def _run(
+    queues: Collection[str] | None,
+    kinds: list[str] | None,
+    include_scheduled: bool,
+    raise_exceptions: bool,
+    max_jobs: int,
+    *,
+    last: int | None = None,
+) -> list[RanJob]:
+    """:func:`run_jobs` with the kinds resolved (``None``: those registered here), stopping
+    once the job ``last`` (if given) has run."""
     ran: list[RanJob] = []
-    while (job := _claim_one([queue], [kind], include_scheduled=False)) is not None:
+    while (job := _claim_one(queues, kinds, include_scheduled)) is not None:
         if len(ran) >= max_jobs:
             raise _too_many(max_jobs, ran)
         ran.append(_attempt(job, raise_exceptions=raise_exceptions))
-        if job.id == job_id:
+        if job.id == last:
             break
     return ran
 
