@@ -77,6 +77,9 @@ class JobContext:
         self.attempt = held.job.attempt
         self.kind = held.job.kind
         self.queue = held.job.queue
+        # The atomic blocks open on the queue's database as the attempt starts: none in a
+        # worker; a test's, when django_jobq.testing runs the job inside the test's transaction.
+        self._outer_blocks = len(connections[get_settings().DATABASE].atomic_blocks)
 
     @property
     def deadline(self) -> datetime:
@@ -114,14 +117,20 @@ class JobContext:
         write: a crash before the commit leaves neither the effect nor the ack, a crash after
         it leaves both, so a redelivery never repeats the effect.
 
+        A transaction that was already open when the attempt started is not the handler's:
+        that of a test in which :func:`django_jobq.testing.run_jobs` runs the job. The block
+        is then a savepoint of it, and commits (effect and ack) with the test's transaction.
+
         Raises:
             LeaseLost: the ack matched nothing (another attempt holds the job); the block's
                 writes were rolled back.
-            RuntimeError: called inside another transaction on the queue's database (the
-                ack would then commit only with that outer transaction), or twice.
+            RuntimeError: called inside another transaction on the queue's database that
+                the handler opened (the ack would then commit only with that outer
+                transaction), or twice.
         """
         alias = get_settings().DATABASE
-        if connections[alias].in_atomic_block or self._held.acked:
+        opened = len(connections[alias].atomic_blocks) > self._outer_blocks
+        if opened or self._held.acked:
             raise RuntimeError(
                 "ctx.atomic() opens the job's transaction itself: it cannot run inside "
                 "another transaction on the queue's database, nor twice."

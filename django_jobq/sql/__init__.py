@@ -25,6 +25,7 @@ import sql``:
 - ``schedules``: the schedules' last ticks;
 - ``stats``: queue states, samples and outcome rollups;
 - ``tasks``: Django tasks: enqueueing them with their results, an attempt's start;
+- ``testing``: the testing helpers' (``django_jobq.testing``): making jobs due in a test;
 - ``wake``: LISTEN/NOTIFY wake-ups;
 - ``workers``: the registry of running worker processes.
 
@@ -49,5 +50,6 @@ from . import outcomes as outcomes
 from . import schedules as schedules
 from . import stats as stats
 from . import tasks as tasks
+from . import testing as testing
 from . import wake as wake
 from . import workers as workers

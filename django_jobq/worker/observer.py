@@ -75,6 +75,32 @@ def log_fields(outcome: Outcome, name: str) -> dict[str, Any]:
     }
 
 
+def send_outcome_signal(outcome: Outcome, name: str) -> None:
+    """Send the signal of a recorded outcome (``name`` as :func:`outcome_name`, not
+    ``lease_lost``): ``job_succeeded``, ``job_failed`` or ``job_dead_lettered``; never raises
+    (see :func:`django_jobq.signals.send`). Also used by :mod:`django_jobq.testing`."""
+    job = outcome.job
+    duration = outcome.duration if outcome.ran else None
+    if name == "succeeded":
+        signals.send(signals.job_succeeded, job, duration=duration)
+    elif name == "retried":
+        signals.send(
+            signals.job_failed,
+            job,
+            duration=duration,
+            error=outcome.error,
+            retry_delay=outcome.retry_delay,
+        )
+    else:
+        signals.send(
+            signals.job_dead_lettered,
+            job,
+            duration=duration,
+            reason=outcome.reason,
+            error=outcome.error,
+        )
+
+
 class Observer:
     """A worker's observability; the worker calls :meth:`start`, :meth:`claimed`,
     :meth:`tick` and :meth:`stop`, its completer :meth:`record`."""
@@ -124,24 +150,7 @@ class Observer:
             job.queue, job.kind, name, duration=duration, reason=outcome.reason
         )
         self.rollups.add(job.queue, job.kind, name, duration)
-        if name == "succeeded":
-            signals.send(signals.job_succeeded, job, duration=duration)
-        elif name == "retried":
-            signals.send(
-                signals.job_failed,
-                job,
-                duration=duration,
-                error=outcome.error,
-                retry_delay=outcome.retry_delay,
-            )
-        else:
-            signals.send(
-                signals.job_dead_lettered,
-                job,
-                duration=duration,
-                reason=outcome.reason,
-                error=outcome.error,
-            )
+        send_outcome_signal(outcome, name)
 
     def tick(self, cursor: Cursor) -> None:
         """Run the periodic writes that are due (a few statements a minute at most).
