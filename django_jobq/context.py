@@ -46,8 +46,9 @@ T = TypeVar("T")
 
 class HeldAttempt(Protocol):
     """What a context reads of the worker's hold on the attempt (the worker's ``HeldJob``):
-    the job, the lease's last confirmed deadline, whether the lease is lost; and what it
-    writes: that the handler acked the job in its transaction."""
+    the job, the lease's last confirmed deadline, whether the lease is lost, the atomic
+    blocks open before the attempt started (:meth:`JobContext.atomic`); and what it writes:
+    that the handler acked the job in its transaction."""
 
     @property
     def job(self) -> ClaimedJob: ...
@@ -55,6 +56,8 @@ class HeldAttempt(Protocol):
     def deadline(self) -> datetime: ...
     @property
     def lease_lost(self) -> bool: ...
+    @property
+    def outer_atomic_blocks(self) -> int: ...
 
     acked: bool
 
@@ -77,9 +80,6 @@ class JobContext:
         self.attempt = held.job.attempt
         self.kind = held.job.kind
         self.queue = held.job.queue
-        # The atomic blocks open on the queue's database as the attempt starts: none in a
-        # worker; a test's, when django_jobq.testing runs the job inside the test's transaction.
-        self._outer_blocks = len(connections[get_settings().DATABASE].atomic_blocks)
 
     @property
     def deadline(self) -> datetime:
@@ -129,7 +129,7 @@ class JobContext:
                 transaction), or twice.
         """
         alias = get_settings().DATABASE
-        opened = len(connections[alias].atomic_blocks) > self._outer_blocks
+        opened = len(connections[alias].atomic_blocks) > self._held.outer_atomic_blocks
         if opened or self._held.acked:
             raise RuntimeError(
                 "ctx.atomic() opens the job's transaction itself: it cannot run inside "

@@ -9,6 +9,7 @@ marker. The sample modules a user would write are testproject/shop/tests/.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import os
 import re
@@ -25,8 +26,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from django_jobq import enqueue, job, registry, signals
+from django_jobq.context import JobContext
 from django_jobq.decorator import JobDefinition
-from django_jobq.exceptions import Fail
+from django_jobq.exceptions import Fail, MaxRuntimeExceeded
 from django_jobq.models import DeadLetter, Job, StoredTaskResult
 from django_jobq.task_framework import task_finished
 from django_jobq.testing import (
@@ -279,6 +281,87 @@ def test_ctx_atomic_inside_a_transaction_the_handler_opened_is_still_refused():
         run_jobs()
 
     assert labels() == []
+
+
+# -- async handlers: awaited on the test's thread, on its connection ----------------------
+
+
+@pytest.fixture
+def async_jobs() -> Iterator[dict[str, JobDefinition]]:
+    """Async handlers, registered for one test only (a worker of another test must not
+    gain async kinds)."""
+    with registry.isolated():
+
+        @job(name="tests.testing.async_record")
+        async def async_record(label: str) -> str:
+            await asyncio.sleep(0)
+            await Effect.objects.acreate(label=label)
+            return label.upper()
+
+        @job(name="tests.testing.async_fails", max_attempts=2)
+        async def async_fails(reason: str) -> None:
+            await asyncio.sleep(0)
+            raise LookupError(reason)
+
+        @job(name="tests.testing.async_with_context", takes_context=True)
+        async def async_with_context(ctx: JobContext, label: str) -> None:
+            await ctx.aatomic(Effect.objects.create, label=f"{label} {ctx.attempt}")
+
+        @job(name="tests.testing.async_overruns", max_runtime=0.05)
+        async def async_overruns() -> None:
+            await asyncio.sleep(3600)
+            await Effect.objects.acreate(label="never")
+
+        yield {
+            "record": async_record,
+            "fails": async_fails,
+            "context": async_with_context,
+            "overruns": async_overruns,
+        }
+
+
+def test_an_async_handler_runs_in_the_test_and_its_orm_writes_are_the_tests(async_jobs):
+    async_jobs["record"].enqueue(label="hello")
+
+    ran = run_jobs()
+
+    assert [(r.outcome, r.returned) for r in ran] == [("succeeded", "HELLO")]
+    assert labels() == ["hello"]  # written through the async ORM, in this transaction
+    assert not Job.objects.exists()
+    assert connection.in_atomic_block
+
+
+def test_an_async_handlers_failure_raises_its_own_exception_after_recording_the_retry(
+    async_jobs,
+):
+    async_jobs["fails"].enqueue(reason="no such partner")
+
+    with pytest.raises(LookupError, match="no such partner"):
+        run_jobs()
+
+    retried = Job.objects.get()
+    assert (retried.status, retried.attempts) == ("ready", 1)
+    assert retried.last_error == "LookupError: no such partner"
+
+
+def test_an_async_handler_with_context_commits_its_write_with_the_ack_in_aatomic(async_jobs):
+    async_jobs["context"].enqueue(label="paid")
+
+    ran = run_jobs()
+
+    assert [r.outcome for r in ran] == ["succeeded"]
+    assert labels() == ["paid 1"]
+    assert not Job.objects.exists()
+
+
+def test_an_async_handler_past_max_runtime_is_cancelled_and_retried(async_jobs):
+    async_jobs["overruns"].enqueue()
+
+    (ran,) = run_jobs(raise_exceptions=False)
+
+    assert ran.outcome == "retried"
+    assert isinstance(ran.exception, MaxRuntimeExceeded)
+    assert labels() == []  # the body after the await never ran
 
 
 # -- Django tasks on the JobqBackend --------------------------------------------------------

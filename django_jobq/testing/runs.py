@@ -31,7 +31,8 @@ What differs from a worker, because the test's transaction never commits:
   :meth:`django_jobq.context.JobContext.atomic`);
 - ``task_finished`` and the ``job_*`` signals are sent at once (a worker sends them once
   the outcome committed); no metrics are counted and nothing is logged per job;
-- leases never lapse and heartbeats always succeed: ``max_runtime`` is not enforced.
+- leases never lapse and heartbeats always succeed: a sync handler's ``max_runtime`` is
+  not enforced (an async handler's is: its task is cancelled, as on a worker).
 
 Called outside a transaction (a ``transaction=True`` test, a ``TransactionTestCase``), it
 runs on Django's connection in autocommit, as a worker would: each write commits.
@@ -45,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from asgiref.sync import async_to_sync
 from django.db import connections, transaction
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import JsonbLoader
@@ -283,16 +285,19 @@ def _execute(job: ClaimedJob) -> Outcome:
     transaction (when one is open), rolled back if a statement of the handler's failed."""
     alias = get_settings().DATABASE
     connection = connections[alias]
-    held = HeldJob(job)
+    definition = registry.get(job.kind)
+    asynchronous = definition is not None and definition.is_async
     in_transaction = connection.in_atomic_block
     with transaction.atomic(using=alias) if in_transaction else contextlib.nullcontext():
-        definition = registry.get(job.kind)
-        if definition is not None and getattr(definition, "is_async", False):
-            # The one place async kinds are dispatched: wired to the async executor
-            # (executor.execute_async, run with asgiref's async_to_sync) at the merge of
-            # issue 19's async handlers.
-            raise NotImplementedError("the testing helpers do not run async handlers yet")
-        outcome = executor.execute(held, _extend)
+        held = HeldJob(
+            job, asynchronous=asynchronous, outer_atomic_blocks=len(connection.atomic_blocks)
+        )
+        if asynchronous:
+            # Awaited on an event loop of asgiref's, whose sync_to_async calls (the async
+            # ORM, ctx.aatomic) come back to this thread: the test's connection.
+            outcome = async_to_sync(executor.execute_async)(held, _extend)
+        else:
+            outcome = executor.execute(held, _extend)
         if in_transaction and _transaction_failed(alias):
             transaction.set_rollback(True, using=alias)  # back to the savepoint
     return outcome

@@ -21,11 +21,17 @@ class HeldJob:
     thread picks the job up. ``max_runtime`` is in seconds (``None``: no limit).
     ``asynchronous``: its handler runs on the worker's event loop, which cancels it at
     ``max_runtime`` (a handler thread cannot be stopped: its lease is left to lapse).
+    ``outer_atomic_blocks``: the atomic blocks open on the queue database's connection, of
+    the thread that runs the handler's queries, before the attempt started: none on a
+    worker; the test's when :func:`django_jobq.testing.run_jobs` runs the job inside the
+    test's transaction (``ctx.atomic()`` nests in those, see
+    :class:`~django_jobq.context.JobContext`).
     """
 
     job: ClaimedJob
     max_runtime: float | None = None
     asynchronous: bool = False
+    outer_atomic_blocks: int = 0
     deadline: datetime = field(init=False)
     next_heartbeat: float = field(init=False)
     started: float | None = None
