@@ -5,28 +5,21 @@ so that is what is checked. ``@job def charge(order_id: int)`` enqueued with a `
 would be stored as an ISO string and handed to the handler as a ``str``, failing on every
 attempt until it is a dead letter; the check refuses it at the enqueue instead::
 
-    TypeError: shop.jobs.charge: argument 'order_id' must be int, got datetime:
-    datetime.datetime(2026, 1, 1, 0, 0) (payloads are JSON: the handler would receive a str)
+    TypeError: shop.jobs.charge: argument 'order_id' must be int, got a datetime:
+    datetime.datetime(2026, 1, 1, 0, 0) (payloads are JSON: the handler would receive a str).
 
-What is checked (an annotation checks what the handler will receive, not the Python object):
+What each annotation accepts (what the handler will receive, not the Python object):
 
-===================================  ========================================================
-annotation                           accepts
-===================================  ========================================================
-``int``                              an int (not a bool: JSON ``true`` is not a number)
-``float``                            an int or a float (not a bool)
-``str``                              a str, and what ``DjangoJSONEncoder`` writes as one:
-                                     datetime, date, time, timedelta, Decimal, UUID, lazy
-                                     translation strings
-``bool``                             a bool
-``None``                             ``None``
-``list``, ``list[X]``                a list or a tuple (JSON has arrays), each item an ``X``
-``tuple[X, ...]``, ``tuple[X, Y]``   the same; the handler receives a list
-``dict``, ``dict[str, X]``           a dict, each value an ``X`` (keys are always str)
-``X | Y``, ``Optional[X]``,          a value one of the members accepts
-``Union[X, Y]``
-``Annotated[X, ...]``, a ``NewType``  what ``X`` (the underlying type) accepts
-===================================  ========================================================
+- ``int``: an int, not a bool (JSON ``true`` is not a number);
+- ``float``: an int or a float, not a bool;
+- ``str``: a str, and what ``DjangoJSONEncoder`` writes as one: datetime, date, time,
+  timedelta, Decimal, UUID, a lazy translation string;
+- ``bool``: a bool; ``None``: ``None``;
+- ``list``, ``list[X]``: a list or a tuple (JSON has arrays), each item an ``X``;
+  ``tuple[X, ...]``, ``tuple[X, Y]``: the same (of that length), received as a list;
+- ``dict``, ``dict[str, X]``: a dict, each value an ``X`` (JSON keys are always str);
+- ``X | Y``, ``Optional[X]``, ``Union[X, Y]``: a value one of the members accepts;
+- ``Annotated[X, ...]``, a ``NewType`` of ``X``: what ``X`` accepts.
 
 A parameter whose default is ``None`` accepts ``None`` too. Anything else is not checked:
 ``Any``, ``object``, classes of your own, ``TypedDict``, ``Literal``, abstract types
@@ -36,8 +29,9 @@ forward reference to a name the handler's module does not define, a string annot
 member is not checked; a container of unchecked items (``list[Any]``) checks the container.
 An annotation never fails registration or enqueue by being unresolvable.
 
-:func:`checker` builds the checks of a handler once (:class:`~django_jobq.registry.KindDefinition`
-caches it); a handler with no checked parameter gets ``None`` and its enqueues pay nothing.
+:func:`checker` builds the checks of a handler once (``KindDefinition`` caches them, see
+:mod:`django_jobq.registry`); a handler with no checked parameter gets ``None``, and its
+enqueues pay nothing.
 ``@job(check_arguments=False)`` turns the checks off for a kind.
 """
 
