@@ -3,6 +3,7 @@
 Public API::
 
     from django_jobq import job, enqueue, enqueue_many, prepare_job, Schedule
+    from django_jobq import aenqueue, aenqueue_many   # from async code
 
 The names are imported on first use, so ``INSTALLED_APPS`` can load this package before
 the models are ready. See docs/quickstart.md.
@@ -15,10 +16,19 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .decorator import JobDefinition, job
-    from .enqueueing import PreparedJob, enqueue, enqueue_many, prepare_job
+    from .enqueueing import (
+        PreparedJob,
+        aenqueue,
+        aenqueue_many,
+        enqueue,
+        enqueue_many,
+        prepare_job,
+    )
     from .schedules import Schedule
 
 _EXPORTS = {
+    "aenqueue": "enqueueing",
+    "aenqueue_many": "enqueueing",
     "enqueue": "enqueueing",
     "enqueue_many": "enqueueing",
     "prepare_job": "enqueueing",
@@ -32,6 +42,8 @@ __all__ = [
     "JobDefinition",
     "PreparedJob",
     "Schedule",
+    "aenqueue",
+    "aenqueue_many",
     "enqueue",
     "enqueue_many",
     "job",

@@ -13,7 +13,8 @@ id                        meaning
                           ``django_object_actions`` is not"); the id is not reused
 ``django_jobq.E006``      a schedule is malformed: ``JOBQ['SCHEDULES']`` is not a dict of
                           dicts with known keys, or a name, kind, payload or ``catch_up``
-                          is invalid (the payload must fit the handler)
+                          is invalid (the payload must fit the handler, its values the
+                          handler's annotations)
 ``django_jobq.E007``      a schedule's cron expression is invalid
 ``django_jobq.E008``      a schedule's timezone is not an IANA timezone
 ``django_jobq.E009``      two schedules have the same name

@@ -11,6 +11,7 @@ Usage::
 
     send_welcome_email.enqueue(user_id=42)                        # -> Job
     send_welcome_email.using(delay=60).enqueue(user_id=42)        # options for this call
+    await send_welcome_email.aenqueue(user_id=42)                 # from async code
     enqueue_many([send_welcome_email.prepare(user_id=n) for n in ids])
 
 ``@job`` checks the handler and its options, then registers a :class:`JobDefinition` under
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
 
 from . import registry
 from .backoff import BackoffPolicy
-from .enqueueing import EnqueueOptions, PreparedJob, enqueue_many, prepare_job
+from .enqueueing import EnqueueOptions, PreparedJob, aenqueue_many, enqueue_many, prepare_job
 from .schedules import Schedule, from_job_options
 from .validation import seconds_option, validate_options
 
@@ -71,6 +72,12 @@ class JobDefinition(registry.KindDefinition):
         :func:`django_jobq.enqueue` for the rules and the errors raised).
         """
         return enqueue_many([self.prepare(*args, **kwargs)])[0]
+
+    async def aenqueue(self, *args: Any, **kwargs: Any) -> Job:
+        """:meth:`enqueue` for async code: validated at once (the same errors), then
+        inserted in Django's sync thread, as :func:`django_jobq.aenqueue` does (see it for
+        what that means for transactions)."""
+        return (await aenqueue_many([self.prepare(*args, **kwargs)]))[0]
 
 
 def refuse_async_generator(func: Callable[..., Any], what: str) -> None:
@@ -122,6 +129,7 @@ class JobOptions(TypedDict, total=False):
     expires_after: timedelta | float
     schedule: str | Schedule | Sequence[str | Schedule]
     timezone: str
+    check_arguments: bool
 
 
 @overload
@@ -157,6 +165,11 @@ def job(
             :class:`~django_jobq.schedules.Schedule` (with a payload, a name, ``catch_up``),
             or a list of them. Every worker's scheduler enqueues one job per tick.
         timezone: IANA name the schedules' cron fields are read in (default ``"UTC"``).
+        check_arguments: check each enqueue's payload values against the handler's
+            annotations (default ``True``): an ``int`` parameter refuses a ``datetime`` (the
+            handler would receive a str), ``list[int]`` refuses ``["a"]``. Only JSON's basic
+            types and their ``list``/``dict``/union forms are checked, others never; see
+            :mod:`django_jobq.argument_checks`. ``False`` turns it off for this kind.
 
     Returns:
         A :class:`JobDefinition` wrapping the function.
@@ -211,6 +224,9 @@ def job(
             and all(isinstance(c, type) and issubclass(c, BaseException) for c in retry_on)
         ):
             raise TypeError(f"retry_on must be a tuple of exception classes, not {retry_on!r}.")
+        check_arguments = options.get("check_arguments", True)
+        if not isinstance(check_arguments, bool):
+            raise TypeError(f"check_arguments must be True or False, not {check_arguments!r}.")
         definition = JobDefinition(
             func=func,
             kind=kind,
@@ -225,6 +241,7 @@ def job(
             retry_on=retry_on,
             expires_after=expires_after,
             schedules=from_job_options(options.get("schedule"), options.get("timezone")),
+            check_arguments=check_arguments,
         )
         return registry.register(definition)
 

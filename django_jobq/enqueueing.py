@@ -15,6 +15,14 @@ it commits, when the workers are also woken (``NOTIFY``, one per queue and trans
 When it is not, but another database is (the caller's data lives elsewhere), the insert is
 deferred with ``transaction.on_commit`` on that database; a crash between that commit and
 the insert loses the job (see docs/concepts.md, "Two databases").
+
+Async code (async views, async signal receivers) awaits :func:`aenqueue` and
+:func:`aenqueue_many` (``await handler.aenqueue(...)``): validated at once, in the caller's
+thread, then inserted by :func:`enqueue_many` in Django's sync thread, as Django's own async
+ORM methods do. Django's transactions are sync-only, so the rules above apply to that
+thread: the job joins a transaction only when that thread has one open, and otherwise
+commits on its own, like ``await Model.objects.acreate()`` (docs/async.md, "Enqueueing from async code" shows how
+to make a job commit or roll back with other writes).
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack
 
+from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
 from django.db import connections, transaction
 from django.utils import timezone
@@ -276,8 +285,55 @@ def enqueue_many(jobs: Iterable[PreparedJob | Mapping[str, Any]]) -> list[Job]:
         RuntimeError: the live jobs of the batch's keys kept ending between the insert and
             the read (10 rounds); nothing was inserted.
     """
-    prepared = [job if isinstance(job, PreparedJob) else prepare_job(**job) for job in jobs]
-    return insert(prepared)[0]
+    return insert(_prepared(jobs))[0]
+
+
+def _prepared(jobs: Iterable[PreparedJob | Mapping[str, Any]]) -> list[PreparedJob]:
+    """Each item of an :func:`enqueue_many` batch validated, as a :class:`PreparedJob`.
+
+    Raises:
+        TypeError, ValueError, UnknownKind: as :func:`enqueue`, for the first invalid item.
+    """
+    return [job if isinstance(job, PreparedJob) else prepare_job(**job) for job in jobs]
+
+
+async def aenqueue(
+    kind: str, payload: Mapping[str, Any] | None = None, **options: Unpack[EnqueueOptions]
+) -> Job:
+    """:func:`enqueue` for async code: ``job = await aenqueue("shop.jobs.refund", {...})``.
+
+    The job is validated before any thread hop, so the errors are :func:`enqueue`'s, raised
+    by the call; then it is inserted in Django's sync thread (``sync_to_async`` with
+    ``thread_sensitive=True``, as Django's async ORM methods run), by the transaction rules
+    of :func:`enqueue` in that thread: inside a transaction only when that thread has one
+    open (the async code runs under ``async_to_sync`` called in an ``atomic()`` block), and
+    otherwise committed at once, in autocommit. Django's transactions are sync-only: to make
+    the job commit or roll back with other writes, do them together in one sync function
+    under ``atomic()`` and await it through ``sync_to_async`` (docs/async.md, "Enqueueing from async code").
+
+    Returns:
+        The saved job, as :func:`enqueue` returns it.
+
+    Raises:
+        TypeError, ValueError, UnknownKind: as :func:`enqueue`.
+    """
+    return (await aenqueue_many([prepare_job(kind, payload, **options)]))[0]
+
+
+async def aenqueue_many(jobs: Iterable[PreparedJob | Mapping[str, Any]]) -> list[Job]:
+    """:func:`enqueue_many` for async code: every item validated before any thread hop,
+    then one insert in Django's sync thread (the transaction rules of :func:`aenqueue`).
+
+    Returns:
+        The saved jobs, in input order.
+
+    Raises:
+        TypeError, ValueError, UnknownKind: as :func:`enqueue`, for the first invalid item;
+            nothing is inserted then.
+        RuntimeError: as :func:`enqueue_many`.
+    """
+    prepared = _prepared(jobs)
+    return await sync_to_async(enqueue_many, thread_sensitive=True)(prepared)
 
 
 def insert(

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from . import argument_checks
 from .backoff import BackoffPolicy
 from .schedules import Schedule
 
@@ -59,7 +60,9 @@ class KindDefinition:
     With ``takes_context`` the handler's first parameter receives a
     :class:`~django_jobq.context.JobContext` and is not part of the payload. ``aliases`` are
     former kinds whose jobs this handler runs too (see the module docs). :attr:`is_async`
-    says whether the worker awaits the handler on its event loop.
+    says whether the worker awaits the handler on its event loop. With
+    ``check_arguments`` (the default) enqueue checks payload values against the handler's
+    annotations (:mod:`django_jobq.argument_checks`).
     """
 
     func: Callable[..., Any]
@@ -75,6 +78,7 @@ class KindDefinition:
     retry_on: tuple[type[BaseException], ...] | None = None
     expires_after: float | None = None
     schedules: tuple[Schedule, ...] = ()
+    check_arguments: bool = True
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -108,29 +112,47 @@ class KindDefinition:
             len(named) < len(parameters),
         )
 
+    @functools.cached_property
+    def _argument_checks(self) -> argument_checks.ArgumentChecks | None:
+        """The checks of the payload's values against the handler's annotations, built
+        once; ``None`` when there is nothing to check (or ``check_arguments`` is off)."""
+        if not self.check_arguments:
+            return None
+        return argument_checks.checker(self.func, self.signature)
+
     def check_payload(self, payload: Mapping[str, Any]) -> None:
         """Check that the handler can be called with ``payload`` as its keyword arguments
-        (what binding them to its signature checks, without the cost).
+        (what binding them to its signature checks, without the cost), and that each value
+        is what its annotation says the handler receives (:mod:`django_jobq.argument_checks`,
+        unless ``check_arguments`` is off).
 
         Raises:
-            TypeError: a key the handler does not take, or a required one missing.
+            TypeError: keys the handler does not take and required ones missing (the
+                message names them all, with the closest parameter for a misspelt key:
+                ``got an unexpected keyword argument 'usr_id' (did you mean 'user_id'?);
+                missing a required argument: 'user_id'``), or a value of the wrong type
+                (naming the parameter, the expected type and what was passed).
         """
         names, required, takes_any = self._payload_shape
-        if not required.issubset(payload):
-            missing = next(name for name in self.signature.parameters if name not in payload)
-            raise TypeError(f"{self.kind}: missing a required argument: {missing!r}")
-        if not takes_any and not names.issuperset(payload):
-            unexpected = next(key for key in payload if key not in names)
-            raise TypeError(f"{self.kind}: got an unexpected keyword argument {unexpected!r}")
+        if not (required.issubset(payload) and (takes_any or names.issuperset(payload))):
+            unexpected = [] if takes_any else [key for key in payload if key not in names]
+            missing = [name for name in required if name not in payload]
+            missing.sort(key=list(self.signature.parameters).index)
+            raise TypeError(f"{self.kind}: {_misfit(unexpected, missing, self.signature, payload)}")
+        checks = self._argument_checks
+        if checks is not None:
+            checks.check(self.kind, payload)
 
     def payload_for(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Map a call's arguments to the payload dict the handler will be called with.
 
+        Keywords alone are the payload as given: :meth:`check_payload` checks it (enqueue
+        does, after checking that it is JSON).
+
         Raises:
-            TypeError: the arguments do not fit the handler's signature.
+            TypeError: positional arguments that do not fit the handler's signature.
         """
         if not args:  # keywords only, the usual call: the payload is the keywords
-            self.check_payload(kwargs)
             return dict(kwargs)
         try:
             bound = self.signature.bind(*args, **kwargs)
@@ -165,6 +187,38 @@ def is_async_generator_handler(func: Any) -> bool:
     """Whether ``func`` (or what a partial of it or its ``__call__`` runs) is an async
     generator function, which a worker could neither await nor run."""
     return inspect.isasyncgenfunction(_what_runs(func))
+
+
+def _misfit(
+    unexpected: Sequence[str],
+    missing: Sequence[str],
+    signature: inspect.Signature,
+    payload: Mapping[str, Any],
+) -> str:
+    """The message for payload keys a handler does not take and required ones missing:
+    each unexpected key with the closest parameter not given (a misspelling), then the
+    missing ones."""
+    unfilled = [
+        parameter.name
+        for parameter in signature.parameters.values()
+        if parameter.kind is not inspect.Parameter.VAR_KEYWORD and parameter.name not in payload
+    ]
+    parts = []
+    if unexpected:
+        described = []
+        for key in unexpected:
+            close = difflib.get_close_matches(key, unfilled, n=1, cutoff=0.6)
+            described.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
+        plural = (
+            "an unexpected keyword argument"
+            if len(unexpected) == 1
+            else ("unexpected keyword arguments")
+        )
+        parts.append(f"got {plural} {', '.join(described)}")
+    if missing:
+        plural = "a required argument" if len(missing) == 1 else "required arguments"
+        parts.append(f"missing {plural}: {', '.join(map(repr, missing))}")
+    return "; ".join(parts)
 
 
 #: A definition of any class, as :func:`register` returns it.

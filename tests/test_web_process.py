@@ -57,6 +57,38 @@ def test_enqueueing_from_a_web_process_never_imports_prometheus_client():
     assert StoredTaskResult.objects.count() == 1
 
 
+# The same process's async views then enqueue: aenqueue hops to Django's sync thread with
+# asgiref, which Django itself has loaded, so nothing is imported that enqueue did not need.
+ASYNC_WEB_PROCESS = (
+    WEB_PROCESS
+    + """
+from asgiref.sync import async_to_sync
+from django_jobq import aenqueue, aenqueue_many
+from tests.testapp.jobs import record
+
+loaded = set(sys.modules)
+
+
+async def view():
+    await aenqueue("web.async", {"n": 1})
+    await aenqueue_many([{"kind": "web.async", "payload": {"n": 2}}])
+    await record.aenqueue(label="web")
+
+
+async_to_sync(view)()
+print(sorted(set(sys.modules) - loaded))
+"""
+)
+
+
+def test_aenqueue_imports_nothing_that_enqueue_did_not():
+    result = run_web_process(ASYNC_WEB_PROCESS)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "[]"]
+    assert Job.objects.filter(kind="web.async").count() == 2
+
+
 def test_a_broken_multiprocess_directory_does_not_break_enqueue_where_metrics_are_loaded(
     tmp_path,
 ):
