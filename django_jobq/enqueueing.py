@@ -21,8 +21,8 @@ Async code (async views, async signal receivers) awaits :func:`aenqueue` and
 thread, then inserted by :func:`enqueue_many` in Django's sync thread, as Django's own async
 ORM methods do. Django's transactions are sync-only, so the rules above apply to that
 thread: the job joins a transaction only when that thread has one open, and otherwise
-commits on its own, like ``await Model.objects.acreate()`` (docs/async.md, "Enqueueing from async code" shows how
-to make a job commit or roll back with other writes).
+commits on its own, like ``await Model.objects.acreate()`` (docs/async.md, "Enqueueing from
+async code" shows how to make a job commit or roll back with other writes).
 """
 
 from __future__ import annotations
@@ -309,7 +309,8 @@ async def aenqueue(
     open (the async code runs under ``async_to_sync`` called in an ``atomic()`` block), and
     otherwise committed at once, in autocommit. Django's transactions are sync-only: to make
     the job commit or roll back with other writes, do them together in one sync function
-    under ``atomic()`` and await it through ``sync_to_async`` (docs/async.md, "Enqueueing from async code").
+    under ``atomic()`` and await it through ``sync_to_async`` (docs/async.md, "Enqueueing
+    from async code").
 
     Returns:
         The saved job, as :func:`enqueue` returns it.

@@ -1,6 +1,7 @@
 """``aenqueue``, ``aenqueue_many`` and ``JobDefinition.aenqueue``: async views and signal
 receivers enqueue with the sync call's validation, and the job is written in Django's sync
-thread, in the transaction that thread has open, if any (docs/async.md, "Enqueueing from async code").
+thread, in the transaction that thread has open, if any (docs/async.md, "Enqueueing from
+async code").
 
 The views are in tests/testapp/views_async.py. Django's test client runs them under the test's
 own thread as the sync thread (``async_to_sync`` from the test, which is how ``TestCase`` runs
