@@ -80,23 +80,25 @@ class JobDefinition(registry.KindDefinition):
         return (await aenqueue_many([self.prepare(*args, **kwargs)]))[0]
 
 
-def refuse_async_generator(func: Callable[..., Any], what: str) -> None:
-    """Refuse an async generator as a handler: a worker awaits coroutine handlers, and an
-    async generator is neither awaited nor iterated, so its body would never run.
+def refuse_generator(func: Callable[..., Any], what: str) -> None:
+    """Refuse a generator as a handler, plain or async: a worker calls (or awaits) the
+    handler, and a generator is never iterated, so its body would never run and the job
+    would be acked.
 
     Raises:
-        TypeError: ``func`` is an async generator function, or a ``functools.partial`` of
-            one, or an object whose ``__call__`` is one; ``what`` names it.
+        TypeError: ``func`` is a generator or async generator function, or a
+            ``functools.partial`` of one, or an object whose ``__call__`` is one; ``what``
+            names it.
     """
-    if registry.is_async_generator_handler(func):
+    if registry.is_generator_handler(func):
         raise TypeError(
-            f"{what} is an async generator function; a job handler is a plain or async "
-            f"function (def or async def) returning when its work is done."
+            f"{what} is a generator function; a job handler is a plain or async function "
+            f"(def or async def) returning when its work is done, not yielding."
         )
 
 
 def _validate_handler(func: Callable[..., Any], takes_context: bool) -> None:
-    refuse_async_generator(func, getattr(func, "__qualname__", repr(func)))
+    refuse_generator(func, getattr(func, "__qualname__", repr(func)))
     parameters = list(inspect.signature(func).parameters.values())
     if takes_context:
         if not parameters:
@@ -178,8 +180,8 @@ def job(
         ValueError: an invalid name, alias or option, or a name or alias already
             registered (as a kind or an alias) by another function.
         TypeError: an option of the wrong type, a function with positional-only or
-            ``*args`` parameters, or an async generator function (or a partial of one, or
-            an object whose ``__call__`` is one).
+            ``*args`` parameters, or a generator function, plain or async (or a partial
+            of one, or an object whose ``__call__`` is one): its body would never run.
 
     The handler may be a plain function or a coroutine function (``async def``, a
     ``functools.partial`` of one, an object with an ``async def __call__``): the worker runs

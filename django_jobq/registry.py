@@ -183,10 +183,12 @@ def is_coroutine_handler(func: Any) -> bool:
     return inspect.iscoroutinefunction(_what_runs(func))
 
 
-def is_async_generator_handler(func: Any) -> bool:
-    """Whether ``func`` (or what a partial of it or its ``__call__`` runs) is an async
-    generator function, which a worker could neither await nor run."""
-    return inspect.isasyncgenfunction(_what_runs(func))
+def is_generator_handler(func: Any) -> bool:
+    """Whether ``func`` (or what a partial of it or its ``__call__`` runs) is a generator
+    function, plain or async: calling it runs none of its body, and a worker would never
+    iterate it."""
+    runs = _what_runs(func)
+    return inspect.isgeneratorfunction(runs) or inspect.isasyncgenfunction(runs)
 
 
 def _misfit(

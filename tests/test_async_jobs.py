@@ -12,6 +12,7 @@ import asyncio
 import functools
 import signal
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -99,14 +100,28 @@ def test_job_registers_an_async_handler_as_async(handler):
     assert not job(name="async_tests.plain")(_plain).is_async
 
 
+def _generator(label: str) -> Iterator[str]:
+    yield label
+
+
+class _YieldingCallable:
+    def __call__(self, label: str) -> Iterator[str]:
+        yield label
+
+
 @pytest.mark.parametrize(
     "handler",
-    [_async_generator, functools.partial(_async_generator, label="x")],
-    ids=["async-generator", "partial"],
+    [
+        _async_generator,
+        functools.partial(_async_generator, label="x"),
+        _generator,
+        _YieldingCallable(),
+    ],
+    ids=["async-generator", "partial", "generator", "yielding-call"],
 )
-def test_job_refuses_an_async_generator(handler):
+def test_job_refuses_a_generator_plain_or_async_whose_body_would_never_run(handler):
     with registry.isolated():
-        with pytest.raises(TypeError, match="async generator function"):
+        with pytest.raises(TypeError, match="is a generator function"):
             job(name="async_tests.generator")(handler)
         assert registry.get("async_tests.generator") is None
 

@@ -28,7 +28,7 @@ from django.utils import timezone
 from django_jobq import enqueue, job, registry, signals
 from django_jobq.context import JobContext
 from django_jobq.decorator import JobDefinition
-from django_jobq.exceptions import Fail, MaxRuntimeExceeded
+from django_jobq.exceptions import Fail, MaxRuntimeExceeded, UnknownKind
 from django_jobq.models import DeadLetter, Job, StoredTaskResult
 from django_jobq.task_framework import task_finished
 from django_jobq.testing import (
@@ -426,8 +426,20 @@ def test_assert_enqueued_compares_payloads_after_enqueues_json_encoding():
     report = "another.service.report"  # a kind of another service's: no handler here
     enqueue(report, {"on": date(2026, 12, 1), "total": Decimal("9.50")}, allow_unregistered=True)
 
-    assert_enqueued(report, payload={"on": date(2026, 12, 1), "total": Decimal("9.50")})
-    assert_enqueued(report, payload={"on": "2026-12-01", "total": "9.50"})
+    on_date = {"on": date(2026, 12, 1), "total": Decimal("9.50")}
+    assert_enqueued(report, payload=on_date, allow_unregistered=True)
+    assert_enqueued(report, payload={"on": "2026-12-01", "total": "9.50"}, allow_unregistered=True)
+
+
+def test_a_misspelt_kind_is_refused_so_a_count_of_zero_cannot_pass_by_mistake(settings):
+    settings.JOBQ = {**settings.JOBQ, "ENQUEUE_UNREGISTERED_KINDS": False}  # the default
+    jobs.record.enqueue(label="a")
+
+    with pytest.raises(UnknownKind, match=re.escape("did you mean 'tests.testapp.jobs.record'")):
+        assert_enqueued("tests.testapp.jobs.recrod", count=0)
+    with pytest.raises(UnknownKind):
+        enqueued_jobs("tests.testapp.jobs.recrod")
+    assert enqueued_jobs("another.service.kind", allow_unregistered=True) == []
 
 
 def test_assert_enqueued_counts_an_aliased_kind_as_its_handler():

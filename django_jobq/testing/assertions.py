@@ -25,20 +25,29 @@ from .kinds import KindOrDefinition, names_of
 LISTED = 50
 
 
-def enqueued_jobs(kind: KindOrDefinition | None = None, *, queue: str | None = None) -> list[Job]:
+def enqueued_jobs(
+    kind: KindOrDefinition | None = None,
+    *,
+    queue: str | None = None,
+    allow_unregistered: bool = False,
+) -> list[Job]:
     """The live jobs (ready or running), in enqueue order (by id).
 
     Args:
         kind: only jobs of this kind (a string or a ``@job`` definition; its aliases
             count, as the registry resolves them); ``None``: every kind.
         queue: only jobs of this queue; ``None``: every queue.
+        allow_unregistered: ``kind`` may be a string no definition of this process
+            registers (another service's kind), as ``enqueue(..., allow_unregistered=True)``
+            takes; also allowed everywhere by ``JOBQ['ENQUEUE_UNREGISTERED_KINDS']``.
 
     Raises:
+        UnknownKind: ``kind`` is a string no definition registers, not allowed (a typo).
         TypeError: ``kind`` is neither a string nor a definition.
     """
     jobs = Job.objects.using(get_settings().DATABASE).order_by("id")
     if kind is not None:
-        jobs = jobs.filter(kind__in=names_of(kind))
+        jobs = jobs.filter(kind__in=names_of(kind, allow_unregistered=allow_unregistered))
     if queue is not None:
         jobs = jobs.filter(queue=queue)
     return list(jobs)
@@ -51,6 +60,7 @@ def assert_enqueued(
     count: int | None = None,
     queue: str | None = None,
     priority: int | None = None,
+    allow_unregistered: bool = False,
 ) -> list[Job]:
     """Assert that live jobs of ``kind`` (see :func:`enqueued_jobs`) match, and return them.
 
@@ -61,6 +71,7 @@ def assert_enqueued(
             ``Decimal`` its string); ``None``: any.
         count: how many must match exactly (``0``: none was enqueued); ``None``: at least one.
         queue, priority: what the jobs must have; ``None``: any.
+        allow_unregistered: as :func:`enqueued_jobs`.
 
     Returns:
         The matching jobs, in enqueue order.
@@ -68,12 +79,14 @@ def assert_enqueued(
     Raises:
         AssertionError: they do not; the message lists the live jobs (the first
             :data:`LISTED`).
+        UnknownKind: as :func:`enqueued_jobs` (so that a misspelt kind cannot make a
+            ``count=0`` assertion pass).
         TypeError: ``payload`` cannot be JSON, or ``kind`` is neither a string nor a
             definition.
     """
     expected = None if payload is None else json.loads(encode_payload(dict(payload)))
     every = enqueued_jobs()
-    names = names_of(kind)
+    names = names_of(kind, allow_unregistered=allow_unregistered)
     matching = [
         job
         for job in every

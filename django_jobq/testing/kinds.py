@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .. import registry
+from ..conf import get_settings
 from ..exceptions import UnknownKind
 
 #: What the helpers accept wherever they take a kind: ``"shop.jobs.send_welcome_email"``, or
@@ -14,13 +15,17 @@ from ..exceptions import UnknownKind
 KindOrDefinition = str | registry.KindDefinition
 
 
-def names_of(kind: KindOrDefinition) -> tuple[str, ...]:
+def names_of(kind: KindOrDefinition, *, allow_unregistered: bool = False) -> tuple[str, ...]:
     """The kinds a job row of ``kind`` may carry: its definition's kind, then the
     definition's aliases (``@job(aliases=[...])``), an alias given resolving to its
     definition; ``(kind,)`` for a string no definition of this process registers (a kind of
-    another service's).
+    another service's) when ``allow_unregistered`` or
+    ``JOBQ['ENQUEUE_UNREGISTERED_KINDS']`` allows it, as at enqueue.
 
     Raises:
+        UnknownKind: a string no definition registers, not allowed: a typo, which would
+            make ``assert_enqueued(..., count=0)`` pass whatever was enqueued; the message
+            suggests the closest registered kind.
         TypeError: ``kind`` is neither a string nor a definition.
     """
     if isinstance(kind, registry.KindDefinition):
@@ -29,9 +34,11 @@ def names_of(kind: KindOrDefinition) -> tuple[str, ...]:
         definition = registry.get(kind)
     else:
         raise TypeError(f"a kind is a string or a @job definition, not {kind!r}")
-    if definition is None:
-        return (str(kind),)
-    return (definition.kind, *definition.aliases)
+    if definition is not None:
+        return (definition.kind, *definition.aliases)
+    if not (allow_unregistered or get_settings().ENQUEUE_UNREGISTERED_KINDS):
+        raise UnknownKind(str(kind), registry.closest(str(kind)))
+    return (str(kind),)
 
 
 def registered_names(kinds: Iterable[KindOrDefinition]) -> list[str]:

@@ -172,10 +172,13 @@ class AsyncExecutor:
             if len(self._tasks) == 1:
                 await sync_to_async(_tidy_connections, thread_sensitive=True)(alone=True)
             outcome = await execute_async(held, self._extend)
-            alone = len(self._tasks) == 1
-            await sync_to_async(_tidy_connections, thread_sensitive=True)(alone=alone)
         except Exception as exc:  # a bug here must not wedge the job or the loop
             outcome = undecided(held, exc)
+        try:
+            alone = len(self._tasks) == 1
+            await sync_to_async(_tidy_connections, thread_sensitive=True)(alone=alone)
+        except Exception:  # the verdict stands: a failed tidy must not turn it into a retry
+            logger.exception("job %s: closing connections after it failed", held.job.id)
         held.finished = True
         self._report(outcome)
 

@@ -426,9 +426,12 @@ class ExecutorPool:
                 try:
                     db.close_unusable_connections()
                     outcome = execute(held, self._extend)
-                    close_old_connections()
                 except Exception as exc:  # a bug here must not wedge the job or the thread
                     outcome = undecided(held, exc)
+                try:
+                    close_old_connections()
+                except Exception:  # the verdict stands: a failed close must not retry the job
+                    logger.exception("job %s: closing connections after it failed", held.job.id)
                 held.finished = True
                 self._report(outcome)
         finally:
