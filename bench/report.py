@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchsite.pickup_trace import SEGMENTS
 from measure import summary_ms
 from scenarios import Bench, Run, grouped
 
@@ -26,10 +27,11 @@ TITLES = {
     "burndown": "Burn-down (jobs queued first, then drained)",
     "sustained": "Sustained end to end (producer and workers at the same time)",
     "pickup": "Pickup latency (job committed -> handler starts)",
+    "pickup-write": "Pickup latency, a handler that writes a row (job committed -> handler starts)",
     "tasks-burndown": "Django Tasks burn-down (same @task function, same database)",
     "tasks-pickup": "Django Tasks pickup latency",
 }
-LATENCY_SCENARIOS = ("sustained", "pickup", "tasks-pickup")
+LATENCY_SCENARIOS = ("sustained", "pickup", "pickup-write", "tasks-pickup")
 
 Key = tuple[str, str, str, str]
 
@@ -211,6 +213,10 @@ def side_by_side(bench: Bench) -> list[str]:
     head = ["system", "enqueue jobs/s", "burn-down jobs/s"]
     head += [f"sustained @{rate}/s" for rate in rates]
     head += ["pickup p50 ms", "pickup p99 ms"]
+    pickups = ["pickup"]
+    if groups_of(bench, "pickup-write"):
+        head += ["pickup (row written) p50 ms", "p99 ms"]
+        pickups.append("pickup-write")
     rows = []
     for system in systems:
         label = next(run.label for run in bench.runs if run.system == system)
@@ -221,15 +227,45 @@ def side_by_side(bench: Bench) -> list[str]:
         for rate in rates:
             found = best([(k, r) for k, r in groups_of(bench, "sustained") if k[3] == rate], system)
             row.append(f"{fmt_rate(median_rate(found[1]))}" if found else "-")
-        found = best(groups_of(bench, "pickup"), system)
-        ms = pooled_latency(found[1]) if found else {"p50": math.nan, "p99": math.nan}
-        row += [fmt_ms(ms["p50"]), fmt_ms(ms["p99"])]
+        for scenario in pickups:
+            found = best(groups_of(bench, scenario), system)
+            ms = pooled_latency(found[1]) if found else {"p50": math.nan, "p99": math.nan}
+            row += [fmt_ms(ms["p50"]), fmt_ms(ms["p99"])]
         rows.append(row)
     return [
         "",
         "## Side by side (best configuration of each system; medians of the repetitions)",
         "",
         *table(head, rows),
+    ]
+
+
+def breakdown_table(bench: Bench) -> list[str]:
+    """Where django-jobq's pickup latency went in runs traced with ``--trace-pickup``: per
+    run, each segment's mean and p99 in ms (:data:`benchsite.pickup_trace.SEGMENTS`)."""
+    traced = [run for run in bench.runs if "breakdown_ms" in run.extra]
+    if not traced:
+        return []
+    head = ["scenario", "config", "rep", "jobs traced"]
+    head += [f"{name} mean / p99 ms" for name, _ in SEGMENTS]
+    rows = []
+    for run in traced:
+        segments = run.extra["breakdown_ms"]
+        jobs = max(segment["jobs"] for segment in segments.values())
+        row = [run.scenario, run.config, str(run.rep), f"{jobs:,}"]
+        for name, _ in SEGMENTS:
+            segment = segments.get(name)
+            row.append(f"{segment['mean']:.2f} / {segment['p99']:.2f}" if segment else "-")
+        rows.append(row)
+    legend = [f"- {name}: {what}" for name, what in SEGMENTS]
+    return [
+        "",
+        "### Where django-jobq's pickup latency goes (--trace-pickup)",
+        "",
+        *table(head, rows),
+        "",
+        *legend,
+        "- Traced runs time each step (a few microseconds each): a profile, not a benchmark.",
     ]
 
 
@@ -310,6 +346,7 @@ def markdown(bench: Bench, setup: Sequence[str], title: str) -> str:
     lines += side_by_side(bench)
     lines += ["", "## Details"]
     lines += scenario_tables(bench)
+    lines += breakdown_table(bench)
     lines += claims_table(bench)
     lines += million_table(bench)
     if bench.skipped:

@@ -36,7 +36,17 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
 VENV = BENCH_DIR / ".venv"
 REQUIREMENTS = BENCH_DIR / "requirements.txt"
-SCENARIOS = ("claims", "enqueue", "burndown", "sustained", "pickup", "million", "tasks", "backlog")
+SCENARIOS = (
+    "claims",
+    "enqueue",
+    "burndown",
+    "sustained",
+    "pickup",
+    "pickup-write",
+    "million",
+    "tasks",
+    "backlog",
+)
 #: Run unless --scenarios names others: every scenario but the backlog (long, and on
 #: clusters of its own rather than --server-url).
 DEFAULT_SCENARIOS = tuple(name for name in SCENARIOS if name != "backlog")
@@ -151,6 +161,12 @@ def parse_args(argv: Sequence[str], *, resolve: bool = True) -> argparse.Namespa
     )
     parser.add_argument("--pickup-rate", type=float, default=200.0, help="jobs/s (default 200)")
     parser.add_argument("--pickup-seconds", type=float, help="default 30, quick 5")
+    parser.add_argument(
+        "--trace-pickup",
+        action="store_true",
+        help="time each step of django-jobq's pickup (benchsite/pickup_trace.py) and report "
+        "where the latency goes; a profile, its latencies are not benchmark figures",
+    )
     parser.add_argument(
         "--sustained-rates",
         type=rates,
@@ -376,6 +392,7 @@ def run_shared(
                 "burndown": bench.burndown,
                 "sustained": bench.sustained,
                 "pickup": bench.pickup,
+                "pickup-write": bench.pickup_write,
                 "million": bench.million_rows,
                 "tasks": bench.tasks,
             }[name]()

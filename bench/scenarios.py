@@ -23,6 +23,7 @@ from typing import Any
 
 import claims
 import million
+from benchsite import pickup_trace
 from measure import HarnessError, Records, WorkerGroup, read_commits, summary_ms, wait_for
 from systems import REPO_DIR, SYSTEMS, System, WorkerConfig, tasks_backend_available
 
@@ -93,6 +94,7 @@ class Bench:
             system.prepare()
             with system.connect() as conn:
                 claims.create_probe_table(conn)
+                conn.execute("CREATE TABLE IF NOT EXISTS jobq_bench_written (n bigint PRIMARY KEY)")
             self.systems[name] = system
         return self.systems[name]
 
@@ -117,6 +119,7 @@ class Bench:
         jobs: int,
         batch: int,
         rate: float = 0.0,
+        handler: str = "noop",
     ) -> Run:
         system, config = entry.system, entry.config
         self.worker_settings[f"{system.label} {config}"] = system.describe(config)
@@ -128,9 +131,14 @@ class Bench:
         with system.connect() as conn:
             self.check_alone(system, conn)
             system.reset(conn)
+            conn.execute("TRUNCATE jobq_bench_written")
+            env = system.env(record_dir)
+            traced = self.args.trace_pickup and "pickup" in scenario
+            if traced:
+                env["JOBQ_BENCH_TRACE"] = "1"  # django-jobq's workers (benchsite.pickup_trace)
             group = WorkerGroup(
                 system.worker_commands(config),
-                env=system.env(record_dir),
+                env=env,
                 log_dir=run_dir,
                 cwd=REPO_DIR,
             )
@@ -141,7 +149,7 @@ class Bench:
                 meter = claims.ActivityMeter(conn)
                 meter.start()
                 window_start = time.monotonic()
-                producer = self.produce(system, mode, jobs, batch, rate, commits_path)
+                producer = self.produce(system, mode, jobs, batch, rate, commits_path, handler)
                 timeout = 60 + jobs / SLOWEST_RATE
                 wait_for(
                     lambda: records.poll() >= jobs,
@@ -164,6 +172,10 @@ class Bench:
             statuses = group.stop()
             records.poll()
             problems = records.problems(jobs) + system.leftovers(conn, jobs)
+            if handler == "write":
+                ((written,),) = conn.execute("SELECT count(*) FROM jobq_bench_written")
+                if written != jobs:
+                    problems.append(f"{written} rows written by {jobs} write jobs")
             if any(status not in (0, -15) for status in statuses):
                 problems.append(f"worker exit statuses {statuses}")
             if problems:
@@ -187,6 +199,7 @@ class Bench:
             done = jobs
         seconds = max(seconds, 1e-6)  # a paced run of a single transaction has no window
         latencies = [starts[n] - commits[n] for n in range(jobs)]
+        trace = pickup_trace.breakdown(record_dir, commits, starts) if traced else {}
         run = Run(
             scenario=scenario,
             system=system.name,
@@ -207,15 +220,25 @@ class Bench:
                 # From the producer's last commit until every job was finished.
                 "tail_s": (done_ns - last_commit) / 1e9,
                 **({"offered": f"{rate:g}" if rate else "max"} if scenario == "sustained" else {}),
+                **({"breakdown_ms": breakdown_ms(trace)} if trace else {}),
             },
         )
         self.runs.append(run)
         return run
 
     def produce(
-        self, system: System, mode: str, jobs: int, batch: int, rate: float, out: Path
+        self,
+        system: System,
+        mode: str,
+        jobs: int,
+        batch: int,
+        rate: float,
+        out: Path,
+        handler: str = "noop",
     ) -> dict[str, Any]:
-        command = producer_command(system, mode, jobs=jobs, batch=batch, rate=rate, out=out)
+        command = producer_command(
+            system, mode, jobs=jobs, batch=batch, rate=rate, out=out, handler=handler
+        )
         timeout = 120 + jobs / SLOWEST_RATE
         try:
             result = subprocess.run(
@@ -374,17 +397,30 @@ class Bench:
 
             self.interleaved(self.entries(args.systems, args.configs), measure)
 
-    def pickup(self) -> None:
-        """Pickup latency at ``--pickup-rate`` jobs/s, one job per transaction."""
+    def pickup(self, handler: str = "noop") -> None:
+        """Pickup latency at ``--pickup-rate`` jobs/s, one job per transaction, of the no-op
+        job or (``handler="write"``, scenario "pickup-write") of one that writes a row."""
         args = self.args
         jobs = int(args.pickup_rate * args.pickup_seconds)
+        scenario = "pickup" if handler == "noop" else f"pickup-{handler}"
+        systems = [name for name in args.systems if handler == "noop" or name != "tasksdb"]
 
         def measure(entry: Entry, rep: int) -> Run:
             return self.run_workers(
-                "pickup", entry, rep, mode="paced", jobs=jobs, batch=1, rate=args.pickup_rate
+                scenario,
+                entry,
+                rep,
+                mode="paced",
+                jobs=jobs,
+                batch=1,
+                rate=args.pickup_rate,
+                handler=handler,
             )
 
-        self.interleaved(self.entries(args.systems, args.pickup_configs), measure)
+        self.interleaved(self.entries(systems, args.pickup_configs), measure)
+
+    def pickup_write(self) -> None:
+        self.pickup("write")
 
     def million_rows(self) -> None:
         jobq = self.system("jobq")
@@ -433,10 +469,19 @@ class Bench:
 
 
 def producer_command(
-    system: System, mode: str, *, jobs: int, batch: int, rate: float, out: Path, first: int = 0
+    system: System,
+    mode: str,
+    *,
+    jobs: int,
+    batch: int,
+    rate: float,
+    out: Path,
+    first: int = 0,
+    handler: str = "noop",
 ) -> list[str]:
     """The command line of :mod:`benchsite.produce` for ``system`` (run it with
-    ``system.env()`` in ``REPO_DIR``): ``jobs`` jobs numbered from ``first``."""
+    ``system.env()`` in ``REPO_DIR``): ``jobs`` jobs numbered from ``first``, of the
+    ``handler`` job (``noop`` or ``write``)."""
     return [
         sys.executable,
         "-m",
@@ -453,7 +498,19 @@ def producer_command(
         str(rate),
         "--out",
         str(out),
+        "--handler",
+        handler,
     ]
+
+
+def breakdown_ms(segments: dict[str, list[int]]) -> dict[str, dict[str, float]]:
+    """A traced run's pickup segments (:func:`benchsite.pickup_trace.breakdown`): the p50,
+    p99 and mean of each, in milliseconds, and how many jobs were traced."""
+    return {
+        name: {**summary_ms(values), "mean": sum(values) / len(values) / 1e6, "jobs": len(values)}
+        for name, values in segments.items()
+        if values
+    }
 
 
 def close_django_connections() -> None:

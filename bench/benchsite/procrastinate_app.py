@@ -21,3 +21,13 @@ app = procrastinate.App(
 async def noop(n: int) -> None:
     """A task that does nothing but record its start."""
     record(n)
+
+
+@app.task(name="bench.write", queue=QUEUE)
+async def write(n: int) -> None:
+    """A task that records its start, then writes one row through procrastinate's own
+    connection pool (its fastest way to the database)."""
+    record(n)
+    await app.connector.execute_query_async(
+        "INSERT INTO jobq_bench_written (n) VALUES (%(n)s) ON CONFLICT (n) DO NOTHING", n=n
+    )

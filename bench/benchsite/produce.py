@@ -14,6 +14,9 @@ the key that joins a job's commit time here to its handler's start time
 - ``unpaced``: transactions of ``--batch`` jobs, back to back.
 - ``rate``: like ``unpaced``, timed: the enqueue-rate scenario.
 
+``--handler write`` enqueues the job that also writes a row (``bench.write``) instead of
+the no-op (django-jobq and procrastinate).
+
 One line per transaction goes to ``--out`` as it commits (flushed, so the harness can
 follow it): ``<first n> <count> <commit ns>``, the ``time.monotonic_ns()`` read right after
 the commit returned. SIGTERM stops the producer after the transaction under way (the jobs
@@ -50,17 +53,17 @@ def chunks(ns: Sequence[int], size: int) -> list[Sequence[int]]:
 
 
 class JobqEnqueuer(Enqueuer):
-    def __init__(self) -> None:
+    def __init__(self, handler: str) -> None:
         import django
 
         django.setup()
         from django.db import connection, transaction
 
-        from benchsite.jobs import noop
+        from benchsite import jobs
         from django_jobq import enqueue_many
 
         self.atomic = transaction.atomic
-        self.noop = noop
+        self.noop = getattr(jobs, handler)
         self.enqueue_many = enqueue_many
         connection.ensure_connection()
 
@@ -105,11 +108,11 @@ class TasksEnqueuer(Enqueuer):
 
 
 class ProcrastinateEnqueuer(Enqueuer):
-    def __init__(self) -> None:
-        from benchsite.procrastinate_app import app, noop
+    def __init__(self, handler: str) -> None:
+        from benchsite import procrastinate_app
 
-        self.app = app.open()
-        self.noop = noop
+        self.app = procrastinate_app.app.open()
+        self.noop = getattr(procrastinate_app, handler)
 
     def enqueue(self, ns: Sequence[int]) -> None:
         if len(ns) == 1:
@@ -125,11 +128,13 @@ class ProcrastinateEnqueuer(Enqueuer):
         self.app.close()
 
 
-def make_enqueuer(system: str) -> Enqueuer:
+def make_enqueuer(system: str, handler: str = "noop") -> Enqueuer:
     if system == "jobq":
-        return JobqEnqueuer()
+        return JobqEnqueuer(handler)
     if system == "procrastinate":
-        return ProcrastinateEnqueuer()
+        return ProcrastinateEnqueuer(handler)
+    if handler != "noop":
+        raise SystemExit(f"{system} has only the noop handler")
     if system == "tasksdb":
         return TasksEnqueuer("default")
     if system == "tasks-jobq":
@@ -194,11 +199,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=1, help="jobs per transaction")
     parser.add_argument("--rate", type=float, default=0.0, help="jobs/s (paced)")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--handler", choices=["noop", "write"], default="noop")
     args = parser.parse_args(argv)
     if args.mode == "paced" and args.rate <= 0:
         parser.error("paced needs --rate")
     signal.signal(signal.SIGTERM, Stop.request)
-    enqueuer = make_enqueuer(args.system)
+    enqueuer = make_enqueuer(args.system, args.handler)
     try:
         with open(args.out, "w", encoding="ascii") as out:
             summary = produce(enqueuer, args, out)

@@ -5,7 +5,8 @@ job's number from its payload and ``time.monotonic_ns()``) to a file of the proc
 ``$JOBQ_BENCH_RECORD_DIR/<pid>.rec``, with one ``os.write`` on an ``O_APPEND`` descriptor:
 one system call, no lock held across threads, no database write to distort what is measured.
 ``CLOCK_MONOTONIC`` is one clock for every process of the host, so the harness can subtract
-the producer's commit times from these.
+the producer's commit times from these. :mod:`benchsite.pickup_trace` writes its events the
+same way, to ``<pid>.trace``.
 """
 
 from __future__ import annotations
@@ -15,24 +16,28 @@ import threading
 import time
 
 _lock = threading.Lock()
-_fd: int | None = None
-_fd_pid = 0
+_descriptors: dict[tuple[str, int], int] = {}  # (suffix, pid) -> descriptor
 
 
-def _descriptor() -> int:
-    global _fd, _fd_pid
-    pid = os.getpid()
-    if _fd is None or _fd_pid != pid:  # first call, or a forked child
+def _descriptor(suffix: str) -> int:
+    pid = os.getpid()  # a forked child opens its own file
+    fd = _descriptors.get((suffix, pid))
+    if fd is None:
         with _lock:
-            if _fd is None or _fd_pid != pid:
+            fd = _descriptors.get((suffix, pid))
+            if fd is None:
                 directory = os.environ["JOBQ_BENCH_RECORD_DIR"]
-                path = os.path.join(directory, f"{pid}.rec")
-                _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                _fd_pid = pid
-    return _fd
+                path = os.path.join(directory, f"{pid}.{suffix}")
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                _descriptors[(suffix, pid)] = fd
+    return fd
+
+
+def record_line(line: bytes, *, suffix: str = "rec") -> None:
+    """Append ``line`` to this process's ``<pid>.<suffix>`` file (one system call)."""
+    os.write(_descriptor(suffix), line)
 
 
 def record(n: int) -> None:
     """Record that the handler of job number ``n`` starts now."""
-    now = time.monotonic_ns()
-    os.write(_descriptor(), b"%d %d\n" % (n, now))
+    record_line(b"%d %d\n" % (n, time.monotonic_ns()))
