@@ -204,6 +204,23 @@ def close_unusable_connections() -> None:
             connection.close()
 
 
+def prepares_by_choice(alias: str | None = None) -> bool:
+    """Whether ``DATABASES[alias]['OPTIONS']`` sets ``prepare_threshold`` (by default
+    ``JOBQ['DATABASE']``): the user chose whether statements are prepared, and
+    :func:`connect` keeps that choice."""
+    options = connections[alias or get_settings().DATABASE].settings_dict.get("OPTIONS") or {}
+    return "prepare_threshold" in options
+
+
+def plan_changed_result_type(exc: BaseException) -> bool:
+    """Whether ``exc`` is PostgreSQL's refusal to run a prepared statement whose result
+    columns changed since it was prepared ("cached plan must not change result type",
+    SQLSTATE 0A000): a migration added or altered a column of a table the statement returns
+    whole (``RETURNING job.*``) while a worker kept it prepared. The statement did not run;
+    on a new connection (no statement prepared yet) it runs again."""
+    return isinstance(exc, psycopg.errors.FeatureNotSupported) and "cached plan" in str(exc)
+
+
 @contextmanager
 def server_binding_cursor(alias: str, *, binary_results: bool = False) -> Iterator[CursorWrapper]:
     """A cursor on Django's connection ``alias`` (so in the caller's transaction) that sends

@@ -232,3 +232,22 @@ def test_a_worker_whose_connection_is_killed_mid_job_reconnects_and_records_the_
     assert running.stats is not None
     assert running.stats.outcome_counts.succeeded == 2
     assert running.stats.outcome_counts.lease_lost == 0
+
+
+def test_an_announced_job_is_claimed_without_waiting_for_outcomes_to_share_an_ack(monkeypatch):
+    # Outcomes wait up to ACK_FLUSH_DELAY for others to share their ack statement; made an
+    # hour here, only the announcement can end that wait before the test's deadline.
+    from django_jobq.worker import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "ACK_FLUSH_DELAY", NEVER)
+    with Running(worker_id="claims-first", concurrency=2):
+        first = record.enqueue("first")
+        wait_until(lambda: Effect.objects.filter(label="first").exists())
+        record.enqueue("announced")
+        wait_until(
+            lambda: Effect.objects.filter(label="announced").exists(),
+            timeout=WAKE_BOUND,
+            what="the announced job to run while the first one's outcome waited",
+        )
+        # Claimed first, then the waiting outcome was recorded in the same turn.
+        wait_until(lambda: not Job.objects.filter(pk=first.pk).exists(), what="the first ack")

@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from .. import crash_points, outcomes, sql, task_results, text
+from .. import crash_points, db, outcomes, sql, task_results, text
 from ..leases import LeaseBusy
 from ..models import DeadLetter
 from ..outcomes import Action, Outcome
@@ -51,9 +51,10 @@ class OutcomeCounts:
 def _is_connection_fault(exc: psycopg.Error) -> bool:
     """A failure of the moment rather than of the job's data: the connection was lost, or
     the statement was cancelled (``statement_timeout``, ``lock_timeout``), deadlocked or hit
-    a serialization failure. psycopg raises all of them as ``OperationalError``; the worker
-    reconnects and writes the same outcome again after a backoff."""
-    return isinstance(exc, psycopg.OperationalError)
+    a serialization failure. psycopg raises all of them as ``OperationalError``. So is a
+    prepared statement made stale by a migration (:func:`django_jobq.db.plan_changed_result_type`):
+    it did not run. The worker reconnects and writes the same outcome again after a backoff."""
+    return isinstance(exc, psycopg.OperationalError) or db.plan_changed_result_type(exc)
 
 
 def _problem(exc: BaseException) -> str:

@@ -86,6 +86,10 @@ class Listener:
         #: Set when the check found that the connection hears no notifications: the listener
         #: has stopped, and the worker polls.
         self.cannot_hear = threading.Event()
+        #: Set once a check found that the connection hears notifications: connections to
+        #: ``JOBQ['LISTEN_DATABASE']`` keep session state (a ``LISTEN``) across transactions,
+        #: so they reach PostgreSQL directly or through a pool in session mode.
+        self.keeps_session_state = threading.Event()
         self.reconnects = 0
 
     def start(self) -> None:
@@ -152,6 +156,8 @@ class Listener:
         try:
             if not self._hears(connection):
                 raise CannotHear
+            if not self._stopping.is_set():  # else _hears() returned without a verdict
+                self.keeps_session_state.set()
             connection.execute(sql.wake.LISTEN_WAKE)
         except BaseException:
             connection.close()

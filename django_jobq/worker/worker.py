@@ -84,6 +84,11 @@ ACK_FLUSH_DELAY = 0.005
 #: the first to the most, since a claimer's lock lasts one statement while an operator's
 #: may last minutes.
 BUSY_RETRY_DELAYS = (0.005, 0.2)
+#: psycopg's ``prepare_threshold`` of the main loop's connection once its statements may be
+#: prepared (see :meth:`Worker._prepares_statements`): each is prepared on its first run, so
+#: PostgreSQL plans the claim and the acks once per connection (a generic plan) instead of on
+#: every run; planning is most of a small claim's server time (docs/performance.md).
+PREPARE_THRESHOLD = 0
 #: Seconds the worker's threads and its deregistration may take, together, once the main
 #: loop is done (each is cut short by then: the threads are daemons, the statement is cut).
 EXIT_TIMEOUT = 2.0
@@ -222,6 +227,9 @@ class Worker:
         self._stopping = threading.Event()
         self._stop_requested_at: float | None = None
         self._wake = threading.Event()
+        # Set by the listener when a job of a served queue is enqueued: the next turn claims
+        # before it records outcomes, and does not hold them back to share an ack.
+        self._announced = threading.Event()
         self._outcomes: list[Outcome] = []
         self._outcomes_changed = threading.Condition()
         self._first_outcome_at = 0.0  # time.monotonic() of the oldest untaken outcome
@@ -239,12 +247,19 @@ class Worker:
         self._listener = (
             Listener(
                 queues=self.queues,
-                wake=self._wake.set,
+                wake=self._announce,
                 worker_id=self.worker_id,
                 watchdog=self._watchdog,
             )
             if listen
             else None
+        )
+        # Statements may be prepared once the listener proves that connections to the queue
+        # database keep session state, unless DATABASES' OPTIONS decide (prepare_threshold).
+        self._prepare_once_heard = (
+            self._listener is not None
+            and settings.LISTEN_DATABASE in (None, settings.DATABASE)
+            and not db.prepares_by_choice()
         )
         self._heartbeater = Heartbeater(
             self._held, worker_id=self.worker_id, progress=self._progress, watchdog=self._watchdog
@@ -284,6 +299,7 @@ class Worker:
         self._capacity = slots + self.batch_size
         self._refill_at = max(1, self.batch_size // 2)
         self._outstanding = 0  # claimed and not yet recorded (prefetched, running, reported)
+        self._claim_was_short = False  # the last claim had less room than a batch
         self._to_release: list[HeldJob] = []
         self._claimed = self._released = self._abandoned = self._reconnects = 0
 
@@ -293,11 +309,26 @@ class Worker:
         if self._stop_requested_at is None:
             self._stop_requested_at = time.monotonic()
         self._stopping.set()
+        # End a wait for outcomes to share an ack. Not blocking: in a signal handler on the
+        # loop's own thread, the lock may be held by the code the signal interrupted.
+        if self._outcomes_changed.acquire(blocking=False):
+            try:
+                self._outcomes_changed.notify()
+            finally:
+                self._outcomes_changed.release()
         self._wake.set()
 
     @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
+
+    def _announce(self) -> None:
+        """A job was enqueued in a served queue (or the listener reconnected): wake the loop,
+        and cut short its wait for outcomes to share an ack."""
+        self._announced.set()
+        with self._outcomes_changed:
+            self._outcomes_changed.notify()
+        self._wake.set()
 
     def _report(self, outcome: Outcome) -> None:
         with self._outcomes_changed:
@@ -309,13 +340,18 @@ class Worker:
 
     def _take_outcomes(self) -> list[Outcome]:
         """Take the reported outcomes, first letting others arrive for up to
-        :data:`ACK_FLUSH_DELAY` after the oldest (unless every handler slot has reported, or
-        the worker is stopping), so that one ack statement records many jobs."""
+        :data:`ACK_FLUSH_DELAY` after the oldest (unless every handler slot has reported, a
+        job was announced, or the worker is stopping), so that one ack statement records many
+        jobs."""
         with self._outcomes_changed:
             if self._outcomes and not self._stopping.is_set():
                 deadline = self._first_outcome_at + ACK_FLUSH_DELAY
                 self._outcomes_changed.wait_for(
-                    lambda: len(self._outcomes) >= self._slots or self._stopping.is_set(),
+                    lambda: (
+                        len(self._outcomes) >= self._slots
+                        or self._announced.is_set()
+                        or self._stopping.is_set()
+                    ),
                     timeout=max(0.0, deadline - time.monotonic()),
                 )
             taken, self._outcomes = self._outcomes, []
@@ -418,12 +454,32 @@ class Worker:
         Raises:
             psycopg.Error: a statement failed; nothing done so far is lost.
         """
+        if connection.prepare_threshold is None and self._prepares_statements():
+            connection.prepare_threshold = PREPARE_THRESHOLD
         cursor = connection.cursor()
         self._completer.pending.extend(self._take_outcomes())
-        self._completer.flush(cursor)
+        # A job was announced: claim it first, then record the outcomes (an ack statement
+        # before the claim would add its round trip to the job's pickup).
+        claim_first = self._announced.is_set() and not self._stopping.is_set()
+        self._announced.clear()
+        if not claim_first:
+            self._completer.flush(cursor)
         self._observer.tick(cursor)
         if self._stopping.is_set():
             return self._shutdown_turn(cursor)
+        timeout = self._claim_turn(connection, cursor)
+        if claim_first:
+            outstanding = self._outstanding
+            self._completer.flush(cursor)
+            if self._outstanding < outstanding and self._claim_was_short:
+                return 0.0  # the acks freed room the claim lacked: claim again at once
+        return timeout
+
+    def _claim_turn(
+        self, connection: psycopg.Connection[Any], cursor: psycopg.Cursor[Any]
+    ) -> float | None:
+        """The rest of a turn that is not stopping: maintenance, the scheduler, the claim;
+        returns what :meth:`_turn` does."""
         self._maintenance.run_if_due(connection)
         if self._scheduler is not None:
             # The scheduler enqueues through this thread's Django connection: its
@@ -435,6 +491,7 @@ class Worker:
         # cost a statement (and a commit) for a job or two.
         room = self._capacity - self._outstanding
         limit = min(self.batch_size, room) if room >= self._refill_at else 0
+        self._claim_was_short = limit < self.batch_size
         if limit:
             if crash_points.reach is not None:
                 crash_points.reach("before_claim")
@@ -479,6 +536,18 @@ class Worker:
         # Wait for an outcome to free room, a notification, or the poll interval; when the
         # claim took every due job, at most until the next one falls due.
         return self._idle_timeout(cursor) if len(jobs) < limit else self.poll_interval
+
+    def _prepares_statements(self) -> bool:
+        """Whether the main loop's connection may prepare its statements: ``DATABASES``'
+        ``OPTIONS`` do not set ``prepare_threshold`` (else psycopg follows them), and the
+        listener, connected with the same alias, heard its check notification. A connection
+        that keeps a ``LISTEN`` across transactions reaches PostgreSQL directly or through a
+        pool in session mode, where prepared statements work; a pool in transaction mode
+        (PgBouncer before 1.21 cannot carry them) fails that check. With ``listen=False``
+        nothing proves it, and nothing is prepared."""
+        return self._prepare_once_heard and (
+            self._listener is not None and self._listener.keeps_session_state.is_set()
+        )
 
     def _probe(self, cursor: psycopg.Cursor[Any]) -> bool:
         """Run the claim positions' probe; whether a job waits behind a position."""
@@ -578,7 +647,14 @@ class Worker:
                     else:
                         busy_delays = doubling(*BUSY_RETRY_DELAYS)
                     delays = reconnect_delays()
-                except psycopg.OperationalError as exc:
+                except psycopg.Error as exc:
+                    # A lost connection, or a prepared statement a migration made stale (a
+                    # new connection prepares it afresh): reconnect. Other errors are bugs.
+                    if not (
+                        isinstance(exc, psycopg.OperationalError)
+                        or db.plan_changed_result_type(exc)
+                    ):
+                        raise
                     if connection is not None:
                         connection.close()
                         connection = None

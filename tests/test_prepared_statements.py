@@ -1,0 +1,107 @@
+"""The worker's main connection prepares its statements when, and only when, that is safe:
+its listener proved that connections to the queue database keep session state, and
+``DATABASES``' ``OPTIONS`` leave ``prepare_threshold`` to it. A migration that changes the
+columns a prepared statement returns costs a reconnect, never a job."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection, connections
+
+from django_jobq.models import DeadLetter, Job
+from django_jobq.worker import Worker
+from django_jobq.worker import worker as worker_module
+from tests.conftest import wait_until
+from tests.test_wake import Running
+from tests.testapp.jobs import record
+from tests.testapp.models import Effect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def main_connections(monkeypatch) -> list[psycopg.Connection[Any]]:
+    """The main-loop connections the workers of the test open, in order."""
+    opened: list[psycopg.Connection[Any]] = []
+    connect = Worker._connect
+
+    def recorded(self: Worker) -> psycopg.Connection[Any]:
+        opened.append(connect(self))
+        return opened[-1]
+
+    monkeypatch.setattr(Worker, "_connect", recorded)
+    return opened
+
+
+def prepared(conn: psycopg.Connection[Any]) -> int:
+    """Statements prepared in ``conn``'s session (psycopg connections are thread-safe: the
+    worker's loop is waiting meanwhile, or waits for this statement)."""
+    ((count,),) = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchall()
+    return int(count)
+
+
+def run_one(label: str) -> None:
+    record.enqueue(label)
+    wait_until(lambda: Effect.objects.filter(label=label).exists(), what=f"job {label} to run")
+    wait_until(lambda: not Job.objects.exists(), what=f"job {label} to be acked")
+
+
+def test_a_listening_worker_on_a_direct_connection_prepares_its_statements(main_connections):
+    with Running(worker_id="prepares") as running:
+        assert running.worker._listener is not None
+        wait_until(running.worker._listener.keeps_session_state.is_set, what="the check")
+        run_one("first")
+        (main,) = main_connections
+        assert main.prepare_threshold == worker_module.PREPARE_THRESHOLD
+        assert prepared(main) > 0  # the claim and the ack, at least
+
+
+def test_a_worker_that_does_not_listen_prepares_nothing(main_connections):
+    running = Running(listen=False, poll_interval=0.05, worker_id="no-listen")
+    running.thread.start()  # not ``with``: that waits for a listener
+    try:
+        run_one("polled")
+        (main,) = main_connections
+        assert main.prepare_threshold is None
+        assert prepared(main) == 0
+    finally:
+        running.__exit__(None, None, None)
+
+
+def test_databases_options_decide_when_they_set_prepare_threshold(main_connections, monkeypatch):
+    options = connections["default"].settings_dict.setdefault("OPTIONS", {})
+    monkeypatch.setitem(options, "prepare_threshold", None)
+    with Running(worker_id="options-decide") as running:
+        assert running.worker._listener is not None
+        wait_until(running.worker._listener.keeps_session_state.is_set, what="the check")
+        run_one("not prepared")
+        (main,) = main_connections
+        assert main.prepare_threshold is None
+        assert prepared(main) == 0
+
+
+def test_a_migration_that_changes_a_prepared_claims_columns_costs_a_reconnect_not_a_job(
+    main_connections, caplog
+):
+    caplog.set_level(logging.WARNING, logger="django_jobq.worker")
+    with Running(worker_id="migrated") as running:
+        assert running.worker._listener is not None
+        wait_until(running.worker._listener.keeps_session_state.is_set, what="the check")
+        run_one("before")
+        assert prepared(main_connections[0]) > 0
+        with connection.cursor() as cursor:
+            # The claim returns job.priority: its prepared result type no longer holds.
+            cursor.execute("ALTER TABLE jobq_job ALTER COLUMN priority TYPE bigint")
+        try:
+            run_one("after")
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("ALTER TABLE jobq_job ALTER COLUMN priority TYPE integer")
+    assert "cached plan must not change result type" in caplog.text
+    assert len(main_connections) == 2  # one reconnect
+    assert not DeadLetter.objects.exists()
+    assert running.stats is not None and running.stats.outcome_counts.succeeded == 2
