@@ -304,6 +304,36 @@ def test_a_listening_worker_through_pgbouncer_says_it_cannot_hear_and_polls(pgbo
     assert stop(worker) == 0
 
 
+def test_a_worker_whose_listener_cannot_hear_prepares_nothing_and_polls(
+    pgbouncer, django_alias, settings
+):
+    alias = django_alias(pgbouncer)
+    settings.JOBQ = {**settings.JOBQ, "DATABASE": alias}
+    running = Running(worker_id="unheard", queues=["pgbouncer"], poll_interval=0.2)
+    listener = running.worker._listener
+    assert listener is not None
+    running.thread.start()  # not ``with``: that waits for a listening connection
+    try:
+        wait_until(
+            listener.cannot_hear.is_set,
+            timeout=listener_module.CHECK_TIMEOUT + TIMEOUT,
+            what="the listener's check to fail",
+        )
+        assert not listener.keeps_session_state.is_set()
+        assert not running.worker._prepares_statements()
+        with transaction.atomic(using=alias):
+            for n in range(8):  # more runs of each statement than psycopg's threshold
+                pgbouncer_attempts.enqueue(label=f"polled {n}", failures=0)
+        wait_until(
+            lambda: Effect.objects.filter(label__startswith="polled").count() == 8,
+            timeout=TIMEOUT,
+            what="the polling worker to run the jobs",
+        )
+    finally:
+        running.__exit__(None, None, None)
+    assert running.stats is not None and running.stats.outcome_counts.succeeded == 8
+
+
 def test_a_direct_listener_hears_enqueues_made_through_pgbouncer(pgbouncer, django_alias, settings):
     alias = django_alias(pgbouncer)
     settings.JOBQ = {**settings.JOBQ, "DATABASE": alias, "LISTEN_DATABASE": "default"}
