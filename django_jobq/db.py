@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+import select
 import socket
 import threading
 import time
@@ -188,9 +189,14 @@ def close_unusable_connections() -> None:
     """Before a job, on its handler thread: ``close_old_connections()``, then close each of
     the thread's open Django connections that kept from an earlier job and no longer works
     (e.g. its server process was terminated while idle), so the handler gets a fresh one
-    instead of an error that would cost an attempt. Costs a ``SELECT 1`` per such connection
-    only where Django checks nothing itself: ``CONN_MAX_AGE`` above 0 (0 closes every
-    connection between jobs) and ``CONN_HEALTH_CHECKS`` off."""
+    instead of an error that would cost an attempt. Only where Django checks nothing itself:
+    ``CONN_MAX_AGE`` above 0 (0 closes every connection between jobs) and
+    ``CONN_HEALTH_CHECKS`` off.
+
+    An idle connection's socket has nothing to read: the server sends nothing unasked
+    outside a ``LISTEN``. A terminated server process sends its error and closes, which makes
+    the socket readable; only then does the check cost a round trip (``SELECT 1``, Django's
+    ``is_usable()``). So a healthy connection costs a ``select()``, not a statement, per job."""
     close_old_connections()
     for connection in connections.all(initialized_only=True):
         settings = connection.settings_dict
@@ -200,8 +206,19 @@ def close_unusable_connections() -> None:
             or settings.get("CONN_HEALTH_CHECKS")
         ):
             continue
-        if not connection.is_usable():
+        if _has_input(connection.connection) and not connection.is_usable():
             connection.close()
+
+
+def _has_input(driver_connection: Any) -> bool:
+    """Whether the socket of a driver connection (psycopg 3 or psycopg2, both have
+    ``fileno()``) has something to read, or has no socket to look at."""
+    try:
+        descriptor = driver_connection.fileno()
+        readable, _, _ = select.select([descriptor], [], [], 0)
+    except Exception:  # a closed connection (each driver raises its own): is_usable() says
+        return True
+    return bool(readable)
 
 
 def prepares_by_choice(alias: str | None = None) -> bool:

@@ -291,3 +291,13 @@ def pgbouncer_attempts(ctx: JobContext, label: str, failures: int) -> None:
     if ctx.attempt <= failures:
         raise RuntimeError(f"{label} fails attempt {ctx.attempt}")
     Effect.objects.create(label=f"{label} attempt {ctx.attempt}")
+
+
+@job(takes_context=True)
+def record_backend(ctx: JobContext, label: str) -> None:
+    """Write ``"<label> attempt <n> pid <server pid>"``: which server process the handler
+    thread's Django connection talks to."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    Effect.objects.create(label=f"{label} attempt {ctx.attempt} pid {pid}")
