@@ -110,9 +110,13 @@ def heartbeat(cursor: psycopg.Cursor[Any], leases: Sequence[Lease]) -> Extended:
     )
 
 
-def release(cursor: psycopg.Cursor[Any], leases: Sequence[Lease]) -> Written:
+def release(
+    cursor: psycopg.Cursor[Any], leases: Sequence[Lease], *, results: bool = False
+) -> Written:
     """Return leased, never-started jobs to the ready state without consuming an attempt,
-    without waiting for a locked row.
+    without waiting for a locked row. With ``results``, some are tasks' jobs whose results
+    were marked RUNNING at their claim: those become READY again in the same statement
+    (``sql.leases.RELEASE_JOBS_WITH_RESULTS``).
 
     Returns the ids released (those whose lease the caller still held); ``.busy``: those
     whose row another transaction had locked (not released; try again later).
@@ -120,6 +124,7 @@ def release(cursor: psycopg.Cursor[Any], leases: Sequence[Lease]) -> Written:
     if not leases:
         return Written()
     with cursor.connection.cursor(row_factory=class_row(_Released)) as typed:
-        typed.execute(sql.leases.RELEASE_JOBS, lease_arrays(leases))
+        statement = sql.leases.RELEASE_JOBS_WITH_RESULTS if results else sql.leases.RELEASE_JOBS
+        typed.execute(statement, lease_arrays(leases))
         rows = typed.fetchall()
     return Written((row.id for row in rows if not row.busy), (row.id for row in rows if row.busy))

@@ -6,7 +6,10 @@ is the task's module path and whose payload is ``{"result_id", "backend", "args"
 runs it like any other job (leases, heartbeats, retries, dead letters). What differs is
 recorded here:
 
-- :func:`start_attempt` marks the result RUNNING as an attempt starts (fenced);
+- :func:`start_claimed` marks the results of a claim's tasks RUNNING as the worker claims
+  their jobs, in one statement (fenced), for the task runner to take (:func:`take_started`);
+  :func:`start_attempt` marks one RUNNING as its attempt starts, where no worker claimed it
+  (a test's ``run_jobs``); :func:`release` undoes the start of jobs released unrun;
 - :class:`TaskOutcomes` is the hook of the outcome recorder (:mod:`django_jobq.outcomes`):
   it gives a task's job's outcome its task part, which the recorder's statement writes in
   the same statement as the ack (SUCCESSFUL, with the return value), the retry (READY
@@ -41,8 +44,10 @@ from django.db import connections
 from django.utils.module_loading import autodiscover_modules, import_string
 from psycopg.rows import class_row
 
-from . import db, registry, sql, text
+from . import db, leases, registry, sql, text
+from .claims import ClaimedJob
 from .conf import get_settings
+from .leases import Lease, Written
 from .models import StoredTaskResult
 from .outcomes import Action, Outcome
 
@@ -117,21 +122,86 @@ def handler(kind: str) -> TaskJobHandler | None:
     return func if isinstance(func, TaskJobHandler) else None
 
 
+#: The results the worker marked RUNNING at their jobs' claim (:func:`start_claimed`), by
+#: lease, until the task runner takes them (:func:`take_started`) or the job is released
+#: (:func:`release`). Shared by the worker's main loop and its handler threads (a dict's
+#: single operations are atomic).
+_started: dict[Lease, StoredTaskResult] = {}
+
+
+def start_claimed(cursor: psycopg.Cursor[Any], jobs: Sequence[ClaimedJob]) -> None:
+    """Mark RUNNING, in one statement on the worker's connection ``cursor``, the results of
+    the claimed ``jobs`` that are tasks' jobs and will run (not poison rows, expired or past
+    their attempts: those are dead-lettered unrun), appending the worker's id; keep them for
+    the task runner (:func:`take_started`). Called by the worker right after a claim: one
+    statement per claim instead of one per task on its handler thread. A no-op (no
+    statement) when no job is a task's.
+
+    Its commit does not wait for the disk (see ``sql.tasks.START_TASK_ATTEMPTS``): this write
+    only informs (status, start time, worker id), and a durable commit per claim would slow
+    the claims. Only a crash of the database server can lose it, and then only the last such
+    writes; every outcome is written durably.
+
+    Raises:
+        psycopg.Error: the statement failed; nothing was written.
+    """
+    starting = [
+        job.lease
+        for job in jobs
+        if handler(job.kind) is not None
+        and not (job.poison or job.expired or job.attempts_exhausted)
+    ]
+    if starting:
+        _started.update(_start(cursor, starting))
+
+
+def _start(cursor: psycopg.Cursor[Any], starting: Sequence[Lease]) -> dict[Lease, StoredTaskResult]:
+    """Run ``sql.tasks.START_TASK_ATTEMPTS`` on a worker's connection; the results, by lease."""
+    attempts = dict(starting)
+    with cursor.connection.cursor(row_factory=class_row(StoredTaskResult)) as typed:
+        typed.execute(sql.tasks.START_TASK_ATTEMPTS, leases.lease_arrays(starting))
+        started = typed.fetchall()
+    return {
+        Lease(job_id, attempts[job_id]): result
+        for result in started
+        if (job_id := result.job_id) is not None  # the statement writes it: never None
+    }
+
+
+def take_started(lease: Lease) -> StoredTaskResult | None:
+    """The result :func:`start_claimed` marked RUNNING for ``lease``, forgotten here; ``None``
+    if it started none (the job was not claimed by a worker of this process)."""
+    return _started.pop(lease, None)
+
+
+def release(cursor: psycopg.Cursor[Any], released: Sequence[Lease]) -> Written:
+    """:func:`django_jobq.leases.release`, for a worker whose claims may have started tasks
+    (:func:`start_claimed`): their results become READY again in the same statement, without
+    the worker id their start appended.
+
+    Returns, and raises, as :func:`django_jobq.leases.release`.
+    """
+    started = any(lease in _started for lease in released)
+    written = leases.release(cursor, released, results=started)
+    for lease in released:
+        if lease.job_id not in written.busy:
+            _started.pop(lease, None)
+    return written
+
+
 def start_attempt(job_id: int, attempt: int) -> StoredTaskResult | None:
     """Mark the result of a task's job RUNNING for attempt ``attempt`` (appending the
-    worker's id), on Django's connection to the queue database; return the result.
+    worker's id), on Django's connection to the queue database; return the result. For an
+    attempt no worker's claim started (:func:`start_claimed`): a test's ``run_jobs``.
 
-    Its commit does not wait for the disk (see ``sql.tasks.START_TASK_ATTEMPT``): a durable
-    commit per task would cap each handler thread's rate of tasks at the disk's flush rate,
-    and this write only informs (status, start time, worker id). Only a crash of
-    the database server can lose it, and then only the last such writes; every outcome is
-    written durably. Outside a transaction (a worker's handler thread is) it is one round trip.
+    Its commit does not wait for the disk, as :func:`start_claimed`'s. Outside a transaction
+    it is one round trip.
 
     Returns ``None`` (and writes nothing) if that attempt no longer holds the job's lease.
     """
     alias = get_settings().DATABASE
     with connections[alias].cursor() as cursor:
-        cursor.execute(sql.tasks.START_TASK_ATTEMPT, {"id": job_id, "attempt": attempt})
+        cursor.execute(sql.tasks.START_TASK_ATTEMPTS, {"ids": [job_id], "attempts": [attempt]})
         names = [column.name for column in cursor.description]
         rows = cursor.fetchall()
     return db.from_rows(StoredTaskResult, alias, names, rows)[0] if rows else None

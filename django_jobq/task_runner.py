@@ -20,6 +20,7 @@ from . import task_results, validation
 from .context import JobContext
 from .exceptions import Fail
 from .idempotency import LeaseLost
+from .leases import Lease
 from .models import StoredTaskResult
 from .task_framework import (
     BaseTaskBackend,
@@ -41,7 +42,8 @@ logger = logging.getLogger("django_jobq.tasks")
 class TaskRunner(task_results.TaskJobHandler):
     """The job handler of one task: what the worker runs for the task's jobs.
 
-    Called with the job's context and payload, it marks the result RUNNING, sends
+    Called with the job's context and payload, it takes the result the worker marked
+    RUNNING at the claim (or, outside a worker, marks it RUNNING itself), sends
     ``task_started``, calls the task function (async ones through ``async_to_sync``) and
     returns its return value as JSON text, which the worker stores with the job's ack.
     """
@@ -71,8 +73,10 @@ class TaskRunner(task_results.TaskJobHandler):
                 would only repeat the task's effects).
             Exception: whatever the task raises (the worker retries or dead-letters).
         """
-        stored = task_results.start_attempt(context.job_id, context.attempt)
+        stored = task_results.take_started(Lease(context.job_id, context.attempt))
         if stored is None:
+            stored = task_results.start_attempt(context.job_id, context.attempt)
+        if stored is None or context.lease_lost:
             raise LeaseLost(f"job {context.job_id} attempt {context.attempt}: lease lost")
         result = self.result_of(stored)
         _send(task_started, result, self.backend)

@@ -20,7 +20,7 @@ from django.db import connection, transaction
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_jobq import claims, enqueue, outcomes, registry
+from django_jobq import claims, enqueue, outcomes, registry, task_results
 from django_jobq.checks import check_tasks_backends
 from django_jobq.conf import validate_tasks_backend
 from django_jobq.models import DeadLetter, Job, StoredTaskResult
@@ -274,6 +274,67 @@ def test_one_ack_statement_records_a_tasks_job_with_its_result_and_a_plain_job(q
     assert result.return_value == {"recorded": "together"}
     assert StoredTaskResult.objects.count() == 1
     assert not Job.objects.exists()
+
+
+def test_the_worker_marks_a_claims_tasks_running_in_one_statement_for_the_runner(queue_cursor):
+    first, second = tasks.record.enqueue("one"), tasks.record.enqueue("two")
+    plain = enqueue("tests.testapp.jobs.record", {"label": "plain"})
+    jobs = claims.claim(queue_cursor, worker_id="w", limit=3)
+    task_jobs = [job for job in jobs if job.id != plain.pk]
+    task_results.start_claimed(queue_cursor, jobs)
+
+    for result in (first, second):
+        result.refresh()
+        assert result.status == TaskResultStatus.RUNNING
+        assert result.worker_ids == ["w"]
+        assert result.started_at is not None and result.started_at == result.last_attempted_at
+    taken = [task_results.take_started(job.lease) for job in task_jobs]
+    assert {stored.id for stored in taken if stored} == {first.id, second.id}
+    assert all(stored and stored.status == "RUNNING" for stored in taken)
+    assert [task_results.take_started(job.lease) for job in jobs] == [None] * 3  # taken once
+
+
+def test_a_start_at_the_claim_is_fenced(queue_cursor):
+    result = tasks.record.enqueue("late")
+    (job,) = claims.claim(queue_cursor, worker_id="w", limit=1)
+    queue_cursor.execute("UPDATE jobq_job SET attempts = attempts + 1 WHERE id = %s", [job.id])
+    task_results.start_claimed(queue_cursor, [job])  # the claim's attempt lost the lease
+
+    assert task_results.take_started(job.lease) is None
+    result.refresh()
+    assert result.status == TaskResultStatus.READY and result.worker_ids == []
+
+
+def test_a_released_task_is_ready_again_without_the_released_attempt(queue_cursor):
+    result = tasks.record.enqueue("released")
+    (job,) = claims.claim(queue_cursor, worker_id="w", limit=1)
+    task_results.start_claimed(queue_cursor, [job])
+    released = task_results.release(queue_cursor, [job.lease])
+
+    assert released == {job.id}
+    assert task_results.take_started(job.lease) is None
+    result.refresh()
+    assert result.status == TaskResultStatus.READY
+    assert result.worker_ids == [] and result.started_at is None
+    assert result.last_attempted_at is None
+    assert Job.objects.get().status == "ready"
+
+
+def test_a_release_after_an_earlier_attempt_keeps_that_attempts_start(queue_cursor):
+    result = tasks.flaky.enqueue("again", failures=1)
+    (job,) = claims.claim(queue_cursor, worker_id="first", limit=1)
+    task_results.start_claimed(queue_cursor, [job])
+    task_error = '{"exception_class_path": "builtins.ValueError", "traceback": ""}'
+    outcomes.retry(queue_cursor, job.id, job.attempt, delay=0, error="boom", task_error=task_error)
+    result.refresh()
+    first_start = result.started_at
+    (job,) = claims.claim(queue_cursor, worker_id="second", limit=1)
+    task_results.start_claimed(queue_cursor, [job])
+    task_results.release(queue_cursor, [job.lease])
+
+    result.refresh()
+    assert result.status == TaskResultStatus.READY
+    assert result.worker_ids == ["first"] and result.started_at == first_start
 
 
 def test_an_async_task_runs():

@@ -69,7 +69,9 @@ HEARTBEAT_JOBS = _HEARTBEAT_JOBS_TEMPLATE.format(fenced=FENCED, lease_length=LEA
 
 #: Release: hand back leased jobs that never started (a stopping worker's prefetch;
 #: ``%(ids)s`` and ``%(attempts)s``, zipped). The attempt the claim consumed is given back,
-#: so a release costs the job nothing. Locked as above; fenced. Returns ``(id, busy)`` rows.
+#: so a release costs the job nothing. Locked as above; fenced. ``{results}`` is what the
+#: release of tasks' jobs adds: nothing (``RELEASE_JOBS``) or their results' undoing
+#: (``RELEASE_JOBS_WITH_RESULTS``). Returns ``(id, busy)`` rows.
 _RELEASE_JOBS_TEMPLATE = """
 WITH locked AS MATERIALIZED (
     SELECT job.id FROM jobq_job AS job
@@ -90,10 +92,32 @@ WITH locked AS MATERIALIZED (
         started_at = NULL
     FROM locked
     WHERE job.id = locked.id
-    RETURNING job.id
-)
+    RETURNING job.id, job.kind, job.payload
+){results}
 SELECT id, false AS busy FROM released
 UNION ALL
 SELECT id, true FROM busy
 """
-RELEASE_JOBS = _RELEASE_JOBS_TEMPLATE.format(fenced=FENCED)
+#: What ``RELEASE_JOBS_WITH_RESULTS`` adds: the worker marks a task's result RUNNING when it
+#: claims the job (``sql.tasks.START_TASK_ATTEMPTS``), so a release undoes that: the result
+#: is READY again, without the worker id that start appended, and without a start time if
+#: no attempt is left (its ``last_attempted_at`` stays the released claim's time). A result
+#: that is not RUNNING (no start was written) is left as it is.
+_RELEASED_RESULTS = """, result AS (
+    UPDATE jobq_task_result AS result
+    SET status = 'READY',
+        started_at = CASE WHEN jsonb_array_length(result.worker_ids) > 1
+                          THEN result.started_at END,
+        last_attempted_at = CASE WHEN jsonb_array_length(result.worker_ids) > 1
+                                 THEN result.last_attempted_at END,
+        worker_ids = result.worker_ids - (jsonb_array_length(result.worker_ids) - 1)
+    FROM released
+    WHERE result.id = released.payload->>'result_id' AND result.task_path = released.kind
+      AND result.status = 'RUNNING'
+)"""
+#: The release of plain jobs: it names no task result, so it takes no lock on
+#: ``jobq_task_result``.
+RELEASE_JOBS = _RELEASE_JOBS_TEMPLATE.format(fenced=FENCED, results="")
+#: The release of jobs some of which are tasks' started at their claim, their results
+#: undone in the same statement.
+RELEASE_JOBS_WITH_RESULTS = _RELEASE_JOBS_TEMPLATE.format(fenced=FENCED, results=_RELEASED_RESULTS)

@@ -4,7 +4,7 @@ A task's job has the task's module path as its kind and the payload
 ``{"result_id", "backend", "args", "kwargs"}``; its result is the ``jobq_task_result`` row
 with that id (and ``task_path`` = the kind). The statements that record a job's outcome
 (:mod:`django_jobq.sql.outcomes`) also write its result; these are the others: the
-enqueue, an attempt's start, and the results of jobs dead-lettered by a statement of
+enqueue, attempts' starts, and the results of jobs dead-lettered by a statement of
 their own.
 """
 
@@ -29,19 +29,22 @@ INSERT_TASK_JOBS = INSERT_JOBS_TEMPLATE.format(
     key_columns="",
 )
 
-#: An attempt of a task starts: its result becomes RUNNING, records the start and appends
-#: the worker id the claim wrote on the job. Fenced: returns nothing (and writes nothing)
-#: unless attempt ``%(attempt)s`` still holds job ``%(id)s``. Returns the result row.
+#: Attempts of tasks start: each result becomes RUNNING, records the start and appends the
+#: worker id the claim wrote on the job; ``%(ids)s`` and ``%(attempts)s`` are zipped leases
+#: (the worker starts a whole claim's tasks in one statement, right after the claim; a test's
+#: ``run_jobs`` one task at a time). Fenced: a lease the attempt no longer holds gets no row
+#: (and no write). Returns the results' rows.
 #: ``commit_mode`` lets the transaction commit without waiting for its WAL to reach the disk
 #: (``set_config(..., true)``: this transaction only, the whole statement when autocommit):
 #: visible at once, lost only if the database server crashes within a fraction of a second.
 #: Fit for this informative write only; outcomes are always committed durably.
-_START_TASK_ATTEMPT_TEMPLATE = """
+_START_TASK_ATTEMPTS_TEMPLATE = """
 WITH started AS (
     SELECT job.id, job.kind, job.queue, job.priority, job.payload, job.created_at,
            job.worker_id
-    FROM jobq_job AS job, (VALUES (%(id)s::bigint, %(attempt)s::integer)) AS fence (id, attempt)
-    WHERE {fenced}
+    FROM jobq_job AS job
+    JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS fence (id, attempt)
+        ON {fenced}
 ), commit_mode AS (
     SELECT set_config('synchronous_commit', 'off', true)
 )
@@ -61,7 +64,7 @@ SET status = 'RUNNING',
     worker_ids = result.worker_ids || EXCLUDED.worker_ids
 RETURNING result.*
 """
-START_TASK_ATTEMPT = _START_TASK_ATTEMPT_TEMPLATE.format(fenced=FENCED)
+START_TASK_ATTEMPTS = _START_TASK_ATTEMPTS_TEMPLATE.format(fenced=FENCED)
 
 #: Fail the results of tasks' jobs that were dead-lettered without running (as unknown
 #: kinds, by a statement of their own): each ``(result_id, task_path, task_error)`` whose

@@ -44,7 +44,7 @@ import psycopg
 from django.db import connections
 from django.utils import timezone
 
-from .. import claims, crash_points, db, leases, registry, sql, task_results, text
+from .. import claims, crash_points, db, registry, sql, task_results, text
 from ..claim_positions import ClaimPositions
 from ..conf import MAX_ASYNC_CONCURRENCY, get_settings, statement_timeout
 from ..outcomes import Outcome
@@ -508,6 +508,7 @@ class Worker:
         if jobs and crash_points.reach is not None:
             crash_points.reach("after_claim")
         self._observer.claimed(jobs)
+        task_results.start_claimed(cursor, jobs)  # before a handler thread can take one
         for job in jobs:
             # A job that must not run (poison row, expired, exhausted) is recorded at once,
             # without waiting for a handler thread or being heartbeated.
@@ -574,7 +575,7 @@ class Worker:
         self._to_release.extend(self._pool.take_unstarted())
         self._to_release.extend(self._async.take_unstarted())
         if self._to_release:
-            released = leases.release(cursor, [held.job.lease for held in self._to_release])
+            released = task_results.release(cursor, [held.job.lease for held in self._to_release])
             self._released += len(released)
             done = [held for held in self._to_release if held.job.id not in released.busy]
             for held in done:

@@ -51,7 +51,44 @@ WITH locked AS MATERIALIZED (
         started_at = NULL
     FROM locked
     WHERE job.id = locked.id
-    RETURNING job.id
+    RETURNING job.id, job.kind, job.payload
+)
+SELECT id, false AS busy FROM released
+UNION ALL
+SELECT id, true FROM busy
+
+-- name: RELEASE_JOBS_WITH_RESULTS
+WITH locked AS MATERIALIZED (
+    SELECT job.id FROM jobq_job AS job
+    JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS fence (id, attempt)
+        ON job.id = fence.id AND job.attempts = fence.attempt AND (job.status = 'running') IS TRUE
+    ORDER BY job.id
+    FOR UPDATE OF job SKIP LOCKED
+), busy AS (
+    SELECT fence.id FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS fence (id, attempt)
+    WHERE fence.id NOT IN (SELECT id FROM locked)
+      AND EXISTS (SELECT 1 FROM jobq_job AS job WHERE job.id = fence.id AND job.attempts = fence.attempt AND (job.status = 'running') IS TRUE)
+), released AS (
+    UPDATE jobq_job AS job
+    SET status = 'ready',
+        attempts = job.attempts - 1,
+        worker_id = '',
+        lease_deadline = NULL,
+        started_at = NULL
+    FROM locked
+    WHERE job.id = locked.id
+    RETURNING job.id, job.kind, job.payload
+), result AS (
+    UPDATE jobq_task_result AS result
+    SET status = 'READY',
+        started_at = CASE WHEN jsonb_array_length(result.worker_ids) > 1
+                          THEN result.started_at END,
+        last_attempted_at = CASE WHEN jsonb_array_length(result.worker_ids) > 1
+                                 THEN result.last_attempted_at END,
+        worker_ids = result.worker_ids - (jsonb_array_length(result.worker_ids) - 1)
+    FROM released
+    WHERE result.id = released.payload->>'result_id' AND result.task_path = released.kind
+      AND result.status = 'RUNNING'
 )
 SELECT id, false AS busy FROM released
 UNION ALL

@@ -32,12 +32,13 @@ WITH saved AS (
 SELECT id, run_at, created_at, expires_at FROM saved
 WHERE (SELECT count(*) FROM woken) >= 0
 
--- name: START_TASK_ATTEMPT
+-- name: START_TASK_ATTEMPTS
 WITH started AS (
     SELECT job.id, job.kind, job.queue, job.priority, job.payload, job.created_at,
            job.worker_id
-    FROM jobq_job AS job, (VALUES (%(id)s::bigint, %(attempt)s::integer)) AS fence (id, attempt)
-    WHERE job.id = fence.id AND job.attempts = fence.attempt AND (job.status = 'running') IS TRUE
+    FROM jobq_job AS job
+    JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS fence (id, attempt)
+        ON job.id = fence.id AND job.attempts = fence.attempt AND (job.status = 'running') IS TRUE
 ), commit_mode AS (
     SELECT set_config('synchronous_commit', 'off', true)
 )
