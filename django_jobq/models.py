@@ -12,7 +12,9 @@ durations are kept per minute instead.
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
+from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
@@ -350,6 +352,20 @@ class StoredTaskResult(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_path} {self.id} ({self.status})"
+
+
+def stored_task_result(**columns: Any) -> StoredTaskResult:
+    """A :class:`StoredTaskResult` from a row a worker's psycopg connection read
+    (``RETURNING result.*``; jsonb arrives decoded). Columns the model does not know are
+    left out: one a newer migration added (a rolling deploy, old workers on the new schema)
+    must not stop the worker reading its results."""
+    known = _stored_task_result_columns()
+    return StoredTaskResult(**{name: value for name, value in columns.items() if name in known})
+
+
+@functools.cache
+def _stored_task_result_columns() -> frozenset[str]:
+    return frozenset(field.attname for field in StoredTaskResult._meta.concrete_fields)
 
 
 class OutcomeRollup(models.Model):

@@ -27,7 +27,7 @@ from . import sql, text
 from .claims import ClaimedJob
 from .db import Cursor
 from .leases import Lease, LeaseBusy, Written, lease_arrays
-from .models import StoredTaskResult
+from .models import StoredTaskResult, stored_task_result
 
 
 class Action(enum.Enum):
@@ -86,7 +86,7 @@ class _Row(NamedTuple):
 
 def _row(*, job: int, busy: bool, **result: Any) -> _Row:
     """Read by psycopg on the worker's connection: a result's jsonb columns arrive decoded."""
-    return _Row(job, busy, StoredTaskResult(**result) if result.get("id") is not None else None)
+    return _Row(job, busy, stored_task_result(**result) if result.get("id") is not None else None)
 
 
 def _recorded(cursor: psycopg.Cursor[Any], statement: str, params: dict[str, Any]) -> Recorded:

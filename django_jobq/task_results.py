@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -42,13 +43,13 @@ import psycopg
 from django.conf import settings
 from django.db import connections
 from django.utils.module_loading import autodiscover_modules, import_string
-from psycopg.rows import class_row
+from psycopg.rows import kwargs_row
 
 from . import db, leases, registry, sql, text
 from .claims import ClaimedJob
 from .conf import get_settings
 from .leases import Lease, Written
-from .models import StoredTaskResult
+from .models import StoredTaskResult, stored_task_result
 from .outcomes import Action, Outcome
 
 #: The ``TASKS`` backend path of django-jobq's backend (:mod:`django_jobq.tasks_backend`).
@@ -123,10 +124,11 @@ def handler(kind: str) -> TaskJobHandler | None:
 
 
 #: The results the worker marked RUNNING at their jobs' claim (:func:`start_claimed`), by
-#: lease, until the task runner takes them (:func:`take_started`) or the job is released
-#: (:func:`release`). Shared by the worker's main loop and its handler threads (a dict's
-#: single operations are atomic).
-_started: dict[Lease, StoredTaskResult] = {}
+#: lease, with the ``time.monotonic()`` until which the lease surely holds (a third of the
+#: job's visibility timeout after the claim: the heartbeater's interval), until the task
+#: runner takes them (:func:`take_started`) or the job is released (:func:`release`). Shared
+#: by the worker's main loop and its handler threads (a dict's single operations are atomic).
+_started: dict[Lease, tuple[StoredTaskResult, float]] = {}
 
 
 def start_claimed(cursor: psycopg.Cursor[Any], jobs: Sequence[ClaimedJob]) -> None:
@@ -152,13 +154,18 @@ def start_claimed(cursor: psycopg.Cursor[Any], jobs: Sequence[ClaimedJob]) -> No
         and not (job.poison or job.expired or job.attempts_exhausted)
     ]
     if starting:
-        _started.update(_start(cursor, starting))
+        started = _start(cursor, starting)
+        now = time.monotonic()
+        for job in jobs:
+            if job.lease in started:
+                surely_held_until = now + job.visibility_timeout.total_seconds() / 3
+                _started[job.lease] = (started[job.lease], surely_held_until)
 
 
 def _start(cursor: psycopg.Cursor[Any], starting: Sequence[Lease]) -> dict[Lease, StoredTaskResult]:
     """Run ``sql.tasks.START_TASK_ATTEMPTS`` on a worker's connection; the results, by lease."""
     attempts = dict(starting)
-    with cursor.connection.cursor(row_factory=class_row(StoredTaskResult)) as typed:
+    with cursor.connection.cursor(row_factory=kwargs_row(stored_task_result)) as typed:
         typed.execute(sql.tasks.START_TASK_ATTEMPTS, leases.lease_arrays(starting))
         started = typed.fetchall()
     return {
@@ -168,10 +175,18 @@ def _start(cursor: psycopg.Cursor[Any], starting: Sequence[Lease]) -> dict[Lease
     }
 
 
-def take_started(lease: Lease) -> StoredTaskResult | None:
-    """The result :func:`start_claimed` marked RUNNING for ``lease``, forgotten here; ``None``
-    if it started none (the job was not claimed by a worker of this process)."""
-    return _started.pop(lease, None)
+def take_started(lease: Lease) -> tuple[StoredTaskResult, bool] | None:
+    """The result :func:`start_claimed` marked RUNNING for ``lease``, forgotten here, and
+    whether the lease surely still holds: taken within a third of the job's visibility
+    timeout of the claim, before its deadline could pass. After that (the job waited long in
+    the prefetch, or the process was stopped) another worker may have reclaimed it, and the
+    runner must check the lease before calling the task. ``None`` if it started none (the
+    job was not claimed by a worker of this process)."""
+    taken = _started.pop(lease, None)
+    if taken is None:
+        return None
+    result, surely_held_until = taken
+    return result, time.monotonic() < surely_held_until
 
 
 def release(cursor: psycopg.Cursor[Any], released: Sequence[Lease]) -> Written:
@@ -288,7 +303,7 @@ def fail_unrun(
     if not unrun:
         return []
     result_ids, task_paths, task_errors = (list(column) for column in zip(*unrun, strict=True))
-    with cursor.connection.cursor(row_factory=class_row(StoredTaskResult)) as typed:
+    with cursor.connection.cursor(row_factory=kwargs_row(stored_task_result)) as typed:
         typed.execute(
             sql.tasks.FAIL_UNRUN_TASK_RESULTS,
             {"result_ids": result_ids, "task_paths": task_paths, "task_errors": task_errors},

@@ -73,9 +73,15 @@ class TaskRunner(task_results.TaskJobHandler):
                 would only repeat the task's effects).
             Exception: whatever the task raises (the worker retries or dead-letters).
         """
-        stored = task_results.take_started(Lease(context.job_id, context.attempt))
-        if stored is None:
+        taken = task_results.take_started(Lease(context.job_id, context.attempt))
+        if taken is None:
             stored = task_results.start_attempt(context.job_id, context.attempt)
+        else:
+            # Started at the claim; if its lease may have lapsed since, a heartbeat (fenced,
+            # refused past the deadline) says whether this attempt still holds the job.
+            stored, surely_held = taken
+            if not surely_held and not context.heartbeat():
+                stored = None
         if stored is None or context.lease_lost:
             raise LeaseLost(f"job {context.job_id} attempt {context.attempt}: lease lost")
         result = self.result_of(stored)

@@ -10,13 +10,15 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 
 from django_jobq.models import DeadLetter, Job
+from django_jobq.task_framework import TaskResultStatus
 from django_jobq.worker import Worker
 from django_jobq.worker import worker as worker_module
 from tests.conftest import wait_until
-from tests.test_wake import Running
+from tests.test_wake import WAKE_BOUND, Running
+from tests.testapp import tasks
 from tests.testapp.jobs import record
 from tests.testapp.models import Effect
 
@@ -105,3 +107,58 @@ def test_a_migration_that_changes_a_prepared_claims_columns_costs_a_reconnect_no
     assert len(main_connections) == 2  # one reconnect
     assert not DeadLetter.objects.exists()
     assert running.stats is not None and running.stats.outcome_counts.succeeded == 2
+
+
+def test_a_migration_of_the_task_results_costs_a_reconnect_not_the_claimed_jobs(
+    main_connections, caplog
+):
+    # The tasks' start right after the claim returns result.*: after the claim committed,
+    # its prepared plan fails. The claimed jobs (tasks and plain ones) still run at once.
+    caplog.set_level(logging.WARNING, logger="django_jobq.worker")
+    with Running(
+        worker_id="results-migrated", queues=["default", "tasks"], concurrency=2
+    ) as running:
+        assert running.worker._listener is not None
+        wait_until(running.worker._listener.keeps_session_state.is_set, what="the check")
+        first = tasks.record.enqueue("task before")
+        wait_until(lambda: _finished(first), what="the first task")
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE jobq_task_result ALTER COLUMN backend TYPE varchar(130)")
+        try:
+            with transaction.atomic():
+                task = tasks.record.enqueue("task after")
+                record.enqueue("plain after")
+            wait_until(
+                lambda: _finished(task), timeout=WAKE_BOUND, what="the task, without a lapse"
+            )
+            wait_until(lambda: not Job.objects.exists(), timeout=WAKE_BOUND, what="the plain job")
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "ALTER TABLE jobq_task_result ALTER COLUMN backend TYPE varchar(100)"
+                )
+    assert "cached plan must not change result type" in caplog.text
+    assert not DeadLetter.objects.exists()
+    assert Effect.objects.filter(label__in=["task after", "plain after"]).count() == 2
+    assert running.stats is not None and running.stats.outcome_counts.succeeded == 3
+
+
+def test_a_column_a_newer_migration_adds_to_task_results_does_not_stop_the_worker(main_connections):
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE jobq_task_result ADD COLUMN added_later text")
+    try:
+        with Running(worker_id="results-widened", queues=["tasks"]) as running:
+            result = tasks.record.enqueue("widened")
+            wait_until(lambda: _finished(result), what="the task")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE jobq_task_result DROP COLUMN added_later")
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == {"recorded": "widened"}
+    assert running.stats is not None and running.stats.outcome_counts.succeeded == 1
+
+
+def _finished(result: Any) -> bool:
+    result.refresh()
+    return bool(result.status == TaskResultStatus.SUCCESSFUL)

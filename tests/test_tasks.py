@@ -20,11 +20,12 @@ from django.db import connection, transaction
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_jobq import claims, enqueue, outcomes, registry, task_results
+from django_jobq import claims, enqueue, leases, outcomes, registry, task_results
 from django_jobq.checks import check_tasks_backends
 from django_jobq.conf import validate_tasks_backend
 from django_jobq.models import DeadLetter, Job, StoredTaskResult
 from django_jobq.operations import cancel, redrive
+from django_jobq.outcomes import Action
 from django_jobq.task_framework import (
     InvalidTask,
     InvalidTaskBackend,
@@ -38,6 +39,8 @@ from django_jobq.task_framework import (
 from django_jobq.task_results import TaskNotRun
 from django_jobq.tasks_backend import JobqBackend
 from django_jobq.worker import Worker
+from django_jobq.worker.executor import execute
+from django_jobq.worker.held import HeldJob
 from django_jobq.worker.maintenance import Maintenance
 from tests.conftest import REPO_ROOT, wait_until
 from tests.testapp import tasks
@@ -289,8 +292,10 @@ def test_the_worker_marks_a_claims_tasks_running_in_one_statement_for_the_runner
         assert result.worker_ids == ["w"]
         assert result.started_at is not None and result.started_at == result.last_attempted_at
     taken = [task_results.take_started(job.lease) for job in task_jobs]
-    assert {stored.id for stored in taken if stored} == {first.id, second.id}
-    assert all(stored and stored.status == "RUNNING" for stored in taken)
+    assert all(taken)
+    assert {stored.id for stored, _ in filter(None, taken)} == {first.id, second.id}
+    # Taken at once: well within a third of the visibility timeout, the lease surely holds.
+    assert all(stored.status == "RUNNING" and fresh for stored, fresh in filter(None, taken))
     assert [task_results.take_started(job.lease) for job in jobs] == [None] * 3  # taken once
 
 
@@ -567,7 +572,10 @@ try:
 except ImportError:
     from django_tasks import task
 
+from django_jobq.outcomes import Action
 from django_jobq.worker import Worker
+from django_jobq.worker.executor import execute
+from django_jobq.worker.held import HeldJob
 
 
 @task
@@ -670,3 +678,26 @@ def test_the_documented_task_options_reach_the_job(docs_tasks):
     definition = registry.get("shop.tasks.import_catalogue")
     assert definition is not None and definition.backoff is not None
     assert definition.backoff(1) == definition.backoff(7) == 30
+
+
+def test_a_task_that_waited_past_its_lease_in_the_prefetch_is_not_called(queue_cursor):
+    tasks.record.enqueue("reclaimed meanwhile")
+    (job,) = claims.claim(queue_cursor, worker_id="stalled", limit=1)
+    task_results.start_claimed(queue_cursor, [job])
+    # The worker stalled (say, SIGSTOP) longer than the lease: another worker reclaimed it.
+    queue_cursor.execute(
+        "UPDATE jobq_job SET lease_deadline = now() - interval '1 second' WHERE id = %s", [job.id]
+    )
+    (again,) = claims.claim(queue_cursor, worker_id="other", limit=1)
+    assert again.attempt == job.attempt + 1
+    stored, _ = task_results._started[job.lease]
+    task_results._started[job.lease] = (stored, 0.0)  # taken long after a third of the timeout
+
+    def extend(held: HeldJob) -> bool:
+        extended = leases.heartbeat(queue_cursor, [held.job.lease])
+        held.lease_lost = held.job.id not in extended
+        return not held.lease_lost
+
+    outcome = execute(HeldJob(job), extend)
+    assert not Effect.objects.filter(label="reclaimed meanwhile").exists()  # never called
+    assert outcome.action is Action.LEASE_LOST

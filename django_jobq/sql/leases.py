@@ -100,8 +100,9 @@ SELECT id, true FROM busy
 """
 #: What ``RELEASE_JOBS_WITH_RESULTS`` adds: the worker marks a task's result RUNNING when it
 #: claims the job (``sql.tasks.START_TASK_ATTEMPTS``), so a release undoes that: the result
-#: is READY again, without the worker id that start appended, and without a start time if
-#: no attempt is left (its ``last_attempted_at`` stays the released claim's time). A result
+#: is READY again, without the worker id that start appended. A result whose released claim
+#: was its first attempt (one worker id) loses ``started_at`` and ``last_attempted_at``; after
+#: earlier attempts both stay (``last_attempted_at`` at the released claim's time). A result
 #: that is not RUNNING (no start was written) is left as it is.
 _RELEASED_RESULTS = """, result AS (
     UPDATE jobq_task_result AS result

@@ -508,7 +508,14 @@ class Worker:
         if jobs and crash_points.reach is not None:
             crash_points.reach("after_claim")
         self._observer.claimed(jobs)
-        task_results.start_claimed(cursor, jobs)  # before a handler thread can take one
+        try:
+            task_results.start_claimed(cursor, jobs)  # before a handler thread can take one
+        except psycopg.Error as exc:
+            # The jobs are leased whatever happened to this informative write: hand them on
+            # (each task's runner then starts it itself), then let the loop reconnect.
+            start_failed: psycopg.Error | None = exc
+        else:
+            start_failed = None
         for job in jobs:
             # A job that must not run (poison row, expired, exhausted) is recorded at once,
             # without waiting for a handler thread or being heartbeated.
@@ -519,6 +526,8 @@ class Worker:
                 self._report(refused)
         self._outstanding += len(jobs)
         self._claimed += len(jobs)
+        if start_failed is not None:
+            raise start_failed
         if jobs and len(jobs) == limit and self._outstanding < self._capacity:
             return 0.0  # more may be waiting: claim again at once
         if limit and not jobs and self._positions.is_set():
