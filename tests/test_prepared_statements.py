@@ -90,19 +90,19 @@ def test_a_migration_that_changes_a_prepared_claims_columns_costs_a_reconnect_no
     main_connections, caplog
 ):
     caplog.set_level(logging.WARNING, logger="django_jobq.worker")
-    with Running(worker_id="migrated") as running:
-        assert running.worker._listener is not None
-        wait_until(running.worker._listener.keeps_session_state.is_set, what="the check")
-        run_one("before")
-        assert prepared(main_connections[0]) > 0
-        with connection.cursor() as cursor:
-            # The claim returns job.priority: its prepared result type no longer holds.
-            cursor.execute("ALTER TABLE jobq_job ALTER COLUMN priority TYPE bigint")
-        try:
-            run_one("after")
-        finally:
+    try:
+        with Running(worker_id="migrated") as running:
+            assert running.worker._listener is not None
+            wait_until(running.worker._listener.keeps_session_state.is_set, what="the check")
+            run_one("before")
+            assert prepared(main_connections[0]) > 0
             with connection.cursor() as cursor:
-                cursor.execute("ALTER TABLE jobq_job ALTER COLUMN priority TYPE integer")
+                # The claim returns job.priority: its prepared result type no longer holds.
+                cursor.execute("ALTER TABLE jobq_job ALTER COLUMN priority TYPE bigint")
+            run_one("after")
+    finally:  # once the worker stopped: changed back under it, it would reconnect again
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE jobq_job ALTER COLUMN priority TYPE integer")
     assert "cached plan must not change result type" in caplog.text
     assert len(main_connections) == 2  # one reconnect
     assert not DeadLetter.objects.exists()
