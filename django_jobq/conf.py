@@ -26,6 +26,7 @@ Users configure django-jobq with one dictionary in their settings module::
         "ENQUEUE_UNREGISTERED_KINDS": False,  # True: enqueue kinds this process does not register
         "UNKNOWN_KIND_GRACE": 600,    # seconds a job no live worker can run waits; None: forever
         "ASYNC_CONCURRENCY": 100,     # async jobs one worker process runs at once on its loop
+        "QUEUES": {},                 # queue -> {"CONCURRENCY_LIMIT": int, "RATE_LIMIT": "100/s"}
     }
 
 Durations are seconds (int or float) or ``datetime.timedelta``. ``SCHEDULES`` declares
@@ -67,6 +68,12 @@ runs side by side on its event loop, and how many claim slots that adds to the w
 threads when it registers async kinds (docs/async.md); ``jobq_worker --async-concurrency``
 overrides it. An int from 1 to :data:`MAX_ASYNC_CONCURRENCY` (E020).
 
+``QUEUES`` sets fleet-wide limits per queue (docs/flow-control.md): each key a queue name,
+each value a dict with ``CONCURRENCY_LIMIT`` (an int from 1 to 2**31 - 1: the most jobs of
+the queue running at once) and/or ``RATE_LIMIT`` (a rate limit such as ``"100/s"``, see
+:mod:`django_jobq.rates`), either ``None`` for no limit. Operators override them at run
+time (:mod:`django_jobq.flow_control`, the Queues admin page). A problem is E021.
+
 ``TASKS`` entries whose backend is ``django_jobq.tasks_backend.JobqBackend`` are checked by
 :func:`validate_tasks_backend` (E010): their ``QUEUES`` must be queue names, and their
 ``OPTIONS`` take ``MAX_ATTEMPTS``, ``VISIBILITY_TIMEOUT``, ``RETRY_BACKOFF_BASE`` and
@@ -89,6 +96,8 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
+
+from .rates import parse_rate
 
 #: Queue names: a letter or digit, then letters, digits, ``_ . -``; at most 63 characters
 #: (PostgreSQL's identifier length, so a queue name can always become a channel name).
@@ -143,7 +152,13 @@ class JobqSettings:
     ENQUEUE_UNREGISTERED_KINDS: bool = False
     UNKNOWN_KIND_GRACE: float | None = 600.0
     ASYNC_CONCURRENCY: int = 100
+    QUEUES: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
 
+
+#: The keys of one ``JOBQ['QUEUES']`` entry.
+QUEUE_LIMIT_KEYS = frozenset({"CONCURRENCY_LIMIT", "RATE_LIMIT"})
+#: The largest concurrency limit (PostgreSQL's integer).
+MAX_CONCURRENCY_LIMIT = 2**31 - 1
 
 _KNOWN_KEYS = frozenset(f.name for f in fields(JobqSettings))
 
@@ -294,6 +309,58 @@ def validate(raw: Any) -> list[tuple[str, str]]:
     problems.extend(_unknown_kind_grace(raw))
     problems.extend(_observability_values(raw))
     problems.extend(_schedules_shape(raw.get("SCHEDULES", {})))
+    problems.extend(_queue_limits(raw.get("QUEUES", {})))
+    return problems
+
+
+def concurrency_limit_problem(value: object) -> str | None:
+    """Why ``value`` is not a concurrency limit (an int from 1 to
+    :data:`MAX_CONCURRENCY_LIMIT`, or ``None`` for none), or ``None`` when it is one."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        return f"must be an int or None, not {value!r}"
+    if not 1 <= value <= MAX_CONCURRENCY_LIMIT:
+        return f"must be 1 to {MAX_CONCURRENCY_LIMIT}, not {value}"
+    return None
+
+
+def _queue_limits(queues: Any) -> list[tuple[str, str]]:
+    """E021: ``JOBQ['QUEUES']`` maps queue names to dicts of valid limits."""
+    if not isinstance(queues, dict):
+        return [("django_jobq.E021", f"JOBQ['QUEUES'] must be a dict, not {queues!r}.")]
+    problems = []
+    for name, limits in queues.items():
+        where = f"JOBQ['QUEUES'][{name!r}]"
+        if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
+            problems.append(
+                (
+                    "django_jobq.E021",
+                    f"{where}: not a queue name (pattern {QUEUE_NAME_RE.pattern}).",
+                )
+            )
+            continue
+        if not isinstance(limits, dict):
+            problems.append(("django_jobq.E021", f"{where} must be a dict, not {limits!r}."))
+            continue
+        unknown = sorted(map(str, set(limits) - QUEUE_LIMIT_KEYS))
+        if unknown:
+            problems.append(
+                (
+                    "django_jobq.E021",
+                    f"{where} has unknown key(s) {', '.join(unknown)}; known: "
+                    f"{', '.join(sorted(QUEUE_LIMIT_KEYS))}.",
+                )
+            )
+        problem = concurrency_limit_problem(limits.get("CONCURRENCY_LIMIT"))
+        if problem:
+            problems.append(("django_jobq.E021", f"{where}['CONCURRENCY_LIMIT'] {problem}."))
+        rate = limits.get("RATE_LIMIT")
+        if rate is not None:
+            try:
+                parse_rate(rate)
+            except ValueError as exc:
+                problems.append(("django_jobq.E021", f"{where}['RATE_LIMIT']: {exc}."))
     return problems
 
 

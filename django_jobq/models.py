@@ -72,7 +72,8 @@ JOB_INSERT_CONSTRAINTS = [
         name="jobq_job_ready_attempts_within_max",
     ),
     models.CheckConstraint(
-        condition=models.Q(status__in=["ready", "running"]), name="jobq_job_status_is_known"
+        condition=models.Q(status__in=["ready", "running", "waiting"]),
+        name="jobq_job_status_is_known",
     ),
 ]
 
@@ -86,6 +87,8 @@ class Job(models.Model):
     class Status(models.TextChoices):
         READY = "ready", "ready"
         RUNNING = "running", "running"
+        # Behind an earlier job of its lane (``ordering_key``): made ready when that one ends.
+        WAITING = "waiting", "waiting in its lane"
 
     id = models.BigAutoField(primary_key=True)
     queue = models.CharField(max_length=63, default="default")
@@ -119,6 +122,18 @@ class Job(models.Model):
         blank=True,
         help_text="The OpenTelemetry context of the enqueue (a W3C traceparent/tracestate "
         "carrier), the parent of each attempt's span; NULL when none was recorded.",
+    )
+    # NULL (not "") means "in no lane" (docs/flow-control.md, "Ordered lanes").
+    ordering_key = models.CharField(  # noqa: DJ001
+        max_length=200,
+        null=True,
+        blank=True,
+        help_text="Its lane: jobs with the same key run one at a time, in enqueue order.",
+    )
+    abort_requested_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When an abort of the running attempt was requested (docs/flow-control.md).",
     )
 
     class Meta:
@@ -158,6 +173,13 @@ class Job(models.Model):
                 name="jobq_job_lease_idx",
                 condition=models.Q(status="running"),
             ),
+            # Serves the lanes: a lane's jobs in enqueue order (its next job, whether it has
+            # one live). Only jobs in a lane have an entry.
+            models.Index(
+                fields=["ordering_key", "id"],
+                name="jobq_job_lane_idx",
+                condition=models.Q(ordering_key__isnull=False),
+            ),
         ]
         constraints = [
             # Idempotent enqueue: one live job per (kind, idempotency key).
@@ -165,6 +187,12 @@ class Job(models.Model):
                 fields=["kind", "idempotency_key"],
                 condition=models.Q(idempotency_key__isnull=False),
                 name="jobq_job_idempotency_uniq",
+            ),
+            # At most one job of a lane runs at a time, whatever the claims saw.
+            models.UniqueConstraint(
+                fields=["ordering_key"],
+                condition=models.Q(status="running", ordering_key__isnull=False),
+                name="jobq_job_one_running_per_lane",
             ),
             models.CheckConstraint(
                 condition=models.Q(max_attempts__gte=1), name="jobq_job_max_attempts_gte_1"
@@ -193,6 +221,8 @@ class DeadLetter(models.Model):
         OUTCOME_NOT_RECORDED = "outcome could not be recorded"
         # A row holding what enqueue never writes: "poison row: run_at is -infinity"
         POISON_ROW = "poison row"
+        # An operator asked the running attempt to stop, and its handler did (abort_job()).
+        ABORTED = "aborted"
 
     id = models.BigAutoField(primary_key=True)
     job_id = models.BigIntegerField(help_text="The id the job had in the jobs table.")
@@ -212,6 +242,9 @@ class DeadLetter(models.Model):
     died_at = models.DateTimeField(db_default=Now())
     trace_context = models.JSONField(
         null=True, blank=True, help_text="The job's trace context, kept for its redrive."
+    )
+    ordering_key = models.CharField(  # noqa: DJ001
+        max_length=200, null=True, blank=True, help_text="The job's lane, kept for its redrive."
     )
     # Computed by PostgreSQL in every insert, whoever writes the row (django_jobq.fingerprints).
     fingerprint = fingerprints.FingerprintField(
@@ -463,3 +496,113 @@ class WorkerProcess(models.Model):
 
     def __str__(self) -> str:
         return self.worker_id
+
+
+#: What ``rate_limit`` columns hold: ``<count>/<window>`` (see :mod:`django_jobq.rates`).
+RATE_LIMIT_PATTERN = r"^([1-9][0-9]{0,3}|10000)/([1-9][0-9]{0,5})?[smhd]$"
+
+
+def _limit_constraints(table: str) -> list[models.BaseConstraint]:
+    """The checks a table of limits keeps, whoever writes it (the admin, SQL by hand)."""
+    return [
+        models.CheckConstraint(
+            condition=models.Q(concurrency_limit__isnull=True) | models.Q(concurrency_limit__gte=1),
+            name=f"{table}_concurrency_limit_gte_1",
+        ),
+        models.CheckConstraint(
+            condition=models.Q(rate_limit__isnull=True)
+            | models.Q(rate_limit__regex=RATE_LIMIT_PATTERN),
+            name=f"{table}_rate_limit_grammar",
+        ),
+    ]
+
+
+class Queue(models.Model):
+    """What operators set on a queue at run time: a pause, and limits that override the
+    ``JOBQ['QUEUES']`` setting's (docs/flow-control.md). A queue needs no row to work: one is
+    written the first time it is paused or limited (:mod:`django_jobq.flow_control`), or
+    shown in the admin."""
+
+    name = models.CharField(max_length=63, primary_key=True)
+    paused_at = models.DateTimeField(
+        null=True, blank=True, help_text="Paused since then; empty: not paused."
+    )
+    paused_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="While paused: resumes by itself then; empty: until resumed.",
+    )
+    concurrency_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="The most jobs of the queue running at once, fleet-wide; empty: the setting's.",
+    )
+    rate_limit = models.CharField(  # noqa: DJ001
+        max_length=16,
+        null=True,
+        blank=True,
+        help_text='The most jobs started per window, fleet-wide ("100/s", "600/m", "5/10s"); '
+        "empty: the setting's.",
+    )
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "jobq_queue"
+        constraints = _limit_constraints("jobq_queue")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class KindLimit(models.Model):
+    """Limits operators set on a kind at run time, overriding ``@job(concurrency_limit=...,
+    rate_limit=...)`` (docs/flow-control.md)."""
+
+    kind = models.CharField(max_length=200, primary_key=True)
+    concurrency_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="The most jobs of the kind running at once, fleet-wide; empty: @job's.",
+    )
+    rate_limit = models.CharField(  # noqa: DJ001
+        max_length=16,
+        null=True,
+        blank=True,
+        help_text='The most jobs started per window, fleet-wide ("100/s"); empty: @job\'s.',
+    )
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "jobq_kind_limit"
+        constraints = _limit_constraints("jobq_kind_limit")
+
+    def __str__(self) -> str:
+        return self.kind
+
+
+class LimitState(models.Model):
+    """The row a limited claim locks for one queue or kind with a limit, and the recent
+    starts its rate limit counts (:mod:`django_jobq.limited_claims`). Workers write it; it is
+    not configuration (that is :class:`Queue` and :class:`KindLimit`)."""
+
+    class Scope(models.TextChoices):
+        QUEUE = "queue"
+        KIND = "kind"
+
+    id = models.BigAutoField(primary_key=True)
+    scope = models.CharField(max_length=5, choices=Scope.choices)
+    name = models.CharField(max_length=200)
+    recent_starts = models.JSONField(
+        default=list,
+        help_text="Database-clock epoch seconds of the starts within the rate "
+        "window, oldest first.",
+    )
+
+    class Meta:
+        db_table = "jobq_limit_state"
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "name"], name="jobq_limit_state_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.name}"

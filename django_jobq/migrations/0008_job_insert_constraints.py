@@ -11,54 +11,12 @@ other producers").
 """
 
 from datetime import timedelta
-from typing import Any
 
 import django.db.models.lookups
 from django.db import migrations, models
-from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 import django_jobq.models
-
-#: The longest this migration waits for ``jobq_job``'s lock (held by a long transaction).
-LOCK_TIMEOUT = "10s"
-
-
-class AddConstraintNotValid(migrations.AddConstraint):
-    """``AddConstraint`` for a check constraint, added ``NOT VALID`` (existing rows are not
-    checked). The SQL is Django's own for the constraint, plus ``NOT VALID``. Only on
-    PostgreSQL: the queue lives there (check ``django_jobq.E001``), and another database
-    that merely holds the app's tables has no ``isfinite()`` or ``jsonb_typeof()``."""
-
-    def database_forwards(
-        self,
-        app_label: str,
-        schema_editor: BaseDatabaseSchemaEditor,
-        from_state: Any,
-        to_state: Any,
-    ) -> None:
-        model = to_state.apps.get_model(app_label, self.model_name)
-        if schema_editor.connection.vendor != "postgresql":
-            return
-        if self.allow_migrate_model(schema_editor.connection.alias, model):
-            # Waiting for the table's lock would queue every claim and enqueue behind this
-            # statement: give up instead (the migration rolls back; run it again).
-            schema_editor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'", params=None)
-            statement = self.constraint.create_sql(model, schema_editor)
-            schema_editor.execute(f"{statement} NOT VALID", params=None)
-
-    def database_backwards(
-        self,
-        app_label: str,
-        schema_editor: BaseDatabaseSchemaEditor,
-        from_state: Any,
-        to_state: Any,
-    ) -> None:
-        if schema_editor.connection.vendor == "postgresql":
-            super().database_backwards(app_label, schema_editor, from_state, to_state)
-
-    def describe(self) -> str:
-        return f"{super().describe()} (NOT VALID)"
-
+from django_jobq.migrations._operations import AddConstraintNotValid
 
 _RUNNING = ("status", "running")
 

@@ -39,3 +39,73 @@ class AddIndexConcurrentlyOnPostgreSQL(AddIndexConcurrently):
             migrations.AddIndex.database_backwards(
                 self, app_label, schema_editor, from_state, to_state
             )
+
+
+#: The longest a migration adding a constraint waits for its table's lock (held by a long
+#: transaction).
+LOCK_TIMEOUT = "10s"
+
+
+class AddConstraintNotValid(migrations.AddConstraint):
+    """``AddConstraint`` for a check constraint, added ``NOT VALID`` (existing rows are not
+    checked). The SQL is Django's own for the constraint, plus ``NOT VALID``. Only on
+    PostgreSQL: the queue lives there (check ``django_jobq.E001``), and another database
+    that merely holds the app's tables has no ``isfinite()`` or ``jsonb_typeof()``."""
+
+    def database_forwards(
+        self,
+        app_label: str,
+        schema_editor: BaseDatabaseSchemaEditor,
+        from_state: Any,
+        to_state: Any,
+    ) -> None:
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if schema_editor.connection.vendor != "postgresql":
+            return
+        if self.allow_migrate_model(schema_editor.connection.alias, model):
+            # Waiting for the table's lock would queue every claim and enqueue behind this
+            # statement: give up instead (the migration rolls back; run it again).
+            schema_editor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'", params=None)
+            statement = self.constraint.create_sql(model, schema_editor)
+            schema_editor.execute(f"{statement} NOT VALID", params=None)
+
+    def database_backwards(
+        self,
+        app_label: str,
+        schema_editor: BaseDatabaseSchemaEditor,
+        from_state: Any,
+        to_state: Any,
+    ) -> None:
+        if schema_editor.connection.vendor == "postgresql":
+            super().database_backwards(app_label, schema_editor, from_state, to_state)
+
+    def describe(self) -> str:
+        return f"{super().describe()} (NOT VALID)"
+
+
+class AddUniqueConstraintConcurrently(migrations.AddConstraint):
+    """``AddConstraint`` for a partial unique constraint (a unique index), built with
+    ``CREATE UNIQUE INDEX CONCURRENTLY`` on PostgreSQL: writes go on while it builds (the
+    migration must not be atomic). Elsewhere, a plain ``AddConstraint``. A failed build
+    leaves an INVALID index: drop it (``DROP INDEX CONCURRENTLY <name>``) and migrate again."""
+
+    def database_forwards(
+        self,
+        app_label: str,
+        schema_editor: BaseDatabaseSchemaEditor,
+        from_state: Any,
+        to_state: Any,
+    ) -> None:
+        if schema_editor.connection.vendor != "postgresql":
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+            return
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if self.allow_migrate_model(schema_editor.connection.alias, model):
+            statement = str(self.constraint.create_sql(model, schema_editor))
+            schema_editor.execute(
+                statement.replace("CREATE UNIQUE INDEX", "CREATE UNIQUE INDEX CONCURRENTLY", 1),
+                params=None,
+            )
+
+    def describe(self) -> str:
+        return f"{super().describe()} (concurrently)"
