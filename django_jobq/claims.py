@@ -43,6 +43,10 @@ class ClaimedJob:
 
     ``trace_context`` is the job's stored OpenTelemetry context as JSON text (``None``: none
     was recorded), the parent of the attempt's span (:mod:`django_jobq.tracing`).
+
+    ``ordering_key`` is the job's lane (``None``: in none; docs/flow-control.md);
+    ``abort_requested`` is true when an operator had asked a running attempt of it to stop
+    before this claim (a reclaim of an aborted job: it must not run).
     """
 
     id: int
@@ -60,6 +64,8 @@ class ClaimedJob:
     pickup_latency: float = 0.0
     poison: str = ""
     trace_context: str | None = None
+    ordering_key: str | None = None
+    abort_requested: bool = False
 
     @property
     def lease(self) -> Lease:
@@ -278,6 +284,8 @@ def _claimed_job(
     pickup_latency: float,
     poison: str | None,
     trace_context: str | None,
+    ordering_key: str | None = None,
+    abort_requested: bool = False,
 ) -> ClaimedJob:
     """One row of ``sql.claims.CLAIM_JOBS_WALK_*`` (or the job columns of a row of
     ``sql.claims.CLAIM_JOBS_*``) as a job, its payload decoded; never raises for the row's
@@ -302,6 +310,8 @@ def _claimed_job(
         pickup_latency=pickup_latency if math.isfinite(pickup_latency) and not poison else 0.0,
         poison=poison or "",
         trace_context=trace_context,
+        ordering_key=ordering_key,
+        abort_requested=abort_requested,
     )
 
 

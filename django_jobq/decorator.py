@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
 
 from . import registry
 from .backoff import BackoffPolicy
+from .conf import concurrency_limit_problem
 from .enqueueing import EnqueueOptions, PreparedJob, aenqueue_many, enqueue_many, prepare_job
+from .rates import parse_rate
 from .schedules import Schedule, from_job_options
 from .validation import seconds_option, validate_options
 
@@ -132,6 +134,8 @@ class JobOptions(TypedDict, total=False):
     schedule: str | Schedule | Sequence[str | Schedule]
     timezone: str
     check_arguments: bool
+    concurrency_limit: int
+    rate_limit: str
 
 
 @overload
@@ -172,6 +176,10 @@ def job(
             handler would receive a str), ``list[int]`` refuses ``["a"]``. Only JSON's basic
             types and their ``list``/``dict``/union forms are checked, others never; see
             :mod:`django_jobq.argument_checks`. ``False`` turns it off for this kind.
+        concurrency_limit: the most jobs of this kind running at once across every worker
+            (an int >= 1; docs/flow-control.md).
+        rate_limit: the most jobs of this kind started per window across every worker,
+            ``"<count>/<window>"`` such as ``"100/s"`` or ``"600/m"`` (:mod:`django_jobq.rates`).
 
     Returns:
         A :class:`JobDefinition` wrapping the function.
@@ -229,6 +237,16 @@ def job(
         check_arguments = options.get("check_arguments", True)
         if not isinstance(check_arguments, bool):
             raise TypeError(f"check_arguments must be True or False, not {check_arguments!r}.")
+        concurrency_limit = options.get("concurrency_limit")
+        problem = concurrency_limit_problem(concurrency_limit)
+        if problem:
+            raise ValueError(f"concurrency_limit {problem}.")
+        rate_limit = options.get("rate_limit")
+        if rate_limit is not None:
+            try:
+                parse_rate(rate_limit)
+            except ValueError as exc:
+                raise ValueError(f"rate_limit: {exc}.") from None
         definition = JobDefinition(
             func=func,
             kind=kind,
@@ -244,6 +262,8 @@ def job(
             expires_after=expires_after,
             schedules=from_job_options(options.get("schedule"), options.get("timezone")),
             check_arguments=check_arguments,
+            concurrency_limit=concurrency_limit,
+            rate_limit=rate_limit,
         )
         return registry.register(definition)
 

@@ -58,6 +58,7 @@ class EnqueueOptions(TypedDict, total=False):
     idempotency_key: str
     max_attempts: int
     visibility_timeout: timedelta | float
+    ordering_key: str
     allow_unregistered: bool
 
 
@@ -92,6 +93,7 @@ class PreparedJob:
     max_attempts: int
     visibility_timeout_seconds: float
     idempotency_key: str | None
+    ordering_key: str | None = None
 
 
 def _aware(name: str, moment: datetime) -> datetime:
@@ -191,6 +193,7 @@ def prepare_job(
     queue, priority = options.get("queue"), options.get("priority")
     max_attempts, idempotency_key = options.get("max_attempts"), options.get("idempotency_key")
     visibility_timeout = options.get("visibility_timeout")
+    ordering_key = options.get("ordering_key")
     run_at, delay, expires_at = (
         options.get("run_at"),
         options.get("delay"),
@@ -204,6 +207,7 @@ def prepare_job(
             max_attempts=max_attempts,
             visibility_timeout=visibility_timeout,
             idempotency_key=idempotency_key,
+            ordering_key=ordering_key,
         )
     if run_at is not None and delay is not None:
         raise ValueError("give run_at or delay, not both.")
@@ -224,6 +228,7 @@ def prepare_job(
         if visibility_timeout is None
         else seconds_option("visibility_timeout", visibility_timeout, minimum=0.001),
         idempotency_key=idempotency_key,
+        ordering_key=ordering_key,
     )
 
 
@@ -250,6 +255,12 @@ def enqueue(
             docs/idempotency.md, also for REPEATABLE READ and SERIALIZABLE).
         max_attempts: attempts before the job becomes a dead letter.
         visibility_timeout: lease length in seconds (or a timedelta).
+        ordering_key: the job's lane (a str of 1 to 200 characters, e.g.
+            ``f"customer:{customer.pk}"``): jobs with the same key run one at a time, in
+            enqueue order, across every queue and worker; other lanes are not held up. A job
+            behind another of its lane is stored ``waiting`` until that one ends (its
+            success, or its dead letter; a retry keeps the lane waiting). See
+            docs/flow-control.md, "Ordered lanes".
         allow_unregistered: ``True`` enqueues a kind that no ``@job`` registers in this
             process (default ``False``: ``UnknownKind``).
 
@@ -263,7 +274,8 @@ def enqueue(
         TypeError: a payload value cannot be JSON (the message names it), or the payload
             does not fit the registered handler's signature.
         ValueError: invalid kind or queue name, negative delay, ``run_at`` with ``delay``,
-            ``max_attempts < 1``, non-positive visibility timeout.
+            ``max_attempts < 1``, non-positive visibility timeout, an empty or overlong
+            ``ordering_key``.
         UnknownKind: ``kind`` is not registered in this process (a ``LookupError``; the
             message suggests the closest registered kind), and unregistered kinds are not
             allowed.
@@ -415,6 +427,8 @@ def _prepared_values(job: PreparedJob, trace_context: dict[str, str] | None) -> 
         "payload": json.loads(job.payload_json),
         "priority": int(job.priority),
         "status": _READY,
+        "ordering_key": None if job.ordering_key is None else str(job.ordering_key),
+        "abort_requested_at": None,
         "attempts": 0,
         "max_attempts": int(job.max_attempts),
         "visibility_timeout": timedelta(seconds=job.visibility_timeout_seconds),
@@ -441,6 +455,7 @@ class _Inserted:
     run_at: datetime
     created_at: datetime
     expires_at: datetime | None
+    status: str
     kind: str | None = None
     idempotency_key: str | None = None
 
@@ -457,6 +472,7 @@ def _saved_job(
     if not django_settings.USE_TZ:
         moments = [moment and moment.replace(tzinfo=None) for moment in moments]
     values["run_at"], values["created_at"], values["expires_at"] = moments
+    values["status"] = row.status
     return Job.from_db(alias, _JOB_FIELDS, [values[name] for name in _JOB_FIELDS])
 
 
@@ -539,6 +555,7 @@ def _execute(
         # one (Python's and PostgreSQL's rounding of seconds to microseconds differ).
         "visibility_timeout": [timedelta(seconds=job.visibility_timeout_seconds) for job in jobs],
         "idempotency_key": [job.idempotency_key for job in jobs],
+        "ordering_key": [job.ordering_key for job in jobs],
         "trace_context": None if trace_context is None else json.dumps(trace_context),
         "channel": sql.wake.WAKE_CHANNEL,
     }

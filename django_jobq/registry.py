@@ -62,7 +62,8 @@ class KindDefinition:
     former kinds whose jobs this handler runs too (see the module docs). :attr:`is_async`
     says whether the worker awaits the handler on its event loop. With
     ``check_arguments`` (the default) enqueue checks payload values against the handler's
-    annotations (:mod:`django_jobq.argument_checks`).
+    annotations (:mod:`django_jobq.argument_checks`). ``concurrency_limit`` and ``rate_limit``
+    (``"100/s"``) bound the kind's jobs across the fleet (docs/flow-control.md).
     """
 
     func: Callable[..., Any]
@@ -79,6 +80,8 @@ class KindDefinition:
     expires_after: float | None = None
     schedules: tuple[Schedule, ...] = ()
     check_arguments: bool = True
+    concurrency_limit: int | None = None
+    rate_limit: str | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)

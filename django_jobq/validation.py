@@ -55,6 +55,7 @@ def validate_options(
     max_attempts: int | None = None,
     visibility_timeout: timedelta | float | None = None,
     idempotency_key: str | None = None,
+    ordering_key: str | None = None,
 ) -> None:
     """Check enqueue options; ``None`` means "not given" and always passes.
 
@@ -78,15 +79,16 @@ def validate_options(
             raise ValueError(f"{name} must be between {low} and {_INT_RANGE[1]}, not {number}.")
     if visibility_timeout is not None:
         seconds_option("visibility_timeout", visibility_timeout, minimum=0.001)
-    if idempotency_key is not None and (
-        not isinstance(idempotency_key, str)
-        or not 0 < len(idempotency_key) <= _MAX_KEY_LENGTH
-        or not _is_storable_text(idempotency_key)
-    ):
-        raise ValueError(
-            f"idempotency_key must be a non-empty str of at most {_MAX_KEY_LENGTH} characters "
-            f"(no NUL, valid Unicode)."
-        )
+    for name, key in (("idempotency_key", idempotency_key), ("ordering_key", ordering_key)):
+        if key is not None and (
+            not isinstance(key, str)
+            or not 0 < len(key) <= _MAX_KEY_LENGTH
+            or not _is_storable_text(key)
+        ):
+            raise ValueError(
+                f"{name} must be a non-empty str of at most {_MAX_KEY_LENGTH} characters "
+                f"(no NUL, valid Unicode), not {key!r:.80}."
+            )
 
 
 def _is_storable_text(text: str) -> bool:

@@ -15,7 +15,11 @@ from typing import Any
 import django.db.models.functions.datetime
 from django.db import migrations, models
 
-from django_jobq.migrations._operations import LOCK_TIMEOUT, AddConstraintNotValid
+from django_jobq.migrations._operations import (
+    LOCK_TIMEOUT,
+    AddConstraintNotValid,
+    RemoveConstraintOnPostgreSQL,
+)
 
 RATE_LIMIT_PATTERN = "^([1-9][0-9]{0,3}|10000)/([1-9][0-9]{0,5})?[smhd]$"
 
@@ -204,7 +208,7 @@ class Migration(migrations.Migration):
                 max_length=16,
             ),
         ),
-        migrations.RemoveConstraint(model_name="job", name="jobq_job_status_is_known"),
+        RemoveConstraintOnPostgreSQL(model_name="job", name="jobq_job_status_is_known"),
         AddConstraintNotValid(
             model_name="job",
             constraint=models.CheckConstraint(

@@ -109,3 +109,28 @@ class AddUniqueConstraintConcurrently(migrations.AddConstraint):
 
     def describe(self) -> str:
         return f"{super().describe()} (concurrently)"
+
+
+class RemoveConstraintOnPostgreSQL(migrations.RemoveConstraint):
+    """``RemoveConstraint`` of a check constraint that only PostgreSQL was given (one added by
+    :class:`AddConstraintNotValid`); elsewhere, nothing to remove in the database."""
+
+    def database_forwards(
+        self,
+        app_label: str,
+        schema_editor: BaseDatabaseSchemaEditor,
+        from_state: Any,
+        to_state: Any,
+    ) -> None:
+        if schema_editor.connection.vendor == "postgresql":
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+
+    def database_backwards(
+        self,
+        app_label: str,
+        schema_editor: BaseDatabaseSchemaEditor,
+        from_state: Any,
+        to_state: Any,
+    ) -> None:
+        if schema_editor.connection.vendor == "postgresql":
+            super().database_backwards(app_label, schema_editor, from_state, to_state)

@@ -119,7 +119,9 @@ POISON_REASON = """CASE
 # what is wrong with a row whose times or lease length only the database can see.
 # ``trace_context`` (the enqueue's OpenTelemetry context, the parent of the attempt's span)
 # comes back as text too, read only where tracing is on (:mod:`django_jobq.tracing`): a
-# malformed one never fails the claim.
+# malformed one never fails the claim. ``ordering_key`` is the job's lane (NULL: none; see
+# ``sql.lanes``) and ``abort_requested`` whether an operator asked its attempt to stop
+# (:mod:`django_jobq.aborts`): a reclaimed job with a request is dead-lettered unrun.
 # Both statements select the same columns of the claimed rows joined to ``lapsed``; the
 # lease is ``{lease_length}`` (``sql.leases.LEASE_LENGTH``) and ``poison`` is
 # ``{poison_reason}`` (``POISON_REASON``).
@@ -204,7 +206,9 @@ WITH lapsed AS MATERIALIZED (
               COALESCE(job.expires_at <= now(), false) AS expired,
               GREATEST(job.run_at, job.created_at) AS waiting_since,
               {poison_reason} AS poison,
-              job.trace_context::text AS trace_context
+              job.trace_context::text AS trace_context,
+              job.ordering_key,
+              job.abort_requested_at IS NOT NULL AS abort_requested
 )
 SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_priorities,
        flag.position_run_ats, flag.position_ids,
@@ -215,7 +219,7 @@ SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_prio
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
            AS pickup_latency,
-       claimed.poison, claimed.trace_context
+       claimed.poison, claimed.trace_context, claimed.ordering_key, claimed.abort_requested
 FROM (
     SELECT (SELECT count(*) FROM front) = %(front)s AS front_full,
            EXISTS (SELECT FROM front WHERE NOT served) AS front_unserved,
@@ -418,7 +422,9 @@ WITH RECURSIVE lapsed AS MATERIALIZED (
               COALESCE(job.expires_at <= now(), false) AS expired,
               GREATEST(job.run_at, job.created_at) AS waiting_since,
               {poison_reason} AS poison,
-              job.trace_context::text AS trace_context
+              job.trace_context::text AS trace_context,
+              job.ordering_key,
+              job.abort_requested_at IS NOT NULL AS abort_requested
 )
 SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload,
        claimed.priority, claimed.run_at, claimed.attempts, claimed.max_attempts,
@@ -427,7 +433,7 @@ SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload,
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
            AS pickup_latency,
-       claimed.poison, claimed.trace_context
+       claimed.poison, claimed.trace_context, claimed.ordering_key, claimed.abort_requested
 FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
 """
 

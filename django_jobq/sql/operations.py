@@ -5,6 +5,8 @@ them now, redrive dead letters. Each is set-based, one statement for a batch of 
 
 from __future__ import annotations
 
+from .enqueue import LANE_STATUS
+
 #: Cancel: delete ready jobs. A running job is never cancelled this way (its worker holds a
 #: lease; deleting the row under it would only turn its ack into a refused write). The job
 #: of a Django task (see ``INSERT_TASK_JOBS``) makes its result FAILED in the same statement,
@@ -50,7 +52,8 @@ RETURNING id
 #: makes that result READY again in the same statement, pointing at the new job.
 #: The new job keeps the dead letter's ``trace_context``: its attempts' spans join the trace
 #: of the original enqueue, as its first attempts' did (docs/tracing.md, "Redrive").
-REDRIVE_DEAD_LETTERS = """
+#: A job in a lane joins it at the back, as a new enqueue does (``sql.enqueue.LANE_STATUS``).
+_REDRIVE_DEAD_LETTERS_TEMPLATE = """
 WITH redriven AS (
     DELETE FROM jobq_dead_letter AS dead
     WHERE dead.id = ANY(%(ids)s::bigint[])
@@ -71,10 +74,10 @@ WITH redriven AS (
     RETURNING dead.*
 ), job AS (
     INSERT INTO jobq_job (queue, kind, payload, priority, max_attempts, visibility_timeout,
-                          idempotency_key, trace_context)
+                          idempotency_key, trace_context, ordering_key, status)
     SELECT queue, kind, payload, priority, max_attempts, visibility_timeout, idempotency_key,
-           trace_context
-    FROM redriven
+           trace_context, ordering_key, {lane_status}
+    FROM (SELECT redriven.*, redriven.id AS position FROM redriven) AS input
     ORDER BY id
     RETURNING id, kind, payload
 ), ready_again AS (
@@ -85,3 +88,4 @@ WITH redriven AS (
 )
 SELECT id FROM job
 """
+REDRIVE_DEAD_LETTERS = _REDRIVE_DEAD_LETTERS_TEMPLATE.format(lane_status=LANE_STATUS)

@@ -10,7 +10,7 @@ their own.
 
 from __future__ import annotations
 
-from .enqueue import INSERT_JOBS_TEMPLATE
+from .enqueue import INSERT_JOBS_TEMPLATE, LANE_STATUS
 from .leases import FENCED
 
 #: Enqueue tasks: ``INSERT_UNKEYED_JOBS`` (same parameters; tasks have no idempotency keys)
@@ -18,6 +18,7 @@ from .leases import FENCED
 #: ``run_after`` is recorded only for a deferred job (a job due at once has
 #: ``run_at = created_at``, see ``INSERT_JOBS``).
 INSERT_TASK_JOBS = INSERT_JOBS_TEMPLATE.format(
+    lane_status=LANE_STATUS,
     on_conflict="",
     more_writes=""", result AS (
     INSERT INTO jobq_task_result (id, task_path, backend, queue, priority, args, kwargs,
