@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import psycopg
 from psycopg.rows import class_row, kwargs_row
@@ -22,6 +22,18 @@ from psycopg.rows import class_row, kwargs_row
 from . import sql
 from .claim_positions import FROM_THE_START, ClaimPositions, Probe
 from .leases import Lease
+
+R = TypeVar("R")
+
+
+@dataclass
+class FlowGuard:
+    """What a claim's caller read of flow control (:mod:`django_jobq.flow_state`): the
+    ``digest`` of the pauses and limits (``sql.flow.FLOW_DIGEST``). A claim leases nothing
+    when the database's digest differs, and sets ``changed``: read them again, claim again."""
+
+    digest: str
+    changed: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,6 +103,8 @@ def claim(
     queues: Collection[str] | None = None,
     kinds: Collection[str] | None = None,
     positions: ClaimPositions | None = None,
+    excluded_queues: Collection[str] = (),
+    flow: FlowGuard | None = None,
 ) -> list[ClaimedJob]:
     """Lease up to ``limit`` due jobs, highest priority first, then oldest ``run_at``, then id.
 
@@ -105,6 +119,14 @@ def claim(
         positions: where to start reading (a worker's :class:`ClaimPositions`, moved on
             by this claim; see :mod:`django_jobq.claim_positions`); ``None`` reads the
             queues from the start and keeps no positions.
+        excluded_queues: with ``queues=None``, the queues not to claim from (paused or
+            limited ones).
+        flow: what the caller read of pauses and limits; the claim leases nothing if they
+            changed since (and sets ``flow.changed``). ``None``: no flow control: pauses and
+            limits are the caller's business (the worker's claims honour them,
+            :mod:`django_jobq.limited_claims`).
+
+    A ready job in a lane (``ordering_key``) is claimed only while no job of its lane runs.
 
     Jobs whose lease lapsed (their worker died or stalled) are claimable again, before
     ready jobs; such a reclaim consumes an attempt. A reclaimed job whose lapsed attempt was
@@ -132,15 +154,19 @@ def claim(
     """
     if limit <= 0:
         return []
-    statements, params = _queue_params(queues, kinds)
+    statements, params = _queue_params(queues, kinds, excluded_queues)
     params["worker_id"] = worker_id
+    params["flow_digest"] = None if flow is None else flow.digest
     jobs: list[ClaimedJob] = []
     for _ in range(CLAIM_FRONT_TRIES):
         scan = FROM_THE_START if positions is None else positions.params()
-        with cursor.connection.cursor(row_factory=kwargs_row(_front_row)) as front_cursor:
-            front_cursor.execute(statements.front, {**params, **scan, **_limits(limit - len(jobs))})
-            rows = front_cursor.fetchall()
+        rows = _execute_with_lane_retry(
+            cursor, statements.front, {**params, **scan, **_limits(limit - len(jobs))}, _front_row
+        )
         front = rows[0].front
+        if flow is not None and front.flow_digest != flow.digest:
+            flow.changed = True  # nothing was leased: the caller reads the change first
+            break
         claimed = [row.job for row in rows if row.job is not None]
         moved = positions is not None and positions.advance(
             claimed_at=front.claimed_at,
@@ -159,17 +185,42 @@ def claim(
             # Jobs of other kinds at the front, or rows other claimers hold where the
             # positions cannot pass them (none kept; jobs of the last COMMIT_LAG seconds):
             # the walk finds the worker's jobs behind them.
-            with cursor.connection.cursor(row_factory=kwargs_row(_claimed_job)) as walk_cursor:
-                walk_cursor.execute(
-                    statements.walk, {**params, **scan, **_limits(limit - len(jobs))}
-                )
-                jobs += walk_cursor.fetchall()
+            jobs += _execute_with_lane_retry(
+                cursor,
+                statements.walk,
+                {**params, **scan, **_limits(limit - len(jobs))},
+                _claimed_job,
+            )
             break
         # Every job of the front was the worker's, other claimers held the rest, and the
         # positions moved past them: read on from there.
     # UPDATE ... RETURNING does not keep the CTEs' order; hand jobs out in claim order.
     jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
     return jobs
+
+
+def _execute_with_lane_retry(
+    cursor: psycopg.Cursor[Any], statement: str, params: dict[str, Any], row: Callable[..., R]
+) -> list[R]:
+    """Run a claim statement; once more if PostgreSQL refused it a second running job in a
+    lane (``jobq_job_one_running_per_lane``: two ready jobs of one lane, claimed at once by
+    two claimers). The statement leased nothing then; run again, it sees the other claim's
+    job running and leaves its lane alone. Inside a transaction the refusal is raised (the
+    transaction is aborted)."""
+    for attempt in range(2):
+        try:
+            with cursor.connection.cursor(row_factory=kwargs_row(row)) as claim_cursor:
+                claim_cursor.execute(statement, params)
+                return claim_cursor.fetchall()
+        except psycopg.errors.UniqueViolation as exc:
+            in_transaction = not cursor.connection.autocommit
+            if attempt or in_transaction or exc.diag.constraint_name != LANE_CONSTRAINT:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+#: The unique index that keeps a lane to one running job (``models.Job``).
+LANE_CONSTRAINT = "jobq_job_one_running_per_lane"
 
 
 class _ClaimStatements(NamedTuple):
@@ -195,6 +246,11 @@ _QUEUES = _ClaimStatements(
     sql.claims.CLAIM_JOBS_WALK_QUEUES,
     sql.claims.PROBE_CLAIM_POSITIONS_QUEUES,
 )
+_QUEUES_BUT = _ClaimStatements(
+    sql.claims.CLAIM_JOBS_QUEUES_BUT,
+    sql.claims.CLAIM_JOBS_WALK_QUEUES_BUT,
+    sql.claims.PROBE_CLAIM_POSITIONS_QUEUES_BUT,
+)
 
 
 #: How many times one claim reads a front (``sql.claims.CLAIM_JOBS_*``) when other claimers hold the
@@ -208,15 +264,21 @@ def _limits(limit: int) -> dict[str, int]:
 
 
 def _queue_params(
-    queues: Collection[str] | None, kinds: Collection[str] | None
+    queues: Collection[str] | None,
+    kinds: Collection[str] | None,
+    excluded_queues: Collection[str] = (),
 ) -> tuple[_ClaimStatements, dict[str, Any]]:
-    """The claim statements for ``queues`` and their ``queue(s)`` and ``kinds`` parameters
+    """The claim statements for ``queues`` (with ``None``, every queue but
+    ``excluded_queues``) and their ``queue(s)``, ``excluded_queues`` and ``kinds`` parameters
     (``kinds=None``: :func:`django_jobq.registry.claimable_kinds`)."""
     if kinds is None:
         from .registry import claimable_kinds  # here: registry loads the models
 
         kinds = claimable_kinds()
     params: dict[str, Any] = {"kinds": list(kinds)}
+    if queues is None and excluded_queues:
+        params["excluded_queues"] = list(excluded_queues)
+        return _QUEUES_BUT, params
     if queues is None:
         return _ANY_QUEUE, params
     if len(queues) == 1:
@@ -232,6 +294,7 @@ def probe_claim_positions(
     *,
     queues: Collection[str] | None = None,
     kinds: Collection[str] | None = None,
+    excluded_queues: Collection[str] = (),
 ) -> bool:
     """Look for claimable rows before ``positions`` from the start of the claim order
     (``sql.claims.PROBE_CLAIM_POSITIONS_*``, read without locks) and move the positions back to
@@ -241,7 +304,7 @@ def probe_claim_positions(
         cursor: an autocommit cursor on the queue database (one statement, no locks).
         positions: the worker's positions; moved back in place, and told how long the
             probe took (its next interval).
-        queues, kinds: as for :func:`claim` (the same worker's).
+        queues, kinds, excluded_queues: as for :func:`claim` (the same worker's).
 
     Returns:
         Whether a position moved back (a job waits behind it: claim again).
@@ -249,7 +312,7 @@ def probe_claim_positions(
     Raises:
         psycopg.Error: the statement failed; the positions are unchanged.
     """
-    statements, params = _queue_params(queues, kinds)
+    statements, params = _queue_params(queues, kinds, excluded_queues)
     started = time.monotonic()
     with cursor.connection.cursor(row_factory=class_row(_ProbeRow)) as probe_cursor:
         probe_cursor.execute(statements.probe, params)
@@ -326,6 +389,7 @@ class _Front:
     position_priorities: list[int] | None
     position_run_ats: list[datetime | None] | None
     position_ids: list[int] | None
+    flow_digest: str
 
 
 class _FrontRow(NamedTuple):
@@ -344,6 +408,7 @@ def _front_row(
     position_priorities: list[int] | None,
     position_run_ats: list[datetime | None] | None,
     position_ids: list[int] | None,
+    flow_digest: str,
     **job: Any,
 ) -> _FrontRow:
     front = _Front(
@@ -353,6 +418,7 @@ def _front_row(
         position_priorities,
         position_run_ats,
         position_ids,
+        flow_digest,
     )
     return _FrontRow(front, _claimed_job(**job) if job["id"] is not None else None)
 

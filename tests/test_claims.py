@@ -205,10 +205,11 @@ def insert_rows(select):
         cursor.execute("ANALYZE jobq_job")
 
 
-def explain(conn, statement, params, *, analyze=False):
+def explain(conn, statement, params_given, *, analyze=False):
     """The plan of a claim as a worker's connection would plan it (server-side parameters);
     with ``analyze``, run it (in a transaction rolled back) and return the JSON plan."""
-    params = {"limit": 10, "worker_id": "w", "kinds": ["k"], **FROM_THE_START, **params}
+    params = {"limit": 10, "worker_id": "w", "kinds": ["k"], "flow_digest": None}
+    params = {**params, **FROM_THE_START, **params_given}
     params["front"] = params["limit"] * sql.claims.CLAIM_FRONT_FACTOR  # as leases.claim passes it
     if not analyze:
         return "\n".join(row[0] for row in conn.execute("EXPLAIN " + statement, params))
@@ -242,7 +243,7 @@ def test_the_front_claim_reads_the_claim_order_index(connect, statement, params)
         index = "jobq_job_claim_idx" if "queue" in params else "jobq_job_claim_all_idx"
         assert f"Index Scan using {index}" in plan, plan
     assert "Index Scan using jobq_job_lease_idx" in plan, plan
-    assert "Seq Scan" not in plan, plan
+    assert "Seq Scan on jobq_job " not in plan, plan  # the flow digest reads tiny tables
     assert "Bitmap" not in plan, plan
     assert "Index Scan using jobq_job_pkey" in plan, plan
 
@@ -253,7 +254,7 @@ def test_claim_uses_its_partial_index_on_a_large_table(connect, statement, param
     plan = explain(connect(), statement, params)
     assert "Index Scan using jobq_job_kind_claim_idx" in plan, plan
     # The UPDATE finds the claimed rows by primary key, never by scanning the table.
-    assert "Seq Scan" not in plan, plan
+    assert "Seq Scan on jobq_job " not in plan, plan  # the flow digest reads tiny tables
     assert "Bitmap" not in plan, plan  # a bitmap scan reads every matching row first
     assert "Index Scan using jobq_job_pkey" in plan, plan
 
@@ -271,7 +272,7 @@ def test_claim_never_walks_the_jobs_of_kinds_it_does_not_have(connect, statement
     )
     conn = connect()
     plan = explain(conn, statement, params)
-    assert "Seq Scan" not in plan, plan
+    assert "Seq Scan on jobq_job " not in plan, plan  # the flow digest reads tiny tables
     assert "Bitmap" not in plan, plan
     analyzed = explain(conn, statement, params, analyze=True)[0]["Plan"]
     # One seek per (queue, kind) pair and the served kind's rows; never the 20,000.
@@ -298,7 +299,7 @@ def test_claim_with_two_hundred_kinds_reads_an_index_per_kind(connect):
     conn = connect()
     params = {"queue": "rare", "kinds": kinds}
     plan = explain(conn, sql.claims.CLAIM_JOBS_WALK_ONE_QUEUE, params)
-    assert "Seq Scan" not in plan, plan
+    assert "Seq Scan on jobq_job " not in plan, plan  # the flow digest reads tiny tables
     assert "Bitmap" not in plan, plan
     analyzed = explain(conn, sql.claims.CLAIM_JOBS_WALK_ONE_QUEUE, params, analyze=True)[0]["Plan"]
     # 201 seeks walking the pairs; the first job of each of the 100 kinds with jobs; up to
@@ -349,7 +350,7 @@ def test_with_a_million_jobs_every_claim_is_an_index_scan(connect):
         (sql.claims.CLAIM_JOBS_WALK_ANY_QUEUE, {}),
     ]:
         plan = explain(conn, statement, {"limit": 100, **params})
-        assert "Seq Scan" not in plan, plan
+        assert "Seq Scan on jobq_job " not in plan, plan  # the flow digest reads tiny tables
         assert "Bitmap" not in plan, plan  # a bitmap scan reads every matching row first
         assert "Index Scan using jobq_job_lease_idx" in plan, plan
         if "WITH RECURSIVE" in statement:

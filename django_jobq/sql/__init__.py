@@ -42,6 +42,8 @@ from . import causes as causes
 from . import claims as claims
 from . import clock as clock
 from . import enqueue as enqueue
+from . import flow as flow
+from . import lanes as lanes
 from . import leases as leases
 from . import maintenance as maintenance
 from . import mvcc as mvcc

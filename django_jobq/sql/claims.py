@@ -10,11 +10,25 @@ their ``{queue_filter}`` filled with one of the literal filters below.
 
 from __future__ import annotations
 
+from .flow import FLOW_DIGEST
 from .leases import LEASE_LENGTH
 
-# The queue filters of the statements' variants: one queue, several, or every queue ("").
+# The queue filters of the statements' variants: one queue, several, every queue but some
+# (paused or limited ones, see below), or every queue ("").
 _ONE_QUEUE = " AND queue = %(queue)s"
 _QUEUES = " AND queue = ANY(%(queues)s::text[])"
+_QUEUES_BUT = " AND queue <> ALL(%(excluded_queues)s::text[])"
+
+#: Whether the lane of ``job`` (a row of ``jobq_job`` so aliased) is free: it is in no lane,
+#: or no job of its lane is running (``jobq_job_one_running_per_lane``: one index seek). A
+#: ready job's lane has another job running only when two transactions enqueued into an
+#: empty lane at once (``sql.lanes``); the claim leaves it for later, and should two claims
+#: race for such a pair, the unique index fails the second claim, which is retried. A scalar
+#: subquery (at most one row, by that index), not ``NOT EXISTS``: the planner may run a
+#: ``NOT EXISTS`` as one hashed read of every running job, per claim.
+LANE_IS_FREE = """(job.ordering_key IS NULL OR (
+        SELECT lane.id FROM jobq_job AS lane
+        WHERE lane.ordering_key = job.ordering_key AND lane.status = 'running') IS NULL)"""
 
 # -- rows not written by enqueue -----------------------------------------------------------
 #
@@ -126,6 +140,16 @@ POISON_REASON = """CASE
 # lease is ``{lease_length}`` (``sql.leases.LEASE_LENGTH``) and ``poison`` is
 # ``{poison_reason}`` (``POISON_REASON``).
 
+# Flow control (``sql.flow``): the caller leaves paused queues and limited queues and kinds out of
+# the queues and kinds it passes (a limited claim passes one limited queue or kind, see
+# :mod:`django_jobq.limited_claims`), by what it read of them, and passes the digest of what it read
+# (``%(flow_digest)s``; NULL: no flow control, see ``claims.claim``). Each statement computes
+# ``FLOW_DIGEST`` once (``flow``) and leases nothing unless it is the one passed: a claim whose
+# caller missed a pause or a new limit committed before it began changes nothing, and the first
+# statement returns the digest it found (``flow_digest``) so the caller reads the change and claims
+# again. The jobs its CTEs locked are unlocked at its end, untouched.
+# Lanes: a ready job is leased only when its lane is free (``LANE_IS_FREE``).
+
 # The claim's first statement: ``lapsed`` and ``fast`` leased, nothing else. Its first
 # columns (one ``flag`` row, LEFT JOINed to the leased rows, so the statement returns at
 # least one row: with nothing claimed, one row whose job columns are all NULL) say
@@ -143,7 +167,9 @@ POISON_REASON = """CASE
 # look, the
 # front's ``2 * limit`` index entries from the positions, the locked rows.
 _CLAIM_FRONT_TEMPLATE = """
-WITH lapsed AS MATERIALIZED (
+WITH flow AS MATERIALIZED (
+    SELECT {flow_digest} AS digest
+), lapsed AS MATERIALIZED (
     SELECT id, lease_deadline FROM jobq_job
     WHERE status = 'running' AND lease_deadline < now()
       AND lease_deadline >= COALESCE(%(lapsed_from)s, '-infinity'::timestamptz){queue_filter}
@@ -183,8 +209,9 @@ WITH lapsed AS MATERIALIZED (
     ORDER BY priority DESC, run_at, id
     LIMIT %(front)s
 ), fast AS MATERIALIZED (
-    SELECT id FROM jobq_job
+    SELECT id FROM jobq_job AS job
     WHERE id = ANY(ARRAY(SELECT id FROM front WHERE served)) AND (status = 'ready') IS TRUE
+      AND {lane_is_free}
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
     FOR UPDATE SKIP LOCKED
@@ -196,6 +223,7 @@ WITH lapsed AS MATERIALIZED (
         started_at = now(),
         lease_deadline = now() + {lease_length}
     WHERE job.id = ANY(ARRAY(SELECT id FROM lapsed UNION ALL SELECT id FROM fast))
+      AND (%(flow_digest)s::text IS NULL OR (SELECT digest FROM flow) = %(flow_digest)s)
     RETURNING job.id, job.queue, job.kind, job.payload::text AS payload, job.priority,
               LEAST(GREATEST(job.run_at, '0001-01-02 00:00:00+00'::timestamptz),
                     '9999-12-30 00:00:00+00'::timestamptz) AS run_at,
@@ -211,7 +239,7 @@ WITH lapsed AS MATERIALIZED (
               job.abort_requested_at IS NOT NULL AS abort_requested
 )
 SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_priorities,
-       flag.position_run_ats, flag.position_ids,
+       flag.position_run_ats, flag.position_ids, (SELECT digest FROM flow) AS flow_digest,
        claimed.id, claimed.queue, claimed.kind, claimed.payload, claimed.priority,
        claimed.run_at, claimed.attempts, claimed.max_attempts, claimed.visibility_timeout,
        claimed.lease_deadline, claimed.expired,
@@ -290,7 +318,9 @@ LEFT JOIN (claimed LEFT JOIN lapsed ON lapsed.id = claimed.id) ON true
 # ``id``): when it is due, it is the pair's first due job. ``{queue_filter}`` narrows it to
 # some queues.
 _CLAIM_WALK_TEMPLATE = """
-WITH RECURSIVE lapsed AS MATERIALIZED (
+WITH RECURSIVE flow AS MATERIALIZED (
+    SELECT {flow_digest} AS digest
+), lapsed AS MATERIALIZED (
     SELECT id, lease_deadline FROM jobq_job
     WHERE status = 'running' AND lease_deadline < now()
       AND lease_deadline >= COALESCE(%(lapsed_from)s, '-infinity'::timestamptz){queue_filter}
@@ -330,8 +360,9 @@ WITH RECURSIVE lapsed AS MATERIALIZED (
     ORDER BY priority DESC, run_at, id
     LIMIT %(front)s
 ), fast AS MATERIALIZED (
-    SELECT id FROM jobq_job
+    SELECT id FROM jobq_job AS job
     WHERE id = ANY(ARRAY(SELECT id FROM front WHERE served)) AND (status = 'ready') IS TRUE
+      AND {lane_is_free}
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
     FOR UPDATE SKIP LOCKED
@@ -395,7 +426,7 @@ WITH RECURSIVE lapsed AS MATERIALIZED (
     CROSS JOIN LATERAL (
         SELECT job.id FROM jobq_job AS job
         WHERE job.status = 'ready' AND job.queue = shares.queue AND job.kind = shares.kind
-          AND job.run_at <= now()
+          AND job.run_at <= now() AND {lane_is_free}
         ORDER BY job.priority DESC, job.run_at, job.id
         LIMIT shares.share
         FOR UPDATE OF job SKIP LOCKED
@@ -412,6 +443,7 @@ WITH RECURSIVE lapsed AS MATERIALIZED (
         started_at = now(),
         lease_deadline = now() + {lease_length}
     WHERE job.id = ANY(ARRAY(SELECT id FROM lapsed UNION ALL SELECT id FROM ready))
+      AND (%(flow_digest)s::text IS NULL OR (SELECT digest FROM flow) = %(flow_digest)s)
     RETURNING job.id, job.queue, job.kind, job.payload::text AS payload, job.priority,
               LEAST(GREATEST(job.run_at, '0001-01-02 00:00:00+00'::timestamptz),
                     '9999-12-30 00:00:00+00'::timestamptz) AS run_at,
@@ -440,30 +472,28 @@ FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
 #: The claim's first statement reads this many times ``limit`` jobs at the front of the queue.
 CLAIM_FRONT_FACTOR = 2
 
+_FRAGMENTS = {
+    "lease_length": LEASE_LENGTH,
+    "poison_reason": POISON_REASON,
+    "flow_digest": FLOW_DIGEST,
+    "lane_is_free": LANE_IS_FREE,
+}
 #: The claim's first statement from one queue (see above; ``%(queue)s``).
-CLAIM_JOBS_ONE_QUEUE = _CLAIM_FRONT_TEMPLATE.format(
-    queue_filter=_ONE_QUEUE, lease_length=LEASE_LENGTH, poison_reason=POISON_REASON
-)
+CLAIM_JOBS_ONE_QUEUE = _CLAIM_FRONT_TEMPLATE.format(queue_filter=_ONE_QUEUE, **_FRAGMENTS)
 #: The same from several queues (``%(queues)s``).
-CLAIM_JOBS_QUEUES = _CLAIM_FRONT_TEMPLATE.format(
-    queue_filter=_QUEUES, lease_length=LEASE_LENGTH, poison_reason=POISON_REASON
-)
+CLAIM_JOBS_QUEUES = _CLAIM_FRONT_TEMPLATE.format(queue_filter=_QUEUES, **_FRAGMENTS)
+#: The same from every queue but ``%(excluded_queues)s``.
+CLAIM_JOBS_QUEUES_BUT = _CLAIM_FRONT_TEMPLATE.format(queue_filter=_QUEUES_BUT, **_FRAGMENTS)
 #: The same from every queue.
-CLAIM_JOBS_ANY_QUEUE = _CLAIM_FRONT_TEMPLATE.format(
-    queue_filter="", lease_length=LEASE_LENGTH, poison_reason=POISON_REASON
-)
+CLAIM_JOBS_ANY_QUEUE = _CLAIM_FRONT_TEMPLATE.format(queue_filter="", **_FRAGMENTS)
 #: The walk from one queue (see above; ``%(queue)s``).
-CLAIM_JOBS_WALK_ONE_QUEUE = _CLAIM_WALK_TEMPLATE.format(
-    queue_filter=_ONE_QUEUE, lease_length=LEASE_LENGTH, poison_reason=POISON_REASON
-)
+CLAIM_JOBS_WALK_ONE_QUEUE = _CLAIM_WALK_TEMPLATE.format(queue_filter=_ONE_QUEUE, **_FRAGMENTS)
 #: The walk from several queues (``%(queues)s``): ``pairs`` seeks only into the named queues.
-CLAIM_JOBS_WALK_QUEUES = _CLAIM_WALK_TEMPLATE.format(
-    queue_filter=_QUEUES, lease_length=LEASE_LENGTH, poison_reason=POISON_REASON
-)
+CLAIM_JOBS_WALK_QUEUES = _CLAIM_WALK_TEMPLATE.format(queue_filter=_QUEUES, **_FRAGMENTS)
+#: The walk from every queue but ``%(excluded_queues)s``.
+CLAIM_JOBS_WALK_QUEUES_BUT = _CLAIM_WALK_TEMPLATE.format(queue_filter=_QUEUES_BUT, **_FRAGMENTS)
 #: The walk from every queue: ``pairs`` walks every queue's kinds.
-CLAIM_JOBS_WALK_ANY_QUEUE = _CLAIM_WALK_TEMPLATE.format(
-    queue_filter="", lease_length=LEASE_LENGTH, poison_reason=POISON_REASON
-)
+CLAIM_JOBS_WALK_ANY_QUEUE = _CLAIM_WALK_TEMPLATE.format(queue_filter="", **_FRAGMENTS)
 
 # -- the probe of the claim positions -------------------------------------------------------
 #
@@ -515,6 +545,8 @@ LEFT JOIN LATERAL (
 PROBE_CLAIM_POSITIONS_ONE_QUEUE = _PROBE_CLAIM_POSITIONS_TEMPLATE.format(queue_filter=_ONE_QUEUE)
 #: The probe for several queues (``%(queues)s``, ``%(kinds)s``).
 PROBE_CLAIM_POSITIONS_QUEUES = _PROBE_CLAIM_POSITIONS_TEMPLATE.format(queue_filter=_QUEUES)
+#: The probe for every queue but ``%(excluded_queues)s`` (``%(kinds)s``).
+PROBE_CLAIM_POSITIONS_QUEUES_BUT = _PROBE_CLAIM_POSITIONS_TEMPLATE.format(queue_filter=_QUEUES_BUT)
 #: The probe for every queue (``%(kinds)s``).
 PROBE_CLAIM_POSITIONS_ANY_QUEUE = _PROBE_CLAIM_POSITIONS_TEMPLATE.format(queue_filter="")
 

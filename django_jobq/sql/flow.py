@@ -1,0 +1,118 @@
+"""Flow control as workers see it: the state of pauses and limits, and the limited claim's
+locks, counts and start log (docs/flow-control.md; :mod:`django_jobq.flow_state`,
+:mod:`django_jobq.limited_claims`).
+
+Operators write ``jobq_queue`` (pauses, queue limits) and ``jobq_kind_limit`` (kind limits).
+A worker reads them (``FLOW_STATE``) and claims by what it read; every claim compares
+``FLOW_DIGEST`` of the rows, computed in the claim statement itself, with the digest it read
+(``sql.claims``): a claim whose worker missed a change commits nothing, so a pause or a new
+limit binds every claim that starts after it commits.
+"""
+
+from __future__ import annotations
+
+#: A digest of every pause and limit: md5 of each row's settings as text (``quote_nullable``
+#: quotes each value, NULL as NULL; times as epoch seconds, whatever the session's time zone), the rows
+#: sorted. Not the start log (``jobq_limit_state``): starts change no setting. Reads both
+#: tables whole (a row per paused or limited queue and kind: a few).
+FLOW_DIGEST = """(SELECT md5(COALESCE(string_agg(line, ',' ORDER BY line), ''))
+     FROM (SELECT concat_ws(' ', 'queue', quote_nullable(name),
+                            quote_nullable(EXTRACT(EPOCH FROM paused_at)),
+                            quote_nullable(EXTRACT(EPOCH FROM paused_until)),
+                            quote_nullable(concurrency_limit), quote_nullable(rate_limit))
+               AS line
+           FROM jobq_queue
+           UNION ALL
+           SELECT concat_ws(' ', 'kind', quote_nullable(kind),
+                            quote_nullable(concurrency_limit), quote_nullable(rate_limit))
+           FROM jobq_kind_limit) AS settings)"""
+
+_FLOW_STATE_TEMPLATE = """
+SELECT {digest} AS digest,
+       (SELECT COALESCE(jsonb_agg(jsonb_build_array(
+                   name,
+                   paused_at IS NOT NULL AND (paused_until IS NULL OR paused_until > now()),
+                   EXTRACT(EPOCH FROM paused_until - now())::float8,
+                   concurrency_limit,
+                   rate_limit)), '[]'::jsonb)
+        FROM jobq_queue) AS queues,
+       (SELECT COALESCE(jsonb_agg(jsonb_build_array(kind, concurrency_limit, rate_limit)),
+                        '[]'::jsonb)
+        FROM jobq_kind_limit) AS kinds
+"""
+#: What a worker reads of flow control, in one row: ``digest`` (``FLOW_DIGEST``), ``queues``
+#: (a JSON array of ``[name, paused now, seconds until paused_until (NULL: none), concurrency
+#: limit, rate limit]``, limits NULL where the row sets none) and ``kinds`` (``[kind,
+#: concurrency limit, rate limit]``). Pausing depends on the database clock: a queue paused
+#: until a time is paused only before it.
+FLOW_STATE = _FLOW_STATE_TEMPLATE.format(digest=FLOW_DIGEST)
+
+#: The digest alone (``FLOW_DIGEST``): whether what a worker read is still true, for a worker
+#: that ran no claim (every queue it serves is paused or limited).
+SELECT_FLOW_DIGEST = f"SELECT {FLOW_DIGEST} AS digest"
+
+#: Make sure each limited queue and kind (zipped ``%(scopes)s`` 'queue' / 'kind' and
+#: ``%(names)s``) has the row its limited claims lock, with an empty start log. Writes
+#: nothing for the rows that exist.
+ENSURE_LIMIT_STATES = """
+INSERT INTO jobq_limit_state (scope, name, recent_starts)
+SELECT key.scope, key.name, '[]'::jsonb
+FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS key(scope, name)
+ON CONFLICT (scope, name) DO NOTHING
+"""
+
+#: The first statement of a limited claim's transaction: lock the rows of the limited
+#: queues (``%(queues)s``) and kinds (``%(kinds)s``) this claim may take jobs of, skipping
+#: those another worker's limited claim holds (it never waits: that worker claims for them
+#: now). Until the transaction ends, no other claim counts or takes jobs under these limits,
+#: so the counts the next statement reads stay true. Returns each locked row with its start
+#: log and the database clock (``clock_timestamp()``, epoch seconds) to read it against.
+LOCK_LIMIT_STATES = """
+SELECT scope, name, recent_starts, EXTRACT(EPOCH FROM clock_timestamp())::float8 AS now
+FROM jobq_limit_state
+WHERE (scope = 'queue' AND name = ANY(%(queues)s::text[]))
+   OR (scope = 'kind' AND name = ANY(%(kinds)s::text[]))
+FOR UPDATE SKIP LOCKED
+"""
+
+#: The second statement, after ``LOCK_LIMIT_STATES``: per locked key (zipped ``%(scopes)s``,
+#: ``%(names)s``), how many of its jobs hold a live lease (running, deadline not passed),
+#: fleet-wide. A new statement, so under READ COMMITTED it sees every claim committed before
+#: the lock was taken. A lapsed lease holds no slot: its job is claimable, and the claim that
+#: reclaims it counts it again. Reads the running jobs (``jobq_job_lease_idx``).
+COUNT_LIVE_LEASES = """
+SELECT key.scope, key.name, count(job.id) AS live
+FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS key(scope, name)
+LEFT JOIN jobq_job AS job
+    ON job.status = 'running' AND job.lease_deadline >= now()
+   AND CASE key.scope WHEN 'queue' THEN job.queue = key.name ELSE job.kind = key.name END
+GROUP BY key.scope, key.name
+"""
+
+#: The last statement before the commit: add the starts of this claim to the start logs of
+#: the rate-limited keys (zipped ``%(scopes)s``, ``%(names)s``, ``%(started)s`` jobs
+#: started, ``%(windows)s`` seconds kept, ``%(keep)s`` starts kept at most: the limit's
+#: count), dropping the starts older than the window. The new starts are stamped
+#: ``clock_timestamp()``, after the claim's leases: never earlier than the jobs started.
+RECORD_STARTS = """
+UPDATE jobq_limit_state AS state
+SET recent_starts = (
+    SELECT COALESCE(jsonb_agg(kept.start ORDER BY kept.start), '[]'::jsonb)
+    FROM (
+        SELECT start FROM (
+            SELECT value::float8 AS start
+            FROM jsonb_array_elements_text(state.recent_starts)
+            UNION ALL
+            SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8
+            FROM generate_series(1, key.started)
+        ) AS starts
+        WHERE start > EXTRACT(EPOCH FROM clock_timestamp())::float8 - key.window_seconds
+        ORDER BY start DESC
+        LIMIT key.keep
+    ) AS kept
+)
+FROM unnest(%(scopes)s::text[], %(names)s::text[], %(started)s::integer[],
+            %(windows)s::float8[], %(keep)s::integer[])
+    AS key(scope, name, started, window_seconds, keep)
+WHERE state.scope = key.scope AND state.name = key.name
+"""
