@@ -109,7 +109,8 @@ def naive_claim(limit: int, kinds: list[str]) -> Callable[[Any], list[Any]]:
     assert statement != sql.claims.CLAIM_JOBS_ONE_QUEUE
 
     def claim(cursor: Any) -> list[Any]:
-        params = {"limit": limit, "worker_id": "bench", "queue": QUEUE, "kinds": kinds, "flow_digest": None}
+        params = {"limit": limit, "worker_id": "bench", "queue": QUEUE, "kinds": kinds}
+        params["flow_digest"] = None
         cursor.execute(statement, params)
         return [claims._claimed_job(*row) for row in cursor.fetchall()]
 

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import class_row, kwargs_row
 
 from . import sql
@@ -213,8 +214,8 @@ def _execute_with_lane_retry(
                 claim_cursor.execute(statement, params)
                 return claim_cursor.fetchall()
         except psycopg.errors.UniqueViolation as exc:
-            in_transaction = not cursor.connection.autocommit
-            if attempt or in_transaction or exc.diag.constraint_name != LANE_CONSTRAINT:
+            aborted = cursor.connection.info.transaction_status == TransactionStatus.INERROR
+            if attempt or aborted or exc.diag.constraint_name != LANE_CONSTRAINT:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
 

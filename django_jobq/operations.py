@@ -44,14 +44,26 @@ def _execute_returning_ids(statement: str, params: dict[str, list[int]]) -> list
 
 
 def cancel(job_id: int) -> bool:
-    """Delete a ready job. Returns ``False`` if the job is running (its worker holds a
-    lease: it cannot be cancelled this way) or no longer exists (finished, dead, cancelled)."""
+    """Delete a ready job (or one waiting in its lane). Returns ``False`` if the job is
+    running (its worker holds a lease: it cannot be cancelled this way) or no longer exists
+    (finished, dead, cancelled)."""
     return bool(cancel_many([job_id]))
 
 
 def cancel_many(job_ids: Iterable[int]) -> int:
-    """Delete the ready jobs among ``job_ids`` in one statement; return how many."""
-    return len(_execute_returning_ids(sql.operations.CANCEL_JOBS, {"ids": list(job_ids)}))
+    """Delete the ready jobs (and jobs waiting in their lane) among ``job_ids`` in one
+    statement; return how many. The next job of each lane that lost its first job is made
+    ready, in the same transaction."""
+    alias = get_settings().DATABASE
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(sql.operations.CANCEL_JOBS, {"ids": list(job_ids)})
+        cancelled = cursor.fetchall()
+        lanes = sorted({lane for _, lane in cancelled if lane is not None})
+        if lanes:
+            cursor.execute(
+                sql.lanes.PROMOTE_LANES, {"lanes": lanes, "channel": sql.wake.WAKE_CHANNEL}
+            )
+    return len(cancelled)
 
 
 def run_now(job_ids: Iterable[int]) -> int:

@@ -12,9 +12,9 @@ limit binds every claim that starts after it commits.
 from __future__ import annotations
 
 #: A digest of every pause and limit: md5 of each row's settings as text (``quote_nullable``
-#: quotes each value, NULL as NULL; times as epoch seconds, whatever the session's time zone), the rows
-#: sorted. Not the start log (``jobq_limit_state``): starts change no setting. Reads both
-#: tables whole (a row per paused or limited queue and kind: a few).
+#: quotes each value, NULL as NULL; times as epoch seconds, whatever the session's time
+#: zone), the rows sorted. Not the start log (``jobq_limit_state``): starts change no
+#: setting. Reads both tables whole (a row per paused or limited queue and kind: a few).
 FLOW_DIGEST = """(SELECT md5(COALESCE(string_agg(line, ',' ORDER BY line), ''))
      FROM (SELECT concat_ws(' ', 'queue', quote_nullable(name),
                             quote_nullable(EXTRACT(EPOCH FROM paused_at)),

@@ -7,15 +7,17 @@ from __future__ import annotations
 
 from .enqueue import LANE_STATUS
 
-#: Cancel: delete ready jobs. A running job is never cancelled this way (its worker holds a
-#: lease; deleting the row under it would only turn its ack into a refused write). The job
+#: Cancel: delete ready jobs (and jobs waiting in their lane). A running job is never
+#: cancelled this way (its worker holds a lease; deleting the row under it would only turn
+#: its ack into a refused write). Returns each job's id and lane (``ordering_key``): the
+#: caller then makes the lanes' next jobs ready (``sql.lanes.PROMOTE_LANES``). The job
 #: of a Django task (see ``INSERT_TASK_JOBS``) makes its result FAILED in the same statement,
 #: with a ``django_jobq.task_results.TaskNotRun`` error saying it was cancelled.
 CANCEL_JOBS = """
 WITH cancelled AS (
     DELETE FROM jobq_job
-    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
-    RETURNING id, kind, payload
+    WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('ready', 'waiting')
+    RETURNING id, kind, payload, ordering_key
 ), failed AS (
     UPDATE jobq_task_result AS result
     SET status = 'FAILED',
@@ -26,7 +28,7 @@ WITH cancelled AS (
     FROM cancelled
     WHERE result.id = cancelled.payload->>'result_id' AND result.task_path = cancelled.kind
 )
-SELECT id FROM cancelled
+SELECT id, ordering_key FROM cancelled
 """
 
 #: Run now: make ready jobs due at once (scheduled or backing off), keeping their attempts.

@@ -3,9 +3,10 @@
 Every :data:`INTERVAL` seconds each worker tries a transaction-scoped advisory lock
 (``TRY_MAINTENANCE_LOCK``); the one that gets it runs the sweeps, the others skip the round.
 A round first makes the leases no worker could have written lapse (a running row with a
-NULL or far-future deadline, written by another producer: it would never be reclaimed),
-then the sweeps delete dead letters older than ``JOBQ['DEAD_LETTER_RETENTION']``, dedup keys
-older than ``JOBQ['DEDUP_RETENTION']``, task results finished longer ago than
+NULL or far-future deadline, written by another producer: it would never be reclaimed) and
+makes the next job of a lane ready where the lane's job ended without that (see
+:mod:`django_jobq.sql.lanes`), then the sweeps delete dead letters older than
+``JOBQ['DEAD_LETTER_RETENTION']``, dedup keys older than ``JOBQ['DEDUP_RETENTION']``, task results finished longer ago than
 ``JOBQ['TASK_RESULT_RETENTION']``, per-minute statistics (outcome rollups and queue samples)
 older than ``JOBQ['STATS_RETENTION']``, and the rows of workers not seen for an hour
 (:data:`.registration.PRUNE_AFTER`: crashed without deregistering).
@@ -81,6 +82,7 @@ class Maintenance:
             return
         if not self._rescue_stranded_leases(connection):
             return  # another worker holds the maintenance lock this round
+        self._promote_stalled_lanes(connection)
         config = get_settings()
         for what, statement, retention in (
             ("dead letters", sql.maintenance.PRUNE_DEAD_LETTERS, config.DEAD_LETTER_RETENTION),
@@ -113,6 +115,18 @@ class Maintenance:
                 ", ".join(map(str, rescued[:20])) + (" …" if len(rescued) > 20 else ""),
             )
         return True
+
+    def _promote_stalled_lanes(self, connection: psycopg.Connection[Any]) -> None:
+        """Make ready the next job of each lane whose job ended without its worker doing so
+        (``sql.lanes.PROMOTE_STALLED_LANES``: the worker crashed between the ack and the
+        promotion; an operator deleted or cancelled the job)."""
+        promoted = (
+            connection.cursor(row_factory=scalar_row)
+            .execute(sql.lanes.PROMOTE_STALLED_LANES, {"channel": sql.wake.WAKE_CHANNEL})
+            .fetchone()
+        )
+        if promoted:
+            logger.info("maintenance: made the next job of %s stalled lane(s) ready", promoted)
 
     def _prune(
         self, connection: psycopg.Connection[Any], what: str, statement: str, retention: float

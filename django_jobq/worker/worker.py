@@ -44,7 +44,17 @@ import psycopg
 from django.db import connections
 from django.utils import timezone
 
-from .. import claims, crash_points, db, registry, sql, task_results, text
+from .. import (
+    claims,
+    crash_points,
+    db,
+    flow_state,
+    limited_claims,
+    registry,
+    sql,
+    task_results,
+    text,
+)
 from ..claim_positions import ClaimPositions
 from ..conf import MAX_ASYNC_CONCURRENCY, get_settings, statement_timeout
 from ..outcomes import Outcome
@@ -75,6 +85,9 @@ _REFUSED_IN_WORKER_ID = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 #: Seconds between two looks of a burst worker that has nothing left to claim but waits
 #: for jobs of its queues running elsewhere (another worker's, or a crashed one's lease).
 BURST_RECHECK_INTERVAL = 0.1
+#: Seconds before a worker tries again a limited claim that found a limit's row locked by
+#: another worker's limited claim (it skipped it rather than wait).
+LIMITED_RETRY_INTERVAL = 0.02
 #: Seconds a finished job's outcome may wait for others to share its ack statement (one
 #: commit for many jobs instead of one each). Short, so acks are still recorded promptly.
 ACK_FLUSH_DELAY = 0.005
@@ -294,6 +307,11 @@ class Worker:
         self._observing = False  # registered (on the first connection)
         # Where this process's claims start reading (see django_jobq.claim_positions).
         self._positions = ClaimPositions()
+        # What it knows of pauses and limits (django_jobq.flow_state), loaded on the first
+        # turn and whenever a claim finds it out of date; the lanes whose job it finished.
+        self._flow: flow_state.FlowState | None = None
+        self._limited_retry_at = math.inf  # time.monotonic(): a limited claim to retry
+        self._finished_lanes: set[str] = set()
         self._completer = Completer(on_applied=self._applied, observer=self._observer)
         self._maintenance = Maintenance()
         self._capacity = slots + self.batch_size
@@ -436,12 +454,29 @@ class Worker:
         if next_tick is not None:
             timeout = min(timeout, (next_tick - timezone.now()).total_seconds())
         timeout = min(timeout, self._observer.seconds_until_due())
+        timeout = min(timeout, self._limited_retry_at - time.monotonic())
+        if self._flow is not None:
+            timeout = min(timeout, self._flow.reload_at - time.monotonic())
         return max(timeout, 0.0)
 
     def _applied(self, outcome: Outcome) -> None:
-        """The completer recorded ``outcome``: the job is no longer held."""
+        """The completer recorded ``outcome``: the job is no longer held (and, in a lane,
+        the lane's next job may be made ready)."""
         self._held.discard(outcome.job.lease)
         self._outstanding -= 1
+        if outcome.job.ordering_key is not None:
+            self._finished_lanes.add(outcome.job.ordering_key)
+
+    def _flush(self, cursor: psycopg.Cursor[Any]) -> None:
+        """Record the waiting outcomes, then make the next job of each lane whose job ended
+        ready (``sql.lanes.PROMOTE_LANES``; a crash in between leaves it to maintenance)."""
+        self._completer.flush(cursor)
+        if self._finished_lanes:
+            lanes = sorted(self._finished_lanes)
+            cursor.execute(
+                sql.lanes.PROMOTE_LANES, {"lanes": lanes, "channel": sql.wake.WAKE_CHANNEL}
+            )
+            self._finished_lanes.difference_update(lanes)
 
     def _turn(self, connection: psycopg.Connection[Any]) -> float | None:
         """One pass of the main loop: record outcomes, then claim (or, once stopping,
@@ -463,14 +498,14 @@ class Worker:
         claim_first = self._announced.is_set() and not self._stopping.is_set()
         self._announced.clear()
         if not claim_first:
-            self._completer.flush(cursor)
+            self._flush(cursor)
         self._observer.tick(cursor)
         if self._stopping.is_set():
             return self._shutdown_turn(cursor)
         timeout = self._claim_turn(connection, cursor)
         if claim_first:
             outstanding = self._outstanding
-            self._completer.flush(cursor)
+            self._flush(cursor)
             if self._outstanding < outstanding and self._claim_was_short:
                 return 0.0  # the acks freed room the claim lacked: claim again at once
         return timeout
@@ -487,23 +522,33 @@ class Worker:
             django_connection = connections[get_settings().DATABASE]
             with self._watchdog.guard("scheduler", lambda: django_connection.connection):
                 self._scheduler.run_if_due()
+        flow = self._flow_state(cursor)
+        # Limited jobs first, for idle handler slots only (never prefetched).
+        limited = self._claim_limited(connection, flow)
         # Refill the prefetch only once half a batch of room is free: small claims would
         # cost a statement (and a commit) for a job or two.
-        room = self._capacity - self._outstanding
+        room = self._capacity - self._outstanding - len(limited)
         limit = min(self.batch_size, room) if room >= self._refill_at else 0
         self._claim_was_short = limit < self.batch_size
+        queues, excluded = self._open_queues(flow)
+        kinds = flow.unlimited_kinds(self.kinds)
+        if queues == [] or not kinds:
+            limit = 0  # every queue it serves is paused or limited (or every kind limited)
+            flow_state.digest_changed(cursor, flow)
         if limit:
             if crash_points.reach is not None:
                 crash_points.reach("before_claim")
             if self._positions.seconds_until_probe() == 0:
                 self._probe(cursor)
-        jobs = claims.claim(
+        jobs = limited + claims.claim(
             cursor,
             worker_id=self.worker_id,
             limit=limit,
-            queues=self.queues,
-            kinds=self.kinds,
+            queues=queues,
+            kinds=kinds,
             positions=self._positions,
+            excluded_queues=excluded,
+            flow=flow.guard,
         )
         if jobs and crash_points.reach is not None:
             crash_points.reach("after_claim")
@@ -528,7 +573,9 @@ class Worker:
         self._claimed += len(jobs)
         if start_failed is not None:
             raise start_failed
-        if jobs and len(jobs) == limit and self._outstanding < self._capacity:
+        if flow.stale:
+            return 0.0  # the pauses or limits changed: read them, and claim again at once
+        if jobs and len(jobs) - len(limited) == limit and self._outstanding < self._capacity:
             return 0.0  # more may be waiting: claim again at once
         if limit and not jobs and self._positions.is_set():
             # The claim read from this process's positions: before waiting (or stopping),
@@ -547,6 +594,45 @@ class Worker:
         # claim took every due job, at most until the next one falls due.
         return self._idle_timeout(cursor) if len(jobs) < limit else self.poll_interval
 
+    def _flow_state(self, cursor: psycopg.Cursor[Any]) -> flow_state.FlowState:
+        """What this worker knows of pauses and limits, loaded again when out of date (the
+        claim positions then start afresh: a resumed queue's jobs lie behind them)."""
+        if self._flow is None or self._flow.stale:
+            self._flow = flow_state.load(cursor)
+            self._positions = ClaimPositions()
+        return self._flow
+
+    def _open_queues(self, flow: flow_state.FlowState) -> tuple[list[str] | None, frozenset[str]]:
+        """The queues a plain claim takes from (``None``: every queue) and, then, those it
+        leaves out: the paused and limited ones."""
+        excluded = flow.excluded_queues()
+        if self.queues is None:
+            return None, excluded
+        return [queue for queue in self.queues if queue not in excluded], frozenset()
+
+    def _claim_limited(
+        self, connection: psycopg.Connection[Any], flow: flow_state.FlowState
+    ) -> list[claims.ClaimedJob]:
+        """Claim jobs of limited queues and kinds for the idle handler slots
+        (:mod:`django_jobq.limited_claims`); note when to try again if a limit's row was
+        held by another worker or a rate limit stopped the claim."""
+        idle = self._slots - self._outstanding
+        if idle <= 0 or self._stopping.is_set():
+            return []
+        result = limited_claims.claim_limited(
+            connection,
+            worker_id=self.worker_id,
+            limit=idle,
+            queues=self.queues,
+            kinds=self.kinds,
+            state=flow,
+        )
+        retry_in = LIMITED_RETRY_INTERVAL if result.held_elsewhere else math.inf
+        if result.next_start_in is not None:
+            retry_in = min(retry_in, result.next_start_in)
+        self._limited_retry_at = time.monotonic() + retry_in
+        return result.jobs
+
     def _prepares_statements(self) -> bool:
         """Whether the main loop's connection may prepare its statements: ``DATABASES``'
         ``OPTIONS`` do not set ``prepare_threshold`` (else psycopg follows them), and the
@@ -561,8 +647,20 @@ class Worker:
 
     def _probe(self, cursor: psycopg.Cursor[Any]) -> bool:
         """Run the claim positions' probe; whether a job waits behind a position."""
+        flow = self._flow
+        if flow is None:
+            return claims.probe_claim_positions(
+                cursor, self._positions, queues=self.queues, kinds=self.kinds
+            )
+        queues, excluded = self._open_queues(flow)
+        if queues == []:
+            return False
         return claims.probe_claim_positions(
-            cursor, self._positions, queues=self.queues, kinds=self.kinds
+            cursor,
+            self._positions,
+            queues=queues,
+            kinds=flow.unlimited_kinds(self.kinds),
+            excluded_queues=excluded,
         )
 
     def _any_running(self, cursor: psycopg.Cursor[Any]) -> bool:
