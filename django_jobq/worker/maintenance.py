@@ -6,10 +6,11 @@ A round first makes the leases no worker could have written lapse (a running row
 NULL or far-future deadline, written by another producer: it would never be reclaimed) and
 makes the next job of a lane ready where the lane's job ended without that (see
 :mod:`django_jobq.sql.lanes`), then the sweeps delete dead letters older than
-``JOBQ['DEAD_LETTER_RETENTION']``, dedup keys older than ``JOBQ['DEDUP_RETENTION']``, task results finished longer ago than
-``JOBQ['TASK_RESULT_RETENTION']``, per-minute statistics (outcome rollups and queue samples)
-older than ``JOBQ['STATS_RETENTION']``, and the rows of workers not seen for an hour
-(:data:`.registration.PRUNE_AFTER`: crashed without deregistering).
+``JOBQ['DEAD_LETTER_RETENTION']``, dedup keys older than ``JOBQ['DEDUP_RETENTION']``, task
+results finished longer ago than ``JOBQ['TASK_RESULT_RETENTION']``, per-minute statistics
+(outcome rollups and queue samples) older than ``JOBQ['STATS_RETENTION']``, and the rows of
+workers not seen for an hour (:data:`.registration.PRUNE_AFTER`: crashed without
+deregistering).
 
 The unknown-kind sweep (:meth:`Maintenance.sweep_unknown_kinds`), under the same lock, runs
 more often (every quarter of ``JOBQ['UNKNOWN_KIND_GRACE']``, between 1 and 60 s): it
