@@ -472,28 +472,70 @@ FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
 #: The claim's first statement reads this many times ``limit`` jobs at the front of the queue.
 CLAIM_FRONT_FACTOR = 2
 
-_FRAGMENTS = {
-    "lease_length": LEASE_LENGTH,
-    "poison_reason": POISON_REASON,
-    "flow_digest": FLOW_DIGEST,
-    "lane_is_free": LANE_IS_FREE,
-}
 #: The claim's first statement from one queue (see above; ``%(queue)s``).
-CLAIM_JOBS_ONE_QUEUE = _CLAIM_FRONT_TEMPLATE.format(queue_filter=_ONE_QUEUE, **_FRAGMENTS)
+CLAIM_JOBS_ONE_QUEUE = _CLAIM_FRONT_TEMPLATE.format(
+    queue_filter=_ONE_QUEUE,
+    lease_length=LEASE_LENGTH,
+    poison_reason=POISON_REASON,
+    flow_digest=FLOW_DIGEST,
+    lane_is_free=LANE_IS_FREE,
+)
 #: The same from several queues (``%(queues)s``).
-CLAIM_JOBS_QUEUES = _CLAIM_FRONT_TEMPLATE.format(queue_filter=_QUEUES, **_FRAGMENTS)
+CLAIM_JOBS_QUEUES = _CLAIM_FRONT_TEMPLATE.format(
+    queue_filter=_QUEUES,
+    lease_length=LEASE_LENGTH,
+    poison_reason=POISON_REASON,
+    flow_digest=FLOW_DIGEST,
+    lane_is_free=LANE_IS_FREE,
+)
 #: The same from every queue but ``%(excluded_queues)s``.
-CLAIM_JOBS_QUEUES_BUT = _CLAIM_FRONT_TEMPLATE.format(queue_filter=_QUEUES_BUT, **_FRAGMENTS)
+CLAIM_JOBS_QUEUES_BUT = _CLAIM_FRONT_TEMPLATE.format(
+    queue_filter=_QUEUES_BUT,
+    lease_length=LEASE_LENGTH,
+    poison_reason=POISON_REASON,
+    flow_digest=FLOW_DIGEST,
+    lane_is_free=LANE_IS_FREE,
+)
 #: The same from every queue.
-CLAIM_JOBS_ANY_QUEUE = _CLAIM_FRONT_TEMPLATE.format(queue_filter="", **_FRAGMENTS)
+CLAIM_JOBS_ANY_QUEUE = _CLAIM_FRONT_TEMPLATE.format(
+    queue_filter="",
+    lease_length=LEASE_LENGTH,
+    poison_reason=POISON_REASON,
+    flow_digest=FLOW_DIGEST,
+    lane_is_free=LANE_IS_FREE,
+)
 #: The walk from one queue (see above; ``%(queue)s``).
-CLAIM_JOBS_WALK_ONE_QUEUE = _CLAIM_WALK_TEMPLATE.format(queue_filter=_ONE_QUEUE, **_FRAGMENTS)
+CLAIM_JOBS_WALK_ONE_QUEUE = _CLAIM_WALK_TEMPLATE.format(
+    queue_filter=_ONE_QUEUE,
+    lease_length=LEASE_LENGTH,
+    poison_reason=POISON_REASON,
+    flow_digest=FLOW_DIGEST,
+    lane_is_free=LANE_IS_FREE,
+)
 #: The walk from several queues (``%(queues)s``): ``pairs`` seeks only into the named queues.
-CLAIM_JOBS_WALK_QUEUES = _CLAIM_WALK_TEMPLATE.format(queue_filter=_QUEUES, **_FRAGMENTS)
+CLAIM_JOBS_WALK_QUEUES = _CLAIM_WALK_TEMPLATE.format(
+    queue_filter=_QUEUES,
+    lease_length=LEASE_LENGTH,
+    poison_reason=POISON_REASON,
+    flow_digest=FLOW_DIGEST,
+    lane_is_free=LANE_IS_FREE,
+)
 #: The walk from every queue but ``%(excluded_queues)s``.
-CLAIM_JOBS_WALK_QUEUES_BUT = _CLAIM_WALK_TEMPLATE.format(queue_filter=_QUEUES_BUT, **_FRAGMENTS)
+CLAIM_JOBS_WALK_QUEUES_BUT = _CLAIM_WALK_TEMPLATE.format(
+    queue_filter=_QUEUES_BUT,
+    lease_length=LEASE_LENGTH,
+    poison_reason=POISON_REASON,
+    flow_digest=FLOW_DIGEST,
+    lane_is_free=LANE_IS_FREE,
+)
 #: The walk from every queue: ``pairs`` walks every queue's kinds.
-CLAIM_JOBS_WALK_ANY_QUEUE = _CLAIM_WALK_TEMPLATE.format(queue_filter="", **_FRAGMENTS)
+CLAIM_JOBS_WALK_ANY_QUEUE = _CLAIM_WALK_TEMPLATE.format(
+    queue_filter="",
+    lease_length=LEASE_LENGTH,
+    poison_reason=POISON_REASON,
+    flow_digest=FLOW_DIGEST,
+    lane_is_free=LANE_IS_FREE,
+)
 
 # -- the probe of the claim positions -------------------------------------------------------
 #

@@ -301,3 +301,31 @@ def record_backend(ctx: JobContext, label: str) -> None:
         cursor.execute("SELECT pg_backend_pid()")
         (pid,) = cursor.fetchone()
     Effect.objects.create(label=f"{label} attempt {ctx.attempt} pid {pid}")
+
+
+def _timed_run(label: str, seconds: float, lane: str) -> None:
+    """Record a run with the handler's own start and end times (tests/test_flow_control.py)."""
+    from .models import Run
+
+    started = time.time()
+    if seconds:
+        time.sleep(seconds)
+    Run.objects.create(label=label, lane=lane, started=started, finished=time.time())
+
+
+@job(queue="flow")
+def flow_step(label: str, seconds: float = 0.0, lane: str = "") -> None:
+    """A run of a flow-control test, in queue "flow" (which the tests pause and limit)."""
+    _timed_run(label, seconds, lane)
+
+
+@job(queue="flow-kinds", concurrency_limit=2)
+def limited_step(label: str, seconds: float = 0.0) -> None:
+    """A run of a kind that at most two workers run at once, fleet-wide."""
+    _timed_run(label, seconds, "")
+
+
+@job(queue="flow-kinds", rate_limit="5/s")
+def rated_step(label: str) -> None:
+    """A run of a kind started at most five times in any second, fleet-wide."""
+    _timed_run(label, 0.0, "")

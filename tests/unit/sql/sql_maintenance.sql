@@ -211,10 +211,10 @@ WITH live AS (
     INSERT INTO jobq_dead_letter (job_id, queue, kind, payload, priority, attempts,
                                   max_attempts, visibility_timeout, idempotency_key,
                                   created_at, reason, last_error, traceback, died_at,
-                                  trace_context)
+                                  trace_context, ordering_key)
     SELECT id, queue, kind, payload, priority, attempts, max_attempts, visibility_timeout,
            idempotency_key, created_at, dead_reason, %(error)s, %(traceback)s, now(),
-           trace_context
+           trace_context, ordering_key
     FROM moved
     RETURNING job_id
 )

@@ -3,8 +3,8 @@
 -- name: CANCEL_JOBS
 WITH cancelled AS (
     DELETE FROM jobq_job
-    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready'
-    RETURNING id, kind, payload
+    WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('ready', 'waiting')
+    RETURNING id, kind, payload, ordering_key
 ), failed AS (
     UPDATE jobq_task_result AS result
     SET status = 'FAILED',
@@ -15,7 +15,7 @@ WITH cancelled AS (
     FROM cancelled
     WHERE result.id = cancelled.payload->>'result_id' AND result.task_path = cancelled.kind
 )
-SELECT id FROM cancelled
+SELECT id, ordering_key FROM cancelled
 
 -- name: RUN_JOBS_NOW
 UPDATE jobq_job
@@ -44,10 +44,17 @@ WITH redriven AS (
     RETURNING dead.*
 ), job AS (
     INSERT INTO jobq_job (queue, kind, payload, priority, max_attempts, visibility_timeout,
-                          idempotency_key, trace_context)
+                          idempotency_key, trace_context, ordering_key, status)
     SELECT queue, kind, payload, priority, max_attempts, visibility_timeout, idempotency_key,
-           trace_context
-    FROM redriven
+           trace_context, ordering_key, CASE
+        WHEN input.ordering_key IS NULL THEN 'ready'
+        WHEN row_number() OVER (PARTITION BY input.ordering_key ORDER BY input.position) = 1
+             AND NOT EXISTS (SELECT FROM jobq_job AS lane
+                             WHERE lane.ordering_key = input.ordering_key)
+            THEN 'ready'
+        ELSE 'waiting'
+    END
+    FROM (SELECT redriven.*, redriven.id AS position FROM redriven) AS input
     ORDER BY id
     RETURNING id, kind, payload
 ), ready_again AS (

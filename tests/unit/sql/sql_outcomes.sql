@@ -139,11 +139,11 @@ WITH locked AS MATERIALIZED (
     INSERT INTO jobq_dead_letter (job_id, queue, kind, payload, priority, attempts,
                                   max_attempts, visibility_timeout, idempotency_key,
                                   created_at, reason, last_error, traceback, died_at,
-                                  trace_context)
+                                  trace_context, ordering_key)
     SELECT id, queue, kind, payload, priority,
            CASE WHEN %(ran)s THEN attempts ELSE attempts - 1 END, max_attempts,
            visibility_timeout, idempotency_key, created_at, %(reason)s, %(error)s,
-           %(traceback)s, now(), trace_context
+           %(traceback)s, now(), trace_context, ordering_key
     FROM moved
     RETURNING job_id
 )
@@ -168,11 +168,11 @@ WITH locked AS MATERIALIZED (
     INSERT INTO jobq_dead_letter (job_id, queue, kind, payload, priority, attempts,
                                   max_attempts, visibility_timeout, idempotency_key,
                                   created_at, reason, last_error, traceback, died_at,
-                                  trace_context)
+                                  trace_context, ordering_key)
     SELECT id, queue, kind, payload, priority,
            CASE WHEN %(ran)s THEN attempts ELSE attempts - 1 END, max_attempts,
            visibility_timeout, idempotency_key, created_at, %(reason)s, %(error)s,
-           %(traceback)s, now(), trace_context
+           %(traceback)s, now(), trace_context, ordering_key
     FROM moved
     RETURNING job_id
 ), failed AS (

@@ -3,25 +3,36 @@
 -- name: INSERT_TASK_JOBS
 WITH saved AS (
     INSERT INTO jobq_job (queue, kind, payload, priority, run_at, expires_at, max_attempts,
-                          visibility_timeout, idempotency_key, trace_context)
+                          visibility_timeout, idempotency_key, trace_context, ordering_key,
+                          status)
     SELECT queue, kind, payload, priority,
            COALESCE(run_at, statement_timestamp() + make_interval(secs => delay_seconds)),
            COALESCE(expires_at,
                     statement_timestamp() + make_interval(secs => expires_after_seconds)),
-           max_attempts, visibility_timeout, idempotency_key, %(trace_context)s::jsonb
+           max_attempts, visibility_timeout, idempotency_key, %(trace_context)s::jsonb,
+           ordering_key, CASE
+        WHEN input.ordering_key IS NULL THEN 'ready'
+        WHEN row_number() OVER (PARTITION BY input.ordering_key ORDER BY input.position) = 1
+             AND NOT EXISTS (SELECT FROM jobq_job AS lane
+                             WHERE lane.ordering_key = input.ordering_key)
+            THEN 'ready'
+        ELSE 'waiting'
+    END
     FROM unnest(%(queue)b::text[], %(kind)b::text[], %(payload)b::jsonb[],
                 %(priority)b::integer[], %(run_at)b::timestamptz[], %(delay_seconds)b::float8[],
                 %(expires_at)b::timestamptz[], %(expires_after_seconds)b::float8[],
                 %(max_attempts)b::integer[], %(visibility_timeout)b::interval[],
-                %(idempotency_key)b::text[])
+                %(idempotency_key)b::text[], %(ordering_key)b::text[])
+         WITH ORDINALITY
          AS input(queue, kind, payload, priority, run_at, delay_seconds, expires_at,
                   expires_after_seconds, max_attempts, visibility_timeout,
-                  idempotency_key)
+                  idempotency_key, ordering_key, position)
+    ORDER BY position
     
     RETURNING *
 ), woken AS (
     SELECT pg_notify(%(channel)s, queue)
-    FROM (SELECT DISTINCT queue FROM saved) AS queues
+    FROM (SELECT DISTINCT queue FROM saved WHERE status = 'ready') AS queues
 ), result AS (
     INSERT INTO jobq_task_result (id, task_path, backend, queue, priority, args, kwargs,
                                   job_id, enqueued_at, status, run_after, errors, worker_ids)
@@ -29,7 +40,7 @@ WITH saved AS (
            payload->'kwargs', id, created_at, 'READY', NULLIF(run_at, created_at), '[]', '[]'
     FROM saved
 )
-SELECT id, run_at, created_at, expires_at FROM saved
+SELECT id, run_at, created_at, expires_at, status FROM saved
 WHERE (SELECT count(*) FROM woken) >= 0
 
 -- name: START_TASK_ATTEMPTS

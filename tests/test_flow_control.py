@@ -1,0 +1,363 @@
+"""Flow control, in process: paused queues, fleet-wide concurrency and rate limits, ordered
+lanes (docs/flow-control.md). Worker threads against real PostgreSQL; the fleet of worker
+processes, SIGKILLed and restarted, is in tests/acceptance/test_flow_control_fleet.py."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import override_settings
+from django.utils import timezone
+
+from django_jobq import claims, conf, enqueue, enqueue_many, flow_state, job, sql
+from django_jobq.models import DeadLetter, Job, KindLimit, Queue
+from django_jobq.operations import cancel, redrive
+from django_jobq.worker import Worker
+from tests.conftest import wait_until
+from tests.testapp.jobs import flow_step, limited_step, poison, rated_step, record
+from tests.testapp.models import Effect, Run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run_burst(**options: Any) -> None:
+    Worker(burst=True, poll_interval=0.05, **options).run()
+
+
+@pytest.fixture
+def workers() -> Iterator[Callable[..., Worker]]:
+    """Start workers in threads (stopped, and joined, after the test)."""
+    started: list[tuple[Worker, threading.Thread]] = []
+
+    def start(**options: Any) -> Worker:
+        options.setdefault("poll_interval", 0.1)
+        options.setdefault("scheduler", False)
+        worker = Worker(**options)
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        started.append((worker, thread))
+        return worker
+
+    yield start
+    for worker, _ in started:
+        worker.stop()
+    for _, thread in started:
+        thread.join(timeout=30)
+
+
+def most_at_once(runs: list[Run]) -> int:
+    """The most runs whose [started, finished) overlap at one moment."""
+    events = sorted([(run.started, 1) for run in runs] + [(run.finished, -1) for run in runs])
+    running = most = 0
+    for _, change in events:
+        running += change
+        most = max(most, running)
+    return most
+
+
+def running_count(queue_or_kind: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM jobq_job WHERE status = 'running' AND (queue = %s OR kind = %s)",
+            [queue_or_kind, queue_or_kind],
+        )
+        return cursor.fetchone()[0]
+
+
+class Sampler:
+    """Reads how many jobs of a queue or kind are running, over and over, in a thread."""
+
+    def __init__(self, queue_or_kind: str) -> None:
+        self.queue_or_kind = queue_or_kind
+        self.most = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from django.db import connections
+
+        try:
+            while not self._stop.is_set():
+                self.most = max(self.most, running_count(self.queue_or_kind))
+        finally:
+            connections.close_all()
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+# -- pausing ---------------------------------------------------------------------------------
+
+
+def test_a_paused_queue_keeps_its_jobs_while_other_queues_run_and_runs_them_once_resumed():
+    Queue.objects.create(name="flow", paused_at=timezone.now())
+    flow_step.enqueue("held")  # enqueue still works
+    record.enqueue("elsewhere")
+    run_burst(concurrency=2)
+    assert list(Effect.objects.values_list("label", flat=True)) == ["elsewhere"]
+    held = Job.objects.get(kind=flow_step.kind)
+    assert (held.status, held.attempts) == ("ready", 0)
+
+    Queue.objects.filter(name="flow").update(paused_at=None)
+    run_burst(concurrency=2)
+    assert list(Run.objects.values_list("label", flat=True)) == ["held"]
+    assert not Job.objects.exists()
+
+
+def test_a_pause_committed_after_a_worker_read_the_pauses_binds_its_very_next_claim(queue_cursor):
+    flow_step.enqueue("held")
+    state = flow_state.load(queue_cursor)  # the worker's view: nothing paused
+    Queue.objects.create(name="flow", paused_at=timezone.now())
+
+    claimed = claims.claim(
+        queue_cursor,
+        worker_id="stale",
+        limit=10,
+        queues=None,
+        excluded_queues=state.excluded_queues(),
+        flow=state.guard,
+    )
+
+    assert claimed == []
+    assert state.guard.changed  # the claim told it to read the pauses again
+    assert Job.objects.get().attempts == 0
+    assert "flow" in flow_state.load(queue_cursor).paused
+
+
+def test_a_pause_with_an_end_resumes_by_itself_at_that_time(workers):
+    until = timezone.now() + timedelta(seconds=1.5)
+    Queue.objects.create(name="flow", paused_at=timezone.now(), paused_until=until)
+    flow_step.enqueue("after the pause")
+    workers(queues=["flow"])
+    run = wait_until(Run.objects.first, what="the job to run once the pause ended")
+    assert run.started >= until.timestamp()
+
+
+def test_a_worker_whose_queues_are_all_paused_claims_again_when_one_is_resumed(workers):
+    Queue.objects.create(name="flow", paused_at=timezone.now())
+    workers(queues=["flow"], concurrency=2)
+    flow_step.enqueue("one")
+    with connection.cursor() as cursor:  # as the worker sees it: the job waits, unclaimed
+        cursor.execute("SELECT pg_sleep(0.3)")
+    assert Job.objects.get().attempts == 0
+    Queue.objects.filter(name="flow").update(paused_at=None)
+    wait_until(Run.objects.exists, what="the resumed queue's job to run")
+
+
+# -- concurrency limits -----------------------------------------------------------------------
+
+
+def test_a_kind_limit_holds_across_workers_and_is_reached(workers):
+    for n in range(12):
+        limited_step.enqueue(f"j{n}", seconds=0.15)
+    with Sampler(limited_step.kind) as sampler:
+        workers(concurrency=4)
+        workers(concurrency=4)
+        wait_until(lambda: Run.objects.count() == 12, what="every job to run", timeout=60)
+    runs = list(Run.objects.all())
+    assert most_at_once(runs) == 2  # reached, never passed
+    assert sampler.most <= 2
+
+
+def test_an_operators_queue_limit_overrides_the_setting_and_one_at_a_time_is_serial(workers):
+    Queue.objects.create(name="flow", concurrency_limit=1)
+    with override_settings(JOBQ={"QUEUES": {"flow": {"CONCURRENCY_LIMIT": 5}}}):
+        for n in range(5):
+            flow_step.enqueue(f"j{n}", seconds=0.05)
+        workers(concurrency=3)
+        workers(concurrency=3)
+        wait_until(lambda: Run.objects.count() == 5, what="every job to run", timeout=60)
+    assert most_at_once(list(Run.objects.all())) == 1
+
+
+def test_a_limit_in_the_settings_binds_without_any_row(workers):
+    with override_settings(JOBQ={"QUEUES": {"flow": {"CONCURRENCY_LIMIT": 1}}}):
+        for n in range(4):
+            flow_step.enqueue(f"j{n}", seconds=0.05)
+        workers(concurrency=4)
+        wait_until(lambda: Run.objects.count() == 4, what="every job to run", timeout=60)
+    assert most_at_once(list(Run.objects.all())) == 1
+
+
+def test_limited_jobs_are_claimed_for_idle_threads_only_never_prefetched(workers):
+    KindLimit.objects.create(kind=limited_step.kind, concurrency_limit=10)
+    for n in range(4):
+        limited_step.enqueue(f"j{n}", seconds=0.1)
+    with Sampler(limited_step.kind) as sampler:
+        workers(concurrency=1, batch_size=8)
+        wait_until(lambda: Run.objects.count() == 4, what="every job to run", timeout=60)
+    assert sampler.most == 1  # one thread: one claimed at a time, though the limit allows 10
+
+
+# -- rate limits --------------------------------------------------------------------------------
+
+
+def test_a_rate_limit_bounds_the_starts_in_every_window_across_workers(workers):
+    for n in range(15):
+        rated_step.enqueue(f"j{n}")
+    workers(concurrency=4)
+    workers(concurrency=4)
+    wait_until(lambda: Run.objects.count() == 15, what="every job to run", timeout=60)
+    starts = sorted(Run.objects.values_list("started", flat=True))
+    for index, start in enumerate(starts):  # any one second holds at most 5 starts
+        assert sum(1 for other in starts[index:] if other < start + 1.0) <= 5
+    assert starts[-1] - starts[0] >= 2.0  # 15 starts at 5/s take at least two windows
+    assert not Job.objects.exists()
+    assert not DeadLetter.objects.exists()
+
+
+def test_a_job_held_back_by_a_limit_consumes_no_attempt(queue_cursor):
+    KindLimit.objects.create(kind=rated_step.kind, rate_limit="1/h")
+    rated_step.enqueue("first")
+    rated_step.enqueue("second")
+    run_burst(concurrency=2)
+    assert Run.objects.count() == 1
+    waiting = Job.objects.get()
+    assert (waiting.status, waiting.attempts, waiting.last_error) == ("ready", 0, "")
+
+
+# -- lanes ------------------------------------------------------------------------------------
+
+
+def test_jobs_of_a_lane_wait_behind_its_first_and_lanes_run_side_by_side(workers):
+    lanes = {f"customer:{n}": [] for n in range(3)}
+    for index in range(5):
+        for lane, labels in lanes.items():
+            label = f"{lane}#{index}"
+            flow_step.using(ordering_key=lane).enqueue(label, seconds=0.03, lane=lane)
+            labels.append(label)
+    assert Job.objects.filter(status="ready").count() == 3  # one per lane
+    assert Job.objects.filter(status="waiting").count() == 12
+    workers(concurrency=4)
+    workers(concurrency=4)
+    wait_until(lambda: Run.objects.count() == 15, what="every job to run", timeout=60)
+    for lane, labels in lanes.items():
+        runs = list(Run.objects.filter(lane=lane).order_by("started"))
+        assert [run.label for run in runs] == labels  # enqueue order
+        assert most_at_once(runs) == 1
+    assert most_at_once(list(Run.objects.all())) > 1  # lanes overlap
+
+
+def test_a_failing_job_holds_its_lane_through_its_retries_and_its_dead_letter_frees_it():
+    poison.using(ordering_key="lane").enqueue("failing")  # three attempts, no backoff
+    record.using(ordering_key="lane").enqueue("after")
+    run_burst(concurrency=4)
+    labels = list(Effect.objects.order_by("id").values_list("label", flat=True))
+    assert labels == ["failing", "failing", "failing", "after"]
+    dead = DeadLetter.objects.get()
+    assert dead.ordering_key == "lane"
+    assert Effect.objects.get(label="after").created_at >= dead.died_at
+
+
+def test_a_redriven_lane_job_joins_the_back_of_its_lane():
+    poison.using(ordering_key="lane").enqueue("failing")
+    run_burst(concurrency=1)
+    record.using(ordering_key="lane").enqueue("queued")
+    record.using(ordering_key="lane").enqueue("queued too")
+    Job.objects.filter(kind=record.kind).update(status="waiting")  # as behind a running job
+    Job.objects.filter(kind=record.kind, payload__label="queued").update(status="ready")
+    assert redrive(DeadLetter.objects.all()) == 1
+    redriven = Job.objects.get(kind=poison.kind)
+    assert (redriven.status, redriven.ordering_key) == ("waiting", "lane")
+
+
+def test_cancelling_a_lanes_first_job_makes_the_next_one_ready():
+    first = record.using(ordering_key="lane").enqueue("first")
+    second = record.using(ordering_key="lane").enqueue("second")
+    assert Job.objects.get(pk=second.pk).status == "waiting"
+    assert cancel(first.pk)
+    assert Job.objects.get(pk=second.pk).status == "ready"
+
+
+def test_a_waiting_job_can_be_cancelled():
+    record.using(ordering_key="lane").enqueue("first")
+    second = record.using(ordering_key="lane").enqueue("second")
+    assert cancel(second.pk)
+    assert Job.objects.count() == 1
+
+
+def test_maintenance_makes_a_stalled_lane_move_on(queue_cursor):
+    first = record.using(ordering_key="lane").enqueue("first")
+    second = record.using(ordering_key="lane").enqueue("second")
+    Job.objects.filter(pk=first.pk).delete()  # its worker crashed between ack and promotion
+    queue_cursor.execute(sql.lanes.PROMOTE_STALLED_LANES, {"channel": sql.wake.WAKE_CHANNEL})
+    assert queue_cursor.fetchone()[0] == 1
+    assert Job.objects.get(pk=second.pk).status == "ready"
+
+
+def test_a_batch_enqueued_into_an_empty_lane_has_one_ready_job():
+    jobs = enqueue_many(
+        [
+            {"kind": record.kind, "payload": {"label": f"n{n}"}, "ordering_key": "lane"}
+            for n in range(3)
+        ]
+        + [{"kind": record.kind, "payload": {"label": "alone"}, "ordering_key": "other"}]
+    )
+    expected = ["ready", "waiting", "waiting", "ready"]
+    assert [Job.objects.get(pk=job.pk).status for job in jobs] == expected
+    assert [job.status for job in jobs] == expected  # as returned
+
+
+def test_postgresql_refuses_a_second_running_job_in_a_lane():
+    from django.db import IntegrityError
+
+    Job.objects.bulk_create(
+        [
+            Job(kind="x", ordering_key="lane", status="running", visibility_timeout=timedelta(1)),
+        ]
+    )
+    with pytest.raises(IntegrityError, match="jobq_job_one_running_per_lane"):
+        Job.objects.create(
+            kind="x", ordering_key="lane", status="running", visibility_timeout=timedelta(1)
+        )
+
+
+# -- bad input --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["", "x" * 201, "nul\x00", 7])
+def test_an_invalid_ordering_key_is_refused_at_enqueue_naming_it(key):
+    with pytest.raises(ValueError, match="ordering_key"):
+        enqueue(record.kind, {"label": "x"}, ordering_key=key)
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"concurrency_limit": 0}, "concurrency_limit must be 1 to"),
+        ({"concurrency_limit": "3"}, "concurrency_limit must be an int"),
+        ({"rate_limit": "fast"}, "rate_limit: a rate limit is written <count>/<window>"),
+        ({"rate_limit": "0/s"}, "rate_limit"),
+    ],
+)
+def test_invalid_limits_on_a_job_are_refused_naming_the_option(options, message):
+    with pytest.raises(ValueError, match=message):
+        job(name="tests.flow.invalid", **options)(lambda: None)
+
+
+@pytest.mark.parametrize(
+    ("queues", "message"),
+    [
+        ({"flow": {"CONCURRENCY_LIMIT": 0}}, "JOBQ['QUEUES']['flow']['CONCURRENCY_LIMIT']"),
+        ({"flow": {"RATE_LIMIT": "10 per second"}}, "JOBQ['QUEUES']['flow']['RATE_LIMIT']"),
+        ({"flow": {"LIMIT": 3}}, "unknown key"),
+        ({"not a queue!": {}}, "not a queue name"),
+        ({"flow": 3}, "must be a dict"),
+        ([], "JOBQ['QUEUES'] must be a dict"),
+    ],
+)
+def test_invalid_queue_limits_in_the_settings_are_check_error_e021(queues, message):
+    problems = conf.validate({"QUEUES": queues})
+    assert [check_id for check_id, _ in problems] == ["django_jobq.E021"]
+    assert message in problems[0][1]
