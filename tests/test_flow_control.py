@@ -66,7 +66,8 @@ def running_count(queue_or_kind: str) -> int:
             "SELECT count(*) FROM jobq_job WHERE status = 'running' AND (queue = %s OR kind = %s)",
             [queue_or_kind, queue_or_kind],
         )
-        return cursor.fetchone()[0]
+        (count,) = cursor.fetchone()
+        return int(count)
 
 
 class Sampler:
@@ -230,7 +231,7 @@ def test_a_job_held_back_by_a_limit_consumes_no_attempt(queue_cursor):
 
 
 def test_jobs_of_a_lane_wait_behind_its_first_and_lanes_run_side_by_side(workers):
-    lanes = {f"customer:{n}": [] for n in range(3)}
+    lanes: dict[str, list[str]] = {f"customer:{n}": [] for n in range(3)}
     for index in range(5):
         for lane, labels in lanes.items():
             label = f"{lane}#{index}"
