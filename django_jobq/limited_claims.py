@@ -13,31 +13,37 @@ limited claim takes their jobs in one transaction:
    (``claims.claim``, so lapsed leases first, lanes and pauses honoured);
 4. add the starts to the rate limits' start logs (``sql.flow.RECORD_STARTS``), and commit.
 
+Each rate-limited job's handler thread then stamps its entry with the moment the handler
+starts (:func:`confirm_start`, ``sql.flow.CONFIRM_START``) before it runs: the logs count
+starts, not claims, so a handler that starts late behind its claim (a busy machine) still
+counts from its start.
+
 So the limits are exact: never more jobs of a limited queue or kind running at once than its
 concurrency limit, never more started in any window than its rate limit, whichever worker
 claims. A lapsed lease (its worker died) holds no slot: its job is claimable, and reclaiming
 it counts again. A rate limit counts starts over its window widened by
-:func:`rate_window` (5 %, at most a second): the margin covers the moment between the claim
-and the handler's start, so that starts counted from the handlers' own clocks keep the limit
-too. Limited jobs are claimed only for idle handler slots, never prefetched: a job held in
-one worker's prefetch would hold a slot of the limit while another worker sat idle.
+:func:`rate_window` (2 %, at most a second): the margin covers the moment between a start's
+stamp and its handler's first line, and clocks that differ by less than it. Limited jobs are
+claimed only for idle handler slots, never prefetched: a job held in one worker's prefetch
+would hold a slot of the limit while another worker sat idle.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 
 from . import claims, sql
 from .claims import ClaimedJob
+from .conf import get_settings
 from .flow_state import FlowState, Limits, served_limited_queues
 
 #: A rate limit's window is widened by this fraction of it (at most
 #: :data:`MAX_RATE_WINDOW_MARGIN` seconds), see the module docs.
-RATE_WINDOW_MARGIN = 0.05
+RATE_WINDOW_MARGIN = 0.02
 MAX_RATE_WINDOW_MARGIN = 1.0
 
 
@@ -51,11 +57,13 @@ class LimitedClaim:
     """What a limited claim did: the ``jobs`` it claimed (claim order within each limited
     queue or kind); ``held_elsewhere``: a limit's row was locked by another worker's
     limited claim (try again soon); ``next_start_in``: seconds until a rate limit that
-    stopped this claim lets a job start again (``None``: none did)."""
+    stopped this claim lets a job start again (``None``: none did); ``rated``: per job id,
+    the rate-limited ``(scope, name)`` keys its start is stamped in (:func:`confirm_start`)."""
 
     jobs: list[ClaimedJob]
     held_elsewhere: bool = False
     next_start_in: float | None = None
+    rated: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
 
 def claim_limited(
@@ -112,8 +120,10 @@ def claim_limited(
         jobs = _claim_within(cursor, worker_id, limit, queues, kinds, state, room)
         if state.guard.changed:
             return LimitedClaim([], held_elsewhere=held_elsewhere)
-        _record_starts(cursor, state, room, jobs)
-    return LimitedClaim(jobs, held_elsewhere=held_elsewhere, next_start_in=next_start_in)
+        rated = _record_starts(cursor, state, room, jobs)
+    return LimitedClaim(
+        jobs, held_elsewhere=held_elsewhere, next_start_in=next_start_in, rated=rated
+    )
 
 
 def _limits(state: FlowState, key: tuple[str, str]) -> Limits:
@@ -121,14 +131,17 @@ def _limits(state: FlowState, key: tuple[str, str]) -> Limits:
     return (state.queue_limits if scope == "queue" else state.kind_limits)[name]
 
 
-def _room(limits: Limits, live: int, starts: list[float], now: float) -> tuple[int, float | None]:
-    """How many jobs a limited queue or kind may start now, and, when its rate limit allows
-    none, the seconds until it allows one."""
+def _room(
+    limits: Limits, live: int, starts: list[list[float]], now: float
+) -> tuple[int, float | None]:
+    """How many jobs a limited queue or kind may start now, given its jobs with a live lease
+    and its start log (``[job id, epoch seconds]`` entries) read at ``now``; and, when its
+    rate limit allows none, the seconds until it allows one."""
     room = limits.concurrency - live if limits.concurrency is not None else 1 << 31
     wait = None
     if limits.rate is not None:
         window = rate_window(limits.rate.window)
-        recent = sorted(start for start in starts if start > now - window)
+        recent = sorted(start for _, start in starts if start > now - window)
         rate_room = limits.rate.count - len(recent)
         if rate_room <= 0:
             wait = recent[-limits.rate.count] + window - now if recent else 0.0
@@ -185,24 +198,52 @@ def _record_starts(
     state: FlowState,
     room: dict[tuple[str, str], int],
     jobs: list[ClaimedJob],
-) -> None:
-    """Add the claimed jobs to the start logs of the rate-limited queues and kinds."""
-    started: dict[tuple[str, str], int] = {}
+) -> dict[int, tuple[tuple[str, str], ...]]:
+    """Add the claimed jobs to the start logs of their rate-limited queues and kinds; return
+    each such job's keys."""
+    rated: dict[int, tuple[tuple[str, str], ...]] = {}
     for job in jobs:
-        for key in (("queue", job.queue), ("kind", job.kind)):
-            if key in room:
-                started[key] = started.get(key, 0) + 1
-    rated = [(key, count) for key, count in started.items() if _limits(state, key).rate]
-    if not rated:
-        return
-    rates = [_limits(state, key).rate for key, _ in rated]
+        keys = tuple(
+            key
+            for key in (("queue", job.queue), ("kind", job.kind))
+            if key in room and _limits(state, key).rate is not None
+        )
+        if keys:
+            rated[job.id] = keys
+    entries = [(key, job_id) for job_id, keys in rated.items() for key in keys]
+    if not entries:
+        return rated
+    rates = [_limits(state, key).rate for key, _ in entries]
     cursor.execute(
         sql.flow.RECORD_STARTS,
         {
-            "scopes": [scope for (scope, _), _ in rated],
-            "names": [name for (_, name), _ in rated],
-            "started": [count for _, count in rated],
+            "scopes": [scope for (scope, _), _ in entries],
+            "names": [name for (_, name), _ in entries],
+            "job_ids": [job_id for _, job_id in entries],
             "windows": [rate_window(rate.window) for rate in rates if rate],
             "keep": [rate.count for rate in rates if rate],
         },
     )
+    return rated
+
+
+def confirm_start(job_id: int, keys: Sequence[tuple[str, str]]) -> None:
+    """Stamp a rate-limited job's start in the start logs of ``keys`` (its rate-limited
+    queue and kind, as :attr:`LimitedClaim.rated` gives them) with the database's clock, in a
+    statement of its own on this thread's Django connection to the queue database
+    (``sql.flow.CONFIRM_START``). The handler thread calls it just before the handler.
+
+    Raises:
+        django.db.Error: the statement failed (the attempt fails like a handler that raised).
+    """
+    from django.db import connections  # here: the claim side runs on psycopg alone
+
+    with connections[get_settings().DATABASE].cursor() as cursor:
+        cursor.execute(
+            sql.flow.CONFIRM_START,
+            {
+                "job_id": job_id,
+                "scopes": [scope for scope, _ in keys],
+                "names": [name for _, name in keys],
+            },
+        )

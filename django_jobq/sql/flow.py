@@ -90,29 +90,54 @@ GROUP BY key.scope, key.name
 """
 
 #: The last statement before the commit: add the starts of this claim to the start logs of
-#: the rate-limited keys (zipped ``%(scopes)s``, ``%(names)s``, ``%(started)s`` jobs
-#: started, ``%(windows)s`` seconds kept, ``%(keep)s`` starts kept at most: the limit's
-#: count), dropping the starts older than the window. The new starts are stamped
-#: ``clock_timestamp()``, after the claim's leases: never earlier than the jobs started.
+#: the rate-limited keys, one zipped element per job started (``%(scopes)s``, ``%(names)s``,
+#: ``%(job_ids)s``; ``%(windows)s`` seconds kept and ``%(keep)s`` starts kept at most, the
+#: limit's count, repeated), dropping the starts older than the window. A log is a JSON
+#: array of ``[job id, epoch seconds]``, stamped ``clock_timestamp()`` here, after the claim's
+#: leases: never earlier than the claim. ``CONFIRM_START`` moves each to its handler's start.
 RECORD_STARTS = """
 UPDATE jobq_limit_state AS state
 SET recent_starts = (
-    SELECT COALESCE(jsonb_agg(kept.start ORDER BY kept.start), '[]'::jsonb)
+    SELECT COALESCE(jsonb_agg(kept.entry ORDER BY kept.start), '[]'::jsonb)
     FROM (
-        SELECT start FROM (
-            SELECT value::float8 AS start
-            FROM jsonb_array_elements_text(state.recent_starts)
+        SELECT entry, start FROM (
+            SELECT entry, (entry->>1)::float8 AS start
+            FROM jsonb_array_elements(state.recent_starts) AS entry
             UNION ALL
-            SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8
-            FROM generate_series(1, key.started)
+            SELECT jsonb_build_array(job_id, EXTRACT(EPOCH FROM clock_timestamp())::float8),
+                   EXTRACT(EPOCH FROM clock_timestamp())::float8
+            FROM unnest(key.job_ids) AS job_id
         ) AS starts
         WHERE start > EXTRACT(EPOCH FROM clock_timestamp())::float8 - key.window_seconds
         ORDER BY start DESC
         LIMIT key.keep
     ) AS kept
 )
-FROM unnest(%(scopes)s::text[], %(names)s::text[], %(started)s::integer[],
-            %(windows)s::float8[], %(keep)s::integer[])
-    AS key(scope, name, started, window_seconds, keep)
+FROM (
+    SELECT scope, name, array_agg(job_id) AS job_ids, max(window_seconds) AS window_seconds,
+           max(keep) AS keep
+    FROM unnest(%(scopes)s::text[], %(names)s::text[], %(job_ids)s::bigint[],
+                %(windows)s::float8[], %(keep)s::integer[])
+        AS started(scope, name, job_id, window_seconds, keep)
+    GROUP BY scope, name
+) AS key
+WHERE state.scope = key.scope AND state.name = key.name
+"""
+
+#: A rate-limited job's handler is about to start: stamp its entry in the start logs of its
+#: rate-limited queue and kind (zipped ``%(scopes)s``, ``%(names)s``) with
+#: ``clock_timestamp()`` (its entry replaced, or added if the log dropped it). Run on the
+#: handler's thread, committed before the handler starts: the log holds when the handlers
+#: started, not when they were claimed, so a handler that started late behind its claim
+#: still counts from its start (docs/flow-control.md, "How exact").
+CONFIRM_START = """
+UPDATE jobq_limit_state AS state
+SET recent_starts = COALESCE(
+        (SELECT jsonb_agg(entry) FROM jsonb_array_elements(state.recent_starts) AS entry
+         WHERE (entry->>0)::bigint <> %(job_id)s),
+        '[]'::jsonb)
+    || jsonb_build_array(jsonb_build_array(%(job_id)s::bigint,
+                                           EXTRACT(EPOCH FROM clock_timestamp())::float8))
+FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS key(scope, name)
 WHERE state.scope = key.scope AND state.name = key.name
 """

@@ -17,7 +17,7 @@ from __future__ import annotations
 _PROMOTE_TEMPLATE = """
 WITH promoted AS (
     UPDATE jobq_job AS job
-    SET status = 'ready'
+    SET status = 'ready', run_at = GREATEST(job.run_at, now())
     FROM (
         SELECT next.id FROM {lanes} AS lane(key)
         CROSS JOIN LATERAL (
@@ -36,7 +36,9 @@ WITH promoted AS (
 SELECT count(*) AS promoted FROM (SELECT pg_notify(%(channel)s, queue) FROM promoted) AS woken
 """
 
-#: Make the next job of each lane in ``%(lanes)s`` ready, when the lane's first job (in
+#: Make the next job of each lane in ``%(lanes)s`` ready (due from now, or later if its
+#: ``run_at`` says so: it takes its place in the claim order as a job enqueued now, where
+#: the workers' claim positions find it at once), when the lane's first job (in
 #: enqueue order, ``jobq_job_lane_idx``) is waiting and none of its jobs runs (the unique
 #: index ``jobq_job_one_running_per_lane``): two index seeks per lane. Wakes the workers of
 #: the queues that got a ready job (``%(channel)s``, at commit). Two promoters of one lane

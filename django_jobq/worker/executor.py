@@ -23,7 +23,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections
 
-from .. import db, registry, signals, text, tracing
+from .. import db, limited_claims, registry, signals, text, tracing
 from ..backoff import default_backoff
 from ..claims import ClaimedJob
 from ..conf import MAX_DURATION
@@ -288,6 +288,8 @@ def _execute(
     definition = _definition(held.job)
     if isinstance(definition, Outcome):
         return definition
+    if held.rated_keys:  # a rate limit counts this start from now (limited_claims)
+        limited_claims.confirm_start(held.job.id, held.rated_keys)
     signals.send(signals.job_started, held.job)
     instruments.handler_started()
     started = held.started = time.monotonic()
@@ -308,6 +310,10 @@ async def _execute_async(
     definition = _definition(held.job)
     if isinstance(definition, Outcome):
         return definition
+    if held.rated_keys:  # a rate limit counts this start from now (limited_claims)
+        await sync_to_async(limited_claims.confirm_start, thread_sensitive=True)(
+            held.job.id, held.rated_keys
+        )
     await sync_to_async(signals.send, thread_sensitive=True)(signals.job_started, held.job)
     instruments.handler_started()
     started = held.started = time.monotonic()

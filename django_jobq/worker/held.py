@@ -39,6 +39,8 @@ class HeldJob:
     overran: bool = False
     acked: bool = False  # by the handler, in its transaction (JobContext.atomic)
     finished: bool = False  # its outcome is reported; the worker's ack may have deleted it
+    # The rate-limited (scope, name) keys whose start logs its start is stamped in.
+    rated_keys: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         self.deadline = self.job.lease_deadline

@@ -312,6 +312,8 @@ class Worker:
         self._flow: flow_state.FlowState | None = None
         self._limited_retry_at = math.inf  # time.monotonic(): a limited claim to retry
         self._finished_lanes: set[str] = set()
+        # Rate-limited jobs just claimed: the keys their start is stamped in (see _hold).
+        self._rated: dict[int, tuple[tuple[str, str], ...]] = {}
         self._completer = Completer(on_applied=self._applied, observer=self._observer)
         self._maintenance = Maintenance()
         self._capacity = slots + self.batch_size
@@ -381,6 +383,7 @@ class Worker:
             job,
             max_runtime=definition.max_runtime if definition else None,
             asynchronous=definition is not None and definition.is_async,
+            rated_keys=self._rated.pop(job.id, ()),
         )
         self._held.add(held)
         return held
@@ -591,8 +594,11 @@ class Worker:
             # Only other workers' jobs are left: look again soon (their acks notify nobody).
             return min(self._idle_timeout(cursor), BURST_RECHECK_INTERVAL)
         # Wait for an outcome to free room, a notification, or the poll interval; when the
-        # claim took every due job, at most until the next one falls due.
-        return self._idle_timeout(cursor) if len(jobs) < limit else self.poll_interval
+        # claim took every due job, at most until the next one falls due (or a limited
+        # claim may be tried again).
+        if len(jobs) - len(limited) < limit or not limit:
+            return self._idle_timeout(cursor)
+        return min(self.poll_interval, max(0.0, self._limited_retry_at - time.monotonic()))
 
     def _flow_state(self, cursor: psycopg.Cursor[Any]) -> flow_state.FlowState:
         """What this worker knows of pauses and limits, loaded again when out of date (the
@@ -631,6 +637,7 @@ class Worker:
         if result.next_start_in is not None:
             retry_in = min(retry_in, result.next_start_in)
         self._limited_retry_at = time.monotonic() + retry_in
+        self._rated.update(result.rated)
         return result.jobs
 
     def _prepares_statements(self) -> bool:

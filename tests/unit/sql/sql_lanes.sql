@@ -3,7 +3,7 @@
 -- name: PROMOTE_LANES
 WITH promoted AS (
     UPDATE jobq_job AS job
-    SET status = 'ready'
+    SET status = 'ready', run_at = GREATEST(job.run_at, now())
     FROM (
         SELECT next.id FROM unnest(%(lanes)s::text[]) AS lane(key)
         CROSS JOIN LATERAL (
@@ -24,7 +24,7 @@ SELECT count(*) AS promoted FROM (SELECT pg_notify(%(channel)s, queue) FROM prom
 -- name: PROMOTE_STALLED_LANES
 WITH promoted AS (
     UPDATE jobq_job AS job
-    SET status = 'ready'
+    SET status = 'ready', run_at = GREATEST(job.run_at, now())
     FROM (
         SELECT next.id FROM (
         WITH RECURSIVE lanes AS (
