@@ -35,11 +35,11 @@ from psycopg.rows import dict_row
 from . import sql
 from .conf import get_settings
 from .metrics.buckets import DURATION_BUCKETS
-from .models import DeadLetter, OutcomeRollup, QueueSample, WorkerProcess
+from .models import WORKER_STALE_AFTER, DeadLetter, OutcomeRollup, QueueSample, WorkerProcess
 
-#: Seconds after its last beat (``WorkerProcess.last_seen``) that a worker counts as stale:
-#: six missed beats (a worker beats every 10 s, see :mod:`django_jobq.worker.registration`).
-STALE_AFTER = 60.0
+#: Seconds after its last beat (``WorkerProcess.last_seen``) that a worker counts as stale
+#: (:data:`django_jobq.models.WORKER_STALE_AFTER`).
+STALE_AFTER = WORKER_STALE_AFTER
 #: Minutes of history the dashboard charts and ``jobq_stats`` read ("the last hour").
 HISTORY_MINUTES = 60
 #: The most (queue, kind) groups of dead letters a snapshot with a ``count_cap`` reads.

@@ -17,6 +17,7 @@ import sql``:
 - ``claims``: the claim and its probe; when the next job is due;
 - ``clock``: the database clock;
 - ``enqueue``: inserting jobs (and waking workers at commit), idempotency keys;
+- ``flow_control``: operators' pauses and run-time limits of queues and kinds;
 - ``leases``: the fencing predicate, heartbeats, releasing leases;
 - ``maintenance``: the maintenance round: pruning, rescuing stranded leases, unknown kinds;
 - ``mvcc``: what holds the xmin horizon back and what it costs (``jobq_doctor``);
@@ -42,6 +43,7 @@ from . import causes as causes
 from . import claims as claims
 from . import clock as clock
 from . import enqueue as enqueue
+from . import flow_control as flow_control
 from . import leases as leases
 from . import maintenance as maintenance
 from . import mvcc as mvcc
