@@ -62,17 +62,6 @@ def _moment(text: str) -> datetime:
     return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
 
 
-def _local(moment: datetime | None) -> str:
-    return "-" if moment is None else timezone.localtime(moment).isoformat(timespec="seconds")
-
-
-def paused_text(control: flow_control.QueueControl) -> str:
-    """The PAUSED cell: ``-``, ``yes`` (until resumed) or ``until <local time>``."""
-    if not control.paused:
-        return "-"
-    return "yes" if control.paused_until is None else f"until {_local(control.paused_until)}"
-
-
 def limit_text(value: object, source: flow_control.LimitSource) -> str:
     """A limit and where it comes from: ``3 (setting)``, ``100/s (operator)``, ``-``."""
     return "-" if value is None else f"{value} ({source})"
@@ -189,11 +178,13 @@ class Command(BaseCommand):
             options["queue"], until=until, allow_unknown=options["allow_unknown"]
         )
         end = (
-            "until resumed" if pause.paused_until is None else f"until {_local(pause.paused_until)}"
+            "until resumed"
+            if pause.paused_until is None
+            else f"until {stats.local_time(pause.paused_until)}"
         )
         self.stdout.write(
-            f"Queue {pause.queue} paused (since {_local(pause.paused_at)}), {end}. Running "
-            "jobs finish; workers claim none of its jobs from their next claim."
+            f"Queue {pause.queue} paused (since {stats.local_time(pause.paused_at)}), {end}. "
+            "Running jobs finish; workers claim none of its jobs from their next claim."
         )
 
     def _resume(self, queue: str) -> None:
@@ -308,7 +299,7 @@ def write_tables(
         rows.append(
             (
                 control.name,
-                paused_text(control),
+                stats.paused_cell(control),
                 limit_text(control.concurrency_limit, control.concurrency_limit_source),
                 limit_text(control.rate_limit, control.rate_limit_source),
                 _counted(depth.ready if depth else 0),
