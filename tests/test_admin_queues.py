@@ -23,6 +23,12 @@ DASHBOARD_URL = reverse("admin:django_jobq_dashboard")
 SETTINGS = {"QUEUES": {"emails": {"CONCURRENCY_LIMIT": 3, "RATE_LIMIT": "10/s"}}}
 
 
+def state(name):
+    control = flow_control.queue_state(name)
+    assert control is not None
+    return control
+
+
 def queue_url(name):
     return reverse("admin:django_jobq_queue_change", args=[name])
 
@@ -75,6 +81,8 @@ def test_the_list_shows_every_known_queue_and_a_get_writes_nothing(admin_client)
 
 def test_pause_and_resume_selected_queues_without_rows(admin_client):
     waiting_job(5, queue="webhooks")
+    html = admin_client.get(QUEUES_URL).content.decode()  # no row at all: actions offered
+    assert 'name="_selected_action" value="webhooks"' in html
     response = act(admin_client, "pause_selected", ["default", "webhooks"])
     assert messages_of(response) == [
         "2 queues paused until resumed: default, webhooks. Running jobs finish; no worker "
@@ -105,6 +113,7 @@ def test_pause_until_asks_for_the_end_on_a_confirmation_page(admin_client):
     done = admin_client.post(QUEUES_URL, {**form, "minutes": "90"}, follow=True)
     assert messages_of(done)[0].startswith("1 queue paused until ")
     control = Queue.objects.get(name="default")
+    assert control.paused_at is not None and control.paused_until is not None
     assert control.paused_until - control.paused_at == timedelta(minutes=90)
 
     moment = (timezone.localtime() + timedelta(days=2)).replace(second=0, microsecond=0)
@@ -124,7 +133,7 @@ def test_staff_who_may_only_view_cannot_pause_resume_or_change(staff_client):
     assert not Queue.objects.exists()
     flow_control.pause_queue("default")
     act(client, "resume_selected", ["default"])
-    assert flow_control.queue_state("default").paused
+    assert state("default").paused
     refused = client.post(queue_url("default"), {"concurrency_limit": "2", "rate_limit": ""})
     assert refused.status_code == 403
     assert Queue.objects.get(name="default").concurrency_limit is None
@@ -133,7 +142,7 @@ def test_staff_who_may_only_view_cannot_pause_resume_or_change(staff_client):
 def test_the_change_permission_grants_the_actions(staff_client):
     client = staff_client("change_queue")
     act(client, "pause_selected", ["default"])
-    assert flow_control.queue_state("default").paused
+    assert state("default").paused
 
 
 def test_the_actions_need_the_csrf_token(admin_user):
@@ -145,7 +154,7 @@ def test_the_actions_need_the_csrf_token(admin_user):
     client.get(QUEUES_URL)  # sets the CSRF cookie, as the browser's page load does
     token = client.cookies["csrftoken"].value
     assert client.post(QUEUES_URL, {**data, "csrfmiddlewaretoken": token}).status_code == 302
-    assert flow_control.queue_state("default").paused
+    assert state("default").paused
 
 
 @override_settings(JOBQ=SETTINGS)
@@ -154,7 +163,7 @@ def test_the_change_form_edits_limits_through_the_api(admin_client, connect):
         queue_url("emails"), {"concurrency_limit": "1", "rate_limit": " 600/m "}, follow=True
     )
     assert response.status_code == 200
-    control = flow_control.queue_state("emails")
+    control = state("emails")
     assert (control.concurrency_limit, control.concurrency_limit_source) == (1, "operator")
     assert (control.rate_limit, control.rate_limit_source) == ("600/m", "operator")
     assert control.paused is False
@@ -166,7 +175,7 @@ def test_the_change_form_edits_limits_through_the_api(admin_client, connect):
     assert Queue.objects.get(name="emails").rate_limit == "600/m"
 
     admin_client.post(queue_url("emails"), {"concurrency_limit": "", "rate_limit": ""})
-    control = flow_control.queue_state("emails")
+    control = state("emails")
     assert (control.concurrency_limit_source, control.rate_limit_source) == ("setting", "setting")
     page = admin_client.get(queue_url("emails")).content.decode()
     assert "3 (applies when the field above is empty)" in page

@@ -127,6 +127,8 @@ class _FlowControlAdmin:
 
     form: ClassVar[type[ModelForm]] = LimitsForm  # type: ignore[type-arg]
     list_per_page: ClassVar[int] = 10_000  # one page: the rows listed are not the queryset's
+    # Else Django hides the actions while the table has no row (a queue needs none).
+    show_full_result_count: ClassVar[bool] = False
 
     def rows(self, request: HttpRequest) -> list[Any]:
         """The list's entries (:class:`~django_jobq.flow_control.QueueControl` or
