@@ -76,3 +76,30 @@ class UnknownKind(LookupError):
             f"To enqueue a kind that another service's workers run, pass "
             f"allow_unregistered=True, or set JOBQ['ENQUEUE_UNREGISTERED_KINDS'] = True."
         )
+
+
+class UnknownQueue(LookupError):
+    """An operator named a queue that nothing knows, to pause or limit it
+    (:mod:`django_jobq.flow_control`): probably a typo, which would otherwise pause nothing.
+
+    Known queues are those the code names (``JOBQ['DEFAULT_QUEUE']``, ``JOBQ['QUEUES']``,
+    the registered kinds' queues, the ``TASKS`` backends' ``QUEUES``), those paused or
+    limited before, those holding ready jobs and those live workers serve. A queue that none
+    of them names yet is paused with ``allow_unknown=True`` (``jobq_queues pause
+    --allow-unknown``).
+
+    Attributes:
+        queue: the queue given (str).
+        suggestion: the known queue closest to it, or ``None``.
+    """
+
+    def __init__(self, queue: str, suggestion: str | None) -> None:
+        self.queue = queue
+        self.suggestion = suggestion
+        near = f"; did you mean {suggestion!r}?" if suggestion else "."
+        super().__init__(
+            f"no queue {queue!r} is known{near} Known queues are those the settings and the "
+            f"registered kinds name, those paused or limited before, those holding ready jobs "
+            f"and those live workers serve. To name a queue nothing uses yet, pass "
+            f"allow_unknown=True (jobq_queues: --allow-unknown)."
+        )

@@ -460,12 +460,18 @@ class QueueSample(models.Model):
         return f"{self.queue} {self.minute:%Y-%m-%d %H:%M}"
 
 
+#: Seconds after its last beat (``WorkerProcess.last_seen``) that a worker counts as stale:
+#: six missed beats (a worker beats every 10 s, see :mod:`django_jobq.worker.registration`).
+#: Also ``django_jobq.stats.STALE_AFTER``.
+WORKER_STALE_AFTER = 60.0
+
+
 class WorkerProcess(models.Model):
     """A running worker, registered when it starts and deleted when it stops.
 
     ``last_seen`` is refreshed every few seconds by the worker's main loop
     (:mod:`django_jobq.worker.registration`); a row not seen for
-    :data:`django_jobq.stats.STALE_AFTER` seconds belongs to a worker that crashed, hangs or
+    :data:`WORKER_STALE_AFTER` seconds belongs to a worker that crashed, hangs or
     lost its database: it is shown as stale, and the maintenance sweep deletes it an hour
     after its last beat.
     """

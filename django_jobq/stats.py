@@ -30,16 +30,17 @@ from typing import Any
 
 from django.db import connections, transaction
 from django.db.models import Count
+from django.utils import timezone
 from psycopg.rows import dict_row
 
-from . import sql
+from . import flow_control, sql
 from .conf import get_settings
 from .metrics.buckets import DURATION_BUCKETS
-from .models import DeadLetter, OutcomeRollup, QueueSample, WorkerProcess
+from .models import WORKER_STALE_AFTER, DeadLetter, OutcomeRollup, QueueSample, WorkerProcess
 
-#: Seconds after its last beat (``WorkerProcess.last_seen``) that a worker counts as stale:
-#: six missed beats (a worker beats every 10 s, see :mod:`django_jobq.worker.registration`).
-STALE_AFTER = 60.0
+#: Seconds after its last beat (``WorkerProcess.last_seen``) that a worker counts as stale
+#: (:data:`django_jobq.models.WORKER_STALE_AFTER`).
+STALE_AFTER = WORKER_STALE_AFTER
 #: Minutes of history the dashboard charts and ``jobq_stats`` read ("the last hour").
 HISTORY_MINUTES = 60
 #: The most (queue, kind) groups of dead letters a snapshot with a ``count_cap`` reads.
@@ -185,14 +186,22 @@ class Snapshot:
     waiting: list[WaitingKind] = field(default_factory=list)
     activity: dict[str, QueueActivity] = field(default_factory=dict)
     history: dict[str, QueueHistory] = field(default_factory=dict)
+    #: Every known queue's pause and limits (:func:`django_jobq.flow_control.queue_states`).
+    controls: dict[str, flow_control.QueueControl] = field(default_factory=dict)
 
     @property
     def queue_names(self) -> list[str]:
-        """Every queue with live jobs, dead letters or recent outcomes, sorted."""
+        """Every queue with live jobs, dead letters or recent outcomes, or paused, sorted."""
         names = {queue.queue for queue in self.queues}
         names.update(group.queue for group in self.dead_letters)
         names.update(self.activity)
+        names.update(name for name, control in self.controls.items() if control.paused)
         return sorted(names)
+
+    def pause(self, name: str) -> flow_control.QueueControl | None:
+        """Queue ``name``'s controls if it is paused now, else ``None``."""
+        control = self.controls.get(name)
+        return control if control is not None and control.paused else None
 
     def queue(self, name: str) -> QueueState:
         """The state of queue ``name`` (all zero if it holds no live job)."""
@@ -200,6 +209,33 @@ class Snapshot:
             if queue.queue == name:
                 return queue
         return QueueState(name, 0, 0, 0, 0.0)
+
+
+def local_time(moment: datetime | None) -> str:
+    """A time for people, in the current time zone, to the second:
+    ``"2026-12-03T10:00:00+01:00"``; ``"-"`` for ``None``."""
+    if moment is None:
+        return "-"
+    return timezone.localtime(moment).isoformat(timespec="seconds")
+
+
+def paused_cell(control: flow_control.QueueControl | None) -> str:
+    """A table's PAUSED cell for a queue's controls: ``"-"`` (not paused, or ``None``),
+    ``"yes"`` (until resumed) or ``"until <local time>"``."""
+    if control is None or not control.paused:
+        return "-"
+    return "yes" if control.paused_until is None else f"until {local_time(control.paused_until)}"
+
+
+def pause_text(control: flow_control.QueueControl) -> str:
+    """Why a paused queue's ready jobs wait, for people: ``"the queue is paused (since
+    2026-12-03T09:00:00+00:00, until resumed)"`` (times in the current time zone)."""
+    until = (
+        "until resumed"
+        if control.paused_until is None
+        else f"until {local_time(control.paused_until)}"
+    )
+    return f"the queue is paused (since {local_time(control.paused_at)}, {until})"
 
 
 def format_seconds(seconds: float | None) -> str:
@@ -382,7 +418,8 @@ def _activity_and_history(
 
 def snapshot(*, history: bool = True, count_cap: int | None = None) -> Snapshot:
     """Read the queue's state now: queue depths and oldest ready ages, dead letters by
-    queue and kind, registered workers, jobs waiting for a worker that can run them; with
+    queue and kind, registered workers, jobs waiting for a worker that can run them, every
+    known queue's pause and limits (one read of ``jobq_queue``); with
     ``history``, also the last hour's activity and per-minute history per queue (from the
     rollups and samples).
 
@@ -412,7 +449,8 @@ def _snapshot(history: bool, count_cap: int | None) -> Snapshot:
     registered = workers(now)
     with connections[get_settings().DATABASE].cursor() as cursor:
         waiting = waiting_kinds(cursor, count_cap)
+    controls = {control.name: control for control in flow_control.queue_states()}
     if not history:
-        return Snapshot(now, queues, dead_letters, registered, waiting)
+        return Snapshot(now, queues, dead_letters, registered, waiting, controls=controls)
     activity, per_minute = _activity_and_history(now)
-    return Snapshot(now, queues, dead_letters, registered, waiting, activity, per_minute)
+    return Snapshot(now, queues, dead_letters, registered, waiting, activity, per_minute, controls)

@@ -10,6 +10,7 @@ from django.utils import timezone
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
+from django_jobq import flow_control
 from django_jobq.metrics.collector import DatabaseCollector
 from django_jobq.models import Job, WorkerProcess
 from tests.factories import DeadLetterFactory, JobFactory
@@ -92,6 +93,22 @@ def test_the_gauges_describe_the_queue_database(staff_client):
     assert sample(samples, "jobq_dead_letters", queue="beta", kind="shop.jobs.b") == 1
     assert sample(samples, "jobq_workers", state="live") == 1
     assert sample(samples, "jobq_workers", state="stale") == 1
+
+
+def test_the_gauges_show_paused_queues_and_their_limits(staff_client, settings):
+    settings.JOBQ = {**settings.JOBQ, "QUEUES": {"emails": {"RATE_LIMIT": "600/m"}}}
+    flow_control.pause_queue("default", until=3600)
+    flow_control.set_queue_limits("emails", concurrency_limit=3, rate_limit=flow_control.UNCHANGED)
+    samples = parse(staff_client.get(URL))
+    assert sample(samples, "jobq_queue_paused", queue="default") == 1
+    assert sample(samples, "jobq_queue_paused", queue="emails") == 0
+    concurrency = "jobq_queue_concurrency_limit"
+    assert sample(samples, concurrency, queue="emails", source="operator") == 3
+    rate = "jobq_queue_rate_limit_per_second"
+    assert sample(samples, rate, queue="emails", source="setting") == 10
+    assert (rate, (("queue", "default"), ("source", "None"))) not in samples  # no limit
+    flow_control.resume_queue("default")
+    assert sample(parse(staff_client.get(URL)), "jobq_queue_paused", queue="default") == 0
 
 
 def test_a_job_enqueued_with_a_past_run_at_waits_from_its_enqueue(staff_client):

@@ -1,6 +1,7 @@
 """``manage.py jobq_stats``: the table, the JSON document, and ``--check``'s exit status."""
 
 import json
+import re
 from datetime import timedelta
 from io import StringIO
 
@@ -9,7 +10,7 @@ from django.core.management import CommandError, call_command
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_jobq import stats
+from django_jobq import flow_control, stats
 from django_jobq.models import Job, OutcomeRollup, WorkerProcess
 from tests.factories import DeadLetterFactory, JobFactory, database_now, waiting_job
 
@@ -51,13 +52,13 @@ def test_the_table_shows_queues_dead_letters_and_workers(busy_queue):
     header, emails = output.splitlines()[:2]
     assert header.split() == [
         "QUEUE", "READY", "SCHEDULED", "RUNNING", "OLDEST", "READY",
-        "SUCCEEDED", "1M", "SUCCEEDED", "1H", "FAILED", "1H", "P50", "P99",
+        "SUCCEEDED", "1M", "SUCCEEDED", "1H", "FAILED", "1H", "P50", "P99", "PAUSED",
     ]  # fmt: skip
     cells = emails.split()
     assert cells[:4] == ["emails", "2", "1", "1"]
     assert cells[4:6] == ["30.0", "s"]  # the oldest ready job's wait
     assert cells[6:9] == ["40", "40", "2"]  # succeeded last minute, last hour; failed
-    assert cells[9:] == ["75", "ms", "100", "ms"]  # p50, p99 of 42 runs in (50, 100] ms
+    assert cells[9:] == ["75", "ms", "100", "ms", "-"]  # p50, p99 of 42 runs in (50, 100] ms
     assert "shop.jobs.send_receipt             3" in output
     assert "h:7" in output and " emails " in output and " ago" in output
 
@@ -97,6 +98,28 @@ def test_check_fails_on_an_old_ready_job_and_on_dead_letters(busy_queue):
     assert "queue stuck: the oldest ready job has waited 10 min (threshold 5 min)" in message
     assert "3 dead letters (threshold 0)" in message
     assert "emails: the oldest" not in message  # 30 s is fine
+
+
+def test_a_paused_queue_is_marked_and_its_alert_says_why_it_waits():
+    waiting_job(600, queue="stuck")
+    flow_control.pause_queue("stuck", until=timedelta(hours=1))
+    row = next(line for line in stats_output().splitlines() if line.startswith("stuck"))
+    assert row.split()[-2] == "until"
+    with pytest.raises(CommandError) as failed:
+        stats_output("--check")
+    assert re.search(
+        r"queue stuck: the oldest ready job has waited 10 min \(threshold 5 min\): the queue "
+        r"is paused \(since \S+, until \S+\)",
+        str(failed.value),
+    )
+    document = json.loads(stats_output("--json"))
+    (stuck,) = document["queues"]
+    assert stuck["paused"] is True and stuck["paused_until"] is not None
+
+
+def test_an_empty_paused_queue_is_listed():
+    flow_control.pause_queue("default")
+    assert json.loads(stats_output("--json"))["queues"][0]["queue"] == "default"
 
 
 def test_thresholds_come_from_options_then_settings(busy_queue):

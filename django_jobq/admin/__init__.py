@@ -17,6 +17,10 @@ no form here edits one: editing a running job would bypass its lease. What staff
 The **dashboard** (:mod:`.dashboard`, linked from the app index and the Jobs list) shows the
 queue at a glance to staff who may view jobs.
 
+**Queues** and **Kind limits** (:mod:`.queues`) are flow control: pause and resume queues
+(Django's admin actions, ``django_jobq.change_queue``), and change the limits of queues and
+kinds at run time.
+
 No page's cost grows with the size of the tables: the lists count up to
 a cap (:mod:`.pagination`), their filters offer what the project names rather than what the
 rows hold (:mod:`.filters`), search and ordering use the tables' indexes, and the
@@ -60,6 +64,7 @@ from .. import operations
 from ..conf import get_settings
 from ..models import DeadLetter, Job
 from . import cause_pages
+from . import queues as queues  # registers the Queues and Kind limits pages
 from .dashboard import dashboard_view
 from .filters import KindFilter, QueueFilter, ReasonFilter, StatusFilter
 from .pagination import CappedCountPaginator

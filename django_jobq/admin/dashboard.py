@@ -1,7 +1,9 @@
 """The admin dashboard: the queue at a glance (``/admin/django_jobq/job/dashboard/``).
 
 Per queue: ready, scheduled and running jobs, the oldest ready job's wait (red above
-``JOBQ['ALERT_OLDEST_READY_AGE']``), the last hour's outcomes and p50/p99 durations, and four
+``JOBQ['ALERT_OLDEST_READY_AGE']``, saying so when the queue is paused: that is why it
+grows), the last hour's outcomes and p50/p99 durations, its pause and limits (linked to the
+Queues page, :mod:`.queues`, for those who may see it), and four
 charts of the last hour minute by minute (ready depth, oldest ready age, succeeded, failed).
 Below: dead letters by queue and kind, linked to the filtered dead-letter list (shown to
 users who may view dead letters), the jobs waiting for a worker that can run them (live
@@ -37,7 +39,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.safestring import SafeString
 
-from .. import mvcc, stats
+from .. import flow_control, mvcc, stats
 from ..conf import get_settings
 from ..models import DeadLetter, Job
 from .charts import chart
@@ -46,6 +48,8 @@ if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
 
 VIEW_DEAD_LETTERS_PERMISSION = "django_jobq.view_deadletter"
+VIEW_QUEUES_PERMISSION = "django_jobq.view_queue"
+CHANGE_QUEUES_PERMISSION = "django_jobq.change_queue"
 #: The most jobs per queue and state, and dead letters per (queue, kind), the dashboard counts.
 COUNT_CAP = 1_000
 
@@ -73,6 +77,10 @@ class QueueRow:
     duration_p99: str
     alert: bool
     charts: list[SafeString]
+    #: Why its ready jobs wait when the queue is paused (:func:`django_jobq.stats.pause_text`).
+    paused: str | None = None
+    #: Its effective limits, e.g. ``"3 running (setting), 100/s (operator)"``; ``""``: none.
+    limits: str = ""
 
 
 def _charts(history: stats.QueueHistory | None) -> list[SafeString]:
@@ -160,6 +168,21 @@ def mvcc_context(health: mvcc.Health, thresholds: mvcc.Thresholds) -> dict[str, 
     }
 
 
+def limits_text(control: flow_control.QueueControl | None) -> str:
+    """A queue's effective limits with their sources, for people: ``"at most 3 running
+    (setting), 100/s (operator)"``; ``""`` without any."""
+    if control is None:
+        return ""
+    parts = []
+    if control.concurrency_limit is not None:
+        parts.append(
+            f"at most {control.concurrency_limit} running ({control.concurrency_limit_source})"
+        )
+    if control.rate_limit is not None:
+        parts.append(f"{control.rate_limit} ({control.rate_limit_source})")
+    return ", ".join(parts)
+
+
 def _latest_sample(history: stats.QueueHistory | None) -> str | None:
     """The latest sampled ready depth of the last hour, with its minute (UTC)."""
     if history is not None:
@@ -201,6 +224,8 @@ def dashboard_view(request: HttpRequest, model_admin: ModelAdmin[Job]) -> Templa
                 duration_p99=stats.format_seconds(activity.duration_p99 if activity else None),
                 alert=state.oldest_ready_age > config.ALERT_OLDEST_READY_AGE,
                 charts=_charts(history),
+                paused=stats.pause_text(pause) if (pause := taken.pause(name)) else None,
+                limits=limits_text(taken.controls.get(name)),
             )
         )
     show_dead_letters = request.user.has_perm(VIEW_DEAD_LETTERS_PERMISSION)
@@ -242,6 +267,8 @@ def dashboard_view(request: HttpRequest, model_admin: ModelAdmin[Job]) -> Templa
         if config.UNKNOWN_KIND_GRACE is None
         else stats.format_seconds(config.UNKNOWN_KIND_GRACE),
         "alert_oldest_ready_age": stats.format_seconds(config.ALERT_OLDEST_READY_AGE),
+        "show_queues_page": request.user.has_perm(VIEW_QUEUES_PERMISSION)
+        or request.user.has_perm(CHANGE_QUEUES_PERMISSION),
         "history_minutes": stats.HISTORY_MINUTES,
         **mvcc_context(health, mvcc.Thresholds(horizon_age=config.ALERT_HORIZON_AGE)),
     }

@@ -29,26 +29,15 @@ from django.contrib import admin
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 
-from .. import registry, task_results
-from ..conf import get_settings
+from .. import flow_control, registry
 from ..models import DeadLetter, Job
 
 
 def known_queues() -> list[str]:
-    """The queues this project names, sorted: ``JOBQ['DEFAULT_QUEUE']``, each registered
-    ``@job``'s queue, and the ``QUEUES`` of each ``TASKS`` entry on ``JobqBackend``."""
-    default = get_settings().DEFAULT_QUEUE
-    queues = {default}
-    queues.update(definition.queue or default for definition in registry.definitions())
-    try:
-        backends = task_results.jobq_backends()
-    except ImportError:  # the system check django_jobq.E011 says why
-        backends = {}
-    for params in backends.values():
-        named = params.get("QUEUES", ["default"])  # Django's default; E010 reports bad ones
-        if isinstance(named, list | tuple | set):
-            queues.update(queue for queue in named if isinstance(queue, str))
-    return sorted(queues)
+    """The queues this project names, sorted (:func:`django_jobq.flow_control.configured_queues`:
+    ``JOBQ['DEFAULT_QUEUE']``, ``JOBQ['QUEUES']``, each registered ``@job``'s queue, and the
+    ``QUEUES`` of each ``TASKS`` entry on ``JobqBackend``); no database read."""
+    return flow_control.configured_queues()
 
 
 class _NamedChoicesFilter(admin.SimpleListFilter):

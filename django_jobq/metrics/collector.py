@@ -15,6 +15,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from .. import mvcc, stats
 from ..conf import get_settings
+from ..rates import parse_rate
 
 
 class DatabaseCollector:
@@ -124,6 +125,26 @@ class DatabaseCollector:
             "wait, then become 'unknown kind' dead letters after JOBQ['UNKNOWN_KIND_GRACE'].",
             labels=("queue", "kind"),
         )
+        paused = GaugeMetricFamily(
+            "jobq_queue_paused",
+            "1 while the queue is paused (no worker claims its jobs; its oldest ready age "
+            "grows), else 0; every known queue.",
+            labels=("queue",),
+        )
+        concurrency_limit = GaugeMetricFamily(
+            "jobq_queue_concurrency_limit",
+            "The queue's effective fleet-wide concurrency limit (the most of its jobs running "
+            "at once), by where it comes from: setting (JOBQ['QUEUES']) or operator (set at "
+            "run time); queues without one have no sample.",
+            labels=("queue", "source"),
+        )
+        rate_limit = GaugeMetricFamily(
+            "jobq_queue_rate_limit_per_second",
+            "The queue's effective fleet-wide rate limit as starts per second (count / "
+            "window: 600/m is 10), by source as jobq_queue_concurrency_limit; queues without "
+            "one have no sample.",
+            labels=("queue", "source"),
+        )
         workers = GaugeMetricFamily(
             "jobq_workers",
             "Registered worker processes: live, or stale (not seen for a minute).",
@@ -139,10 +160,22 @@ class DatabaseCollector:
                 dead.add_metric((group.queue, group.kind), group.count)
             for kind in snapshot.waiting:
                 waiting.add_metric((kind.queue, kind.kind), kind.jobs)
+            for control in snapshot.controls.values():
+                paused.add_metric((control.name,), int(control.paused))
+                if control.concurrency_limit is not None:
+                    concurrency_limit.add_metric(
+                        (control.name, str(control.concurrency_limit_source)),
+                        control.concurrency_limit,
+                    )
+                if control.rate_limit is not None:
+                    rate_limit.add_metric(
+                        (control.name, str(control.rate_limit_source)),
+                        parse_rate(control.rate_limit).per_second,
+                    )
             stale = sum(worker.stale for worker in snapshot.workers)
             workers.add_metric(("live",), len(snapshot.workers) - stale)
             workers.add_metric(("stale",), stale)
-        yield from (depth, oldest, dead, waiting, workers)
+        yield from (depth, oldest, dead, waiting, paused, concurrency_limit, rate_limit, workers)
 
 
 def database_registry(cache_timeout: float | None = None) -> CollectorRegistry:

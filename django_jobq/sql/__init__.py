@@ -17,6 +17,10 @@ import sql``:
 - ``claims``: the claim and its probe; when the next job is due;
 - ``clock``: the database clock;
 - ``enqueue``: inserting jobs (and waking workers at commit), idempotency keys;
+- ``flow``: flow control as workers see it: pauses and limits, limited claims' locks, counts
+  and start logs;
+- ``flow_control``: operators' pauses and run-time limits of queues and kinds;
+- ``lanes``: ordered lanes: making a lane's next job ready;
 - ``leases``: the fencing predicate, heartbeats, releasing leases;
 - ``maintenance``: the maintenance round: pruning, rescuing stranded leases, unknown kinds;
 - ``mvcc``: what holds the xmin horizon back and what it costs (``jobq_doctor``);
@@ -43,6 +47,7 @@ from . import claims as claims
 from . import clock as clock
 from . import enqueue as enqueue
 from . import flow as flow
+from . import flow_control as flow_control
 from . import lanes as lanes
 from . import leases as leases
 from . import maintenance as maintenance

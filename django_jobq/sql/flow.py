@@ -27,15 +27,21 @@ FLOW_DIGEST = """(SELECT md5(COALESCE(string_agg(line, ',' ORDER BY line), ''))
                             quote_nullable(concurrency_limit), quote_nullable(rate_limit))
            FROM jobq_kind_limit) AS settings)"""
 
+#: Whether the ``jobq_queue`` row aliased ``queue`` is paused now: paused, and not until a
+#: time that has passed (the database clock). NULL for a queue without a row. One
+#: definition for the claims' view (``FLOW_STATE``) and the operators' (``sql.flow_control``).
+PAUSED = """(queue.paused_at IS NOT NULL
+        AND (queue.paused_until IS NULL OR queue.paused_until > now()))"""
+
 _FLOW_STATE_TEMPLATE = """
 SELECT {digest} AS digest,
        (SELECT COALESCE(jsonb_agg(jsonb_build_array(
-                   name,
-                   paused_at IS NOT NULL AND (paused_until IS NULL OR paused_until > now()),
-                   EXTRACT(EPOCH FROM paused_until - now())::float8,
-                   concurrency_limit,
-                   rate_limit)), '[]'::jsonb)
-        FROM jobq_queue) AS queues,
+                   queue.name,
+                   {paused},
+                   EXTRACT(EPOCH FROM queue.paused_until - now())::float8,
+                   queue.concurrency_limit,
+                   queue.rate_limit)), '[]'::jsonb)
+        FROM jobq_queue AS queue) AS queues,
        (SELECT COALESCE(jsonb_agg(jsonb_build_array(kind, concurrency_limit, rate_limit)),
                         '[]'::jsonb)
         FROM jobq_kind_limit) AS kinds
@@ -45,7 +51,7 @@ SELECT {digest} AS digest,
 #: limit, rate limit]``, limits NULL where the row sets none) and ``kinds`` (``[kind,
 #: concurrency limit, rate limit]``). Pausing depends on the database clock: a queue paused
 #: until a time is paused only before it.
-FLOW_STATE = _FLOW_STATE_TEMPLATE.format(digest=FLOW_DIGEST)
+FLOW_STATE = _FLOW_STATE_TEMPLATE.format(digest=FLOW_DIGEST, paused=PAUSED)
 
 #: The digest alone (``FLOW_DIGEST``): whether what a worker read is still true, for a worker
 #: that ran no claim (every queue it serves is paused or limited).

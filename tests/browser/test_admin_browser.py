@@ -351,3 +351,46 @@ def test_operator_redrives_the_dead_letters_of_one_cause(
     page.locator("#jobq-causes .jobq-cause-list").click()  # the list of the cause left
     page.wait_for_selector("#jobq-cause-filter")
     assert "4 dead letters" in page.locator(".paginator").inner_text()
+
+
+def test_operator_pauses_and_resumes_a_queue_from_the_queues_page(
+    log_in, live_server, django_user_model, screenshots
+):
+    """The Queues page lists a queue that has no row yet; Django's actions (POST, CSRF)
+    pause it, pause it until a time the confirmation page asks for, and resume it."""
+    from django_jobq import flow_control
+
+    JobFactory.create_batch(3, queue="webhooks")
+    operator = django_user_model.objects.create_user("operator", password="pw", is_staff=True)
+    operator.user_permissions.set(
+        Permission.objects.filter(codename__in=["view_queue", "change_queue", "view_job"])
+    )
+    page = log_in(operator)
+    page.goto(f"{live_server.url}/admin/django_jobq/queue/")
+    row = page.locator('#result_list tr[data-queue="webhooks"]')
+    assert row.inner_text().split()[:2] == ["webhooks", "-"]
+
+    row.locator("input.action-select").check()
+    assert "1 of " in page.locator(".action-counter").inner_text()
+    page.select_option("select[name=action]", "pause_selected")
+    page.locator(".actions button[name=index]").click()
+    assert "1 queue paused until resumed: webhooks." in page.locator(".messagelist").inner_text()
+    assert page.locator('#result_list tr[data-queue="webhooks"] .jobq-paused').inner_text() == "yes"
+
+    page.locator('#result_list tr[data-queue="webhooks"] input.action-select').check()
+    page.select_option("select[name=action]", "pause_selected_until")
+    page.locator(".actions button[name=index]").click()
+    page.fill("#id_minutes", "45")
+    page.screenshot(path=screenshots / "queues-pause-until.png")
+    page.get_by_role("button", name="Pause them").click()
+    assert "1 queue paused until " in page.locator(".messagelist").inner_text()
+    control = flow_control.queue_state("webhooks")
+    assert control is not None and control.paused and control.paused_until is not None
+    page.screenshot(path=screenshots / "queues.png", full_page=True)
+
+    page.locator('#result_list tr[data-queue="webhooks"] input.action-select').check()
+    page.select_option("select[name=action]", "resume_selected")
+    page.locator(".actions button[name=index]").click()
+    assert "1 queue resumed: webhooks." in page.locator(".messagelist").inner_text()
+    control = flow_control.queue_state("webhooks")
+    assert control is not None and not control.paused

@@ -8,11 +8,18 @@ from argparse import ArgumentParser
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
-from django.utils import timezone
 
 from ... import mvcc
 from ...conf import get_settings
-from ...stats import Outcomes, Snapshot, format_seconds, snapshot
+from ...stats import (
+    Outcomes,
+    Snapshot,
+    format_seconds,
+    local_time,
+    pause_text,
+    paused_cell,
+    snapshot,
+)
 from ..arguments import bounded_int, seconds
 from ..tables import write_table
 
@@ -31,6 +38,7 @@ _QUEUE_HEADER = (
     "FAILED 1H",
     "P50",
     "P99",
+    "PAUSED",
 )
 _DEAD_HEADER = ("QUEUE", "KIND", "DEAD LETTERS")
 _WORKER_HEADER = (
@@ -62,6 +70,7 @@ def as_json(taken: Snapshot, problems: list[str]) -> dict[str, Any]:
     for name in taken.queue_names:
         state = taken.queue(name)
         activity = taken.activity.get(name)
+        pause = taken.pause(name)
         queues.append(
             {
                 "queue": name,
@@ -73,6 +82,10 @@ def as_json(taken: Snapshot, problems: list[str]) -> dict[str, Any]:
                 "last_hour": _outcomes(activity.last_hour if activity else Outcomes()),
                 "duration_p50": activity.duration_p50 if activity else None,
                 "duration_p99": activity.duration_p99 if activity else None,
+                "paused": pause is not None,
+                "paused_until": pause.paused_until.isoformat()
+                if pause is not None and pause.paused_until is not None
+                else None,
             }
         )
     return {
@@ -117,15 +130,19 @@ def find_problems(
     taken: Snapshot, *, max_oldest_ready_age: float, max_dead_letters: int | None
 ) -> list[str]:
     """What ``--check`` reports: each queue whose oldest ready job has waited longer than
-    ``max_oldest_ready_age`` seconds, and the dead letters if more than
-    ``max_dead_letters`` (``None``: not checked)."""
-    problems = [
-        f"queue {queue.queue}: the oldest ready job has waited "
-        f"{format_seconds(queue.oldest_ready_age)} "
-        f"(threshold {format_seconds(max_oldest_ready_age)})"
-        for queue in taken.queues
-        if queue.oldest_ready_age > max_oldest_ready_age
-    ]
+    ``max_oldest_ready_age`` seconds (saying so when the queue is paused: that is why its
+    jobs wait), and the dead letters if more than ``max_dead_letters`` (``None``: not
+    checked)."""
+    problems = []
+    for queue in taken.queues:
+        if queue.oldest_ready_age > max_oldest_ready_age:
+            pause = taken.pause(queue.queue)
+            because = f": {pause_text(pause)}" if pause is not None else ""
+            problems.append(
+                f"queue {queue.queue}: the oldest ready job has waited "
+                f"{format_seconds(queue.oldest_ready_age)} "
+                f"(threshold {format_seconds(max_oldest_ready_age)}){because}"
+            )
     dead = sum(group.count for group in taken.dead_letters)
     if max_dead_letters is not None and dead > max_dead_letters:
         problems.append(f"{dead} dead letters (threshold {max_dead_letters})")
@@ -150,10 +167,6 @@ def _known(kinds: list[str]) -> str:
     return f"{shown} and {more} more" if more > 0 else shown
 
 
-def _local(moment: Any) -> str:
-    return str(timezone.localtime(moment).isoformat(timespec="seconds"))
-
-
 def write_tables(out: OutputWrapper, taken: Snapshot) -> None:
     """The human-readable report: queues, dead letters, workers."""
     rows = []
@@ -174,6 +187,7 @@ def write_tables(out: OutputWrapper, taken: Snapshot) -> None:
                 str(hour.failed),
                 format_seconds(activity.duration_p50 if activity else None),
                 format_seconds(activity.duration_p99 if activity else None),
+                paused_cell(taken.pause(name)),
             )
         )
     if rows:
@@ -203,7 +217,7 @@ def write_tables(out: OutputWrapper, taken: Snapshot) -> None:
                     ",".join(worker.queues) if worker.queues is not None else "*",
                     str(worker.concurrency),
                     f"{len(worker.kinds)} ({worker.kinds_fingerprint or '-'})",
-                    _local(worker.started_at),
+                    local_time(worker.started_at),
                     f"{format_seconds(worker.seen_ago)} ago" + (" STALE" if worker.stale else ""),
                 )
                 for worker in taken.workers
@@ -234,7 +248,8 @@ def write_tables(out: OutputWrapper, taken: Snapshot) -> None:
 class Command(BaseCommand):
     help = (
         "Show every queue (ready, scheduled and running jobs, the oldest ready job's wait, "
-        "outcomes over the last minute and hour, p50/p99 handler duration), the dead letters "
+        "outcomes over the last minute and hour, p50/p99 handler duration, whether it is "
+        "paused: jobq_queues says more), the dead letters "
         "by kind and the registered workers. --json prints the same as JSON. --check exits "
         f"with status {CHECK_FAILED} when a queue's oldest ready job has waited longer than "
         "the threshold, the dead letters exceed theirs, or a transaction has held the xmin "

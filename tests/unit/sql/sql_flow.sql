@@ -13,6 +13,10 @@
                             quote_nullable(concurrency_limit), quote_nullable(rate_limit))
            FROM jobq_kind_limit) AS settings)
 
+-- name: PAUSED
+(queue.paused_at IS NOT NULL
+        AND (queue.paused_until IS NULL OR queue.paused_until > now()))
+
 -- name: FLOW_STATE
 SELECT (SELECT md5(COALESCE(string_agg(line, ',' ORDER BY line), ''))
      FROM (SELECT concat_ws(' ', 'queue', quote_nullable(name),
@@ -26,12 +30,13 @@ SELECT (SELECT md5(COALESCE(string_agg(line, ',' ORDER BY line), ''))
                             quote_nullable(concurrency_limit), quote_nullable(rate_limit))
            FROM jobq_kind_limit) AS settings) AS digest,
        (SELECT COALESCE(jsonb_agg(jsonb_build_array(
-                   name,
-                   paused_at IS NOT NULL AND (paused_until IS NULL OR paused_until > now()),
-                   EXTRACT(EPOCH FROM paused_until - now())::float8,
-                   concurrency_limit,
-                   rate_limit)), '[]'::jsonb)
-        FROM jobq_queue) AS queues,
+                   queue.name,
+                   (queue.paused_at IS NOT NULL
+        AND (queue.paused_until IS NULL OR queue.paused_until > now())),
+                   EXTRACT(EPOCH FROM queue.paused_until - now())::float8,
+                   queue.concurrency_limit,
+                   queue.rate_limit)), '[]'::jsonb)
+        FROM jobq_queue AS queue) AS queues,
        (SELECT COALESCE(jsonb_agg(jsonb_build_array(kind, concurrency_limit, rate_limit)),
                         '[]'::jsonb)
         FROM jobq_kind_limit) AS kinds
