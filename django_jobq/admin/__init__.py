@@ -224,7 +224,7 @@ class JobAdmin(_JobFieldsDisplay, JobAdminBase):
     abort_requested_at_shown = _safe_value("abort_requested_at", "abort requested at")
     fields = (
         ("id", "kind", "queue"),
-        ("status_shown", "priority", "attempts_display"),
+        ("status", "priority", "attempts_display"),
         ("run_at_shown", "expires_at_shown", "created_at_shown"),
         (
             "visibility_timeout_shown",
