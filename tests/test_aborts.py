@@ -89,30 +89,32 @@ def test_abort_asks_a_running_job_and_leaves_a_ready_one_for_cancel(queue_cursor
 
 
 @pytest.mark.parametrize(
-    ("call", "error", "message"),
+    ("operation", "value", "error", "message"),
     [
-        (lambda: operations.abort("12"), TypeError, "job_id must be a job id (int), not '12'."),
-        (lambda: operations.abort(True), TypeError, "job_id must be a job id (int), not True."),
-        (lambda: operations.abort(1.0), TypeError, "job_id must be a job id (int), not 1.0."),
-        (lambda: operations.abort(2**63), ValueError, "job_id must be a job id (a 64-bit"),
-        (lambda: operations.abort_many("12"), TypeError, "job_ids must be an iterable of job"),
-        (lambda: operations.abort_many(12), TypeError, "job_ids must be an iterable of job"),
+        (operations.abort, "12", TypeError, "job_id must be a job id (int), not '12'."),
+        (operations.abort, True, TypeError, "job_id must be a job id (int), not True."),
+        (operations.abort, 1.0, TypeError, "job_id must be a job id (int), not 1.0."),
+        (operations.abort, 2**63, ValueError, "job_id must be a job id (a 64-bit integer)"),
+        (operations.abort_many, "12", TypeError, "job_ids must be an iterable of job ids"),
+        (operations.abort_many, 12, TypeError, "job_ids must be an iterable of job ids"),
         (
-            lambda: operations.abort_many([1, None]),
+            operations.abort_many,
+            [1, None],
             TypeError,
             "job_ids[1] must be a job id (int), not None.",
         ),
         (
-            lambda: operations.abort_many([1, False]),
+            operations.abort_many,
+            [1, False],
             TypeError,
             "job_ids[1] must be a job id (int), not False.",
         ),
     ],
     ids=["str", "bool", "float", "too big", "many: str", "many: int", "many: None", "many: bool"],
 )
-def test_bad_ids_are_refused_naming_the_argument(call, error, message):
+def test_bad_ids_are_refused_naming_the_argument(operation, value, error, message):
     with pytest.raises(error) as raised:
-        call()
+        operation(value)
     assert str(raised.value).startswith(message)
 
 
