@@ -114,8 +114,14 @@ class Heartbeater:
         due = [h for h in extendable if h.next_heartbeat <= now]
         if due:
             self.extend(due)
-        looks = [h for h in extendable if _watches_abort(h) and h.next_abort_look <= now]
-        if looks:
+        if any(_watches_abort(h) and h.next_abort_look <= now for h in extendable):
+            # One read for every look due within the next half look interval as well, so
+            # that jobs claimed at different moments share their looks from then on.
+            looks = [
+                h
+                for h in extendable
+                if _watches_abort(h) and h.next_abort_look <= now + h.abort_look_interval / 2
+            ]
             self.look_for_aborts(looks)
         upcoming = [h.next_heartbeat for h in extendable if not h.lease_lost]
         upcoming.extend(h.next_abort_look for h in extendable if _watches_abort(h))
