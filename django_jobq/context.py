@@ -14,6 +14,16 @@
 The worker heartbeats running jobs on its own; :meth:`JobContext.heartbeat` is for a single
 step that may outlast a third of the visibility timeout between two automatic heartbeats.
 
+An operator may ask a running job to stop (:func:`django_jobq.operations.abort`); a handler
+that can stop part-way checks between steps, and the attempt becomes a dead letter
+"aborted"::
+
+    @job(takes_context=True, visibility_timeout=60)
+    def export(ctx: JobContext, report_id: int) -> None:
+        for page in pages(report_id):
+            ctx.raise_if_aborted()    # raises Aborted once the worker has seen the request
+            write(page)
+
 An async handler (``async def``) gets the same context, with awaitable forms of the two
 methods that touch the database: :meth:`JobContext.aheartbeat`, and :meth:`JobContext.aatomic`,
 which runs a plain function inside :meth:`JobContext.atomic` on Django's sync thread::
@@ -38,6 +48,7 @@ from django.db import connections, transaction
 from . import crash_points, outcomes
 from .claims import ClaimedJob
 from .conf import get_settings
+from .exceptions import Aborted
 from .idempotency import LeaseLost, idempotent
 
 P = ParamSpec("P")
@@ -47,8 +58,9 @@ T = TypeVar("T")
 class HeldAttempt(Protocol):
     """What a context reads of the worker's hold on the attempt (the worker's ``HeldJob``):
     the job, the lease's last confirmed deadline, whether the lease is lost, the atomic
-    blocks open before the attempt started (:meth:`JobContext.atomic`); and what it writes:
-    that the handler acked the job in its transaction."""
+    blocks open before the attempt started (:meth:`JobContext.atomic`), whether an abort
+    request was seen; and what it writes: that the handler acked the job in its
+    transaction."""
 
     @property
     def job(self) -> ClaimedJob: ...
@@ -58,6 +70,8 @@ class HeldAttempt(Protocol):
     def lease_lost(self) -> bool: ...
     @property
     def outer_atomic_blocks(self) -> int: ...
+    @property
+    def abort_requested(self) -> bool: ...
 
     acked: bool
 
@@ -91,6 +105,32 @@ class JobContext:
         """True once a heartbeat was refused: the deadline passed, or another attempt holds
         the job. The handler should stop; its outcome will not be recorded."""
         return self._held.lease_lost
+
+    @property
+    def abort_requested(self) -> bool:
+        """True once the worker has seen an operator's request that this attempt stop
+        (:func:`django_jobq.operations.abort`). The worker reads requests with each
+        heartbeat and between two, every sixth of the visibility timeout (half a heartbeat
+        interval), so it is true within that time of the request; it is never reset.
+
+        The handler should stop: raise (:meth:`raise_if_aborted`, or any exception) and
+        the attempt becomes a dead letter with reason "aborted", never retried; return
+        normally and the job is acked as usual (the request is then ignored). Reading it
+        costs no statement."""
+        return self._held.abort_requested
+
+    def raise_if_aborted(self) -> None:
+        """Raise :class:`~django_jobq.exceptions.Aborted` if :attr:`abort_requested`, else
+        return ``None``. A cheap check (no statement) to call between steps.
+
+        Raises:
+            Aborted: an abort of this attempt was requested; let it propagate (or raise
+                another exception): the attempt becomes a dead letter "aborted".
+        """
+        if self._held.abort_requested:
+            raise Aborted(
+                f"job {self.job_id} attempt {self.attempt}: abort requested by an operator"
+            )
 
     def heartbeat(self) -> bool:
         """Extend the lease to now + visibility timeout at once.

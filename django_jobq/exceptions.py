@@ -52,6 +52,19 @@ class MaxRuntimeExceeded(Exception):
     of N s exceeded; the task was cancelled"."""
 
 
+class Aborted(Exception):
+    """The handler stopped because an operator asked its attempt to stop
+    (:func:`django_jobq.operations.abort`, the admin's "Abort the selected running jobs").
+
+    Raised by :meth:`~django_jobq.context.JobContext.raise_if_aborted` once the worker has
+    seen the request, and by the worker in an async handler whose task it cancelled for the
+    request; a handler may raise it itself too. An attempt that raises it (or any exception)
+    after the worker saw the request becomes a dead letter with reason "aborted" at once,
+    whatever attempts remain. Raised with no request seen it is an ordinary exception: the
+    attempt fails and retries as any failure does (docs/flow-control.md,
+    "Aborting a running job")."""
+
+
 class UnknownKind(LookupError):
     """Enqueue was given a kind that no ``@job`` (or task) registers in this process.
 

@@ -1,6 +1,7 @@
 """Leases: the key of every fenced write (:class:`Lease`), what a locked write reports
-(:class:`Written`, :class:`LeaseBusy`), and the writes that keep or give back a lease
-(:func:`heartbeat`, :func:`release`).
+(:class:`Written`, :class:`LeaseBusy`), the writes that keep or give back a lease
+(:func:`heartbeat`, :func:`release`), and the read of abort requests on held leases
+(:func:`abort_requested`; a heartbeat returns them too).
 
 A write about a running job is fenced by ``(job id, attempt)`` (``sql.leases.FENCED``): if
 another attempt holds the job now (its lease lapsed and it was reclaimed) the write matches
@@ -58,11 +59,18 @@ class Written(set[int]):
 class Extended(dict[int, datetime]):
     """``{job id: new lease deadline}`` of the leases a heartbeat extended; :attr:`busy`
     holds the ids it skipped because another transaction holds their row lock. A lease in
-    neither is lost."""
+    neither is lost. :attr:`abort_requested` holds the ids extended whose job an operator
+    asked to stop (:func:`django_jobq.operations.abort`)."""
 
-    def __init__(self, deadlines: Iterable[tuple[int, datetime]], busy: Iterable[int]) -> None:
+    def __init__(
+        self,
+        deadlines: Iterable[tuple[int, datetime]],
+        busy: Iterable[int],
+        abort_requested: Iterable[int] = (),
+    ) -> None:
         super().__init__(deadlines)
         self.busy = frozenset(busy)
+        self.abort_requested = frozenset(abort_requested)
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,7 @@ class _Extended:
     id: int
     busy: bool
     lease_deadline: datetime | None
+    abort_requested: bool
 
 
 def lease_arrays(leases: Sequence[Lease]) -> dict[str, list[int]]:
@@ -94,10 +103,12 @@ def heartbeat(cursor: psycopg.Cursor[Any], leases: Sequence[Lease]) -> Extended:
     """Extend held leases to ``now() + visibility_timeout`` in one statement, without waiting
     for a locked row.
 
-    Returns ``{job id: new lease deadline}`` for the leases extended, and in ``.busy`` the
-    ids whose row another transaction had locked (not extended; try again soon). A lease
-    in neither is lost: another attempt holds the job, or its deadline had already passed
-    (a lapsed lease is never revived, since another worker may be reclaiming it).
+    Returns ``{job id: new lease deadline}`` for the leases extended, in ``.busy`` the
+    ids whose row another transaction had locked (not extended; try again soon), and in
+    ``.abort_requested`` the ids extended whose job has an abort requested. A lease in
+    neither of the first two is lost: another attempt holds the job, or its deadline had
+    already passed (a lapsed lease is never revived, since another worker may be
+    reclaiming it).
     """
     if not leases:
         return Extended((), ())
@@ -107,7 +118,18 @@ def heartbeat(cursor: psycopg.Cursor[Any], leases: Sequence[Lease]) -> Extended:
     return Extended(
         ((row.id, row.lease_deadline) for row in rows if row.lease_deadline is not None),
         (row.id for row in rows if row.busy),
+        (row.id for row in rows if row.abort_requested),
     )
+
+
+def abort_requested(cursor: psycopg.Cursor[Any], leases: Sequence[Lease]) -> frozenset[int]:
+    """The ids among ``leases`` (still held: fenced) whose job an operator asked to stop
+    (``sql.aborts.ABORT_REQUESTED``): one read, no lock taken, nothing written. The
+    heartbeater's look between two heartbeats."""
+    if not leases:
+        return frozenset()
+    cursor.execute(sql.aborts.ABORT_REQUESTED, lease_arrays(leases))
+    return frozenset(row[0] for row in cursor.fetchall())
 
 
 def release(

@@ -221,7 +221,8 @@ class DeadLetter(models.Model):
         OUTCOME_NOT_RECORDED = "outcome could not be recorded"
         # A row holding what enqueue never writes: "poison row: run_at is -infinity"
         POISON_ROW = "poison row"
-        # An operator asked the running attempt to stop, and its handler did (abort_job()).
+        # An operator asked the running attempt to stop (operations.abort()) and, once the
+        # worker saw it, the handler raised; or the job was claimed with the request, unrun.
         ABORTED = "aborted"
 
     id = models.BigAutoField(primary_key=True)

@@ -1,11 +1,12 @@
-"""What operators do to the queue: cancel, run now, redrive. Used by the admin and the
-``jobq_redrive`` command; each is a set-based statement, never a loop over rows.
+"""What operators do to the queue: cancel, run now, abort, redrive. Used by the admin and
+the ``jobq_redrive`` command; each is a set-based statement, never a loop over rows.
 
 ::
 
-    from django_jobq.operations import cancel, redrive
+    from django_jobq.operations import abort, cancel, redrive
 
-    cancel(job_id)                                            # -> bool
+    cancel(job_id)                                            # -> bool (a ready job)
+    abort(job_id)                                             # -> bool (a running job)
     redrive(DeadLetter.objects.filter(kind="shop.jobs.x"))    # -> number of new jobs
     redrive([12, 13, 14])
     redrive_one(12)                                           # -> the new job's id, or None
@@ -64,6 +65,77 @@ def cancel_many(job_ids: Iterable[int]) -> int:
                 sql.lanes.PROMOTE_LANES, {"lanes": lanes, "channel": sql.wake.WAKE_CHANNEL}
             )
     return len(cancelled)
+
+
+#: The largest job id (``jobq_job.id`` is a ``bigint``).
+_MAX_JOB_ID = 2**63 - 1
+
+
+def _job_ids(job_ids: Iterable[int], argument: str) -> list[int]:
+    """``job_ids`` as a list, each an ``int`` (not a ``bool``) a ``bigint`` holds.
+
+    Raises:
+        TypeError: ``job_ids`` is a ``str``/``bytes`` or not iterable, or an id is not an int.
+        ValueError: an id is out of a bigint's range.
+    """
+    if isinstance(job_ids, str | bytes) or not isinstance(job_ids, Iterable):
+        raise TypeError(f"{argument} must be an iterable of job ids (int), not {job_ids!r}.")
+    ids = list(job_ids)
+    for position, job_id in enumerate(ids):
+        _check_job_id(job_id, f"{argument}[{position}]")
+    return ids
+
+
+def _check_job_id(job_id: object, argument: str) -> None:
+    if not isinstance(job_id, int) or isinstance(job_id, bool):
+        raise TypeError(f"{argument} must be a job id (int), not {job_id!r}.")
+    if not -_MAX_JOB_ID - 1 <= job_id <= _MAX_JOB_ID:
+        raise ValueError(f"{argument} must be a job id (a 64-bit integer), not {job_id}.")
+
+
+def abort(job_id: int) -> bool:
+    """Ask a running job to stop (docs/flow-control.md, "Aborting a running job").
+
+    Sets the job's ``abort_requested_at`` (the first request's time is kept). The worker
+    that holds its lease sees the request within half a heartbeat interval (a sixth of the
+    visibility timeout); its handler sees ``JobContext.abort_requested`` and should stop
+    (``ctx.raise_if_aborted()``), and the attempt then becomes a dead letter with reason
+    "aborted", never retried. An async handler's task is cancelled. A handler that ignores
+    the request and returns is acked as usual.
+
+    Args:
+        job_id: the job's id (``int``).
+
+    Returns:
+        ``True`` if the job is running and now has an abort requested (also when it already
+        had one); ``False`` if it is ready or waiting (use :func:`cancel` for a ready job) or
+        no longer exists.
+
+    Raises:
+        TypeError: ``job_id`` is not an ``int`` (a ``bool`` is refused too).
+        ValueError: ``job_id`` is outside a 64-bit integer's range.
+    """
+    _check_job_id(job_id, "job_id")
+    return bool(abort_many([job_id]))
+
+
+def abort_many(job_ids: Iterable[int]) -> int:
+    """Ask the running jobs among ``job_ids`` to stop, as :func:`abort` does, in one
+    statement (``sql.aborts.REQUEST_ABORTS``).
+
+    Returns:
+        How many of them are running and now have an abort requested; the others (ready,
+        waiting, gone, unknown) are left as they are.
+
+    Raises:
+        TypeError: ``job_ids`` is not an iterable of ``int`` (or is a ``str``), or one of
+            them is a ``bool``; the message names the position (``job_ids[2]``).
+        ValueError: an id is outside a 64-bit integer's range.
+    """
+    ids = _job_ids(job_ids, "job_ids")
+    if not ids:
+        return 0
+    return len(_execute_returning_ids(sql.aborts.REQUEST_ABORTS, {"ids": ids}))
 
 
 def run_now(job_ids: Iterable[int]) -> int:

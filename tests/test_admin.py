@@ -435,6 +435,71 @@ def test_cancel_deletes_ready_jobs_and_leaves_running_ones(staff_client):
     assert list(Job.objects.all()) == [running]
 
 
+# -- jobs: abort ---------------------------------------------------------------------------
+
+
+def test_abort_requests_running_jobs_and_says_how_many_were_not_running(staff_client):
+    client = staff_client("view_job", "change_job")
+    running = [running_job(), running_job()]
+    ready = JobFactory()
+
+    response = post_action(client, JOBS_URL, "abort", [*running, ready])
+
+    assert (
+        b"2 running jobs: abort requested (each stops once its handler sees it). 1 skipped: "
+        b"not running (only a running job can be aborted; cancel a ready one)."
+    ) in response.content
+    requested = dict(Job.objects.values_list("id", "abort_requested_at"))
+    assert all(requested[job.pk] is not None for job in running)
+    assert requested[ready.pk] is None
+    assert Job.objects.count() == 3  # nothing deleted, nothing else changed
+    assert set(Job.objects.values_list("status", flat=True)) == {"running", "ready"}
+
+
+def test_aborted_jobs_show_it_in_the_list_and_on_their_page(admin_client):
+    job = running_job()
+    post_action(admin_client, JOBS_URL, "abort", [job])
+    job.refresh_from_db()
+
+    listing = admin_client.get(JOBS_URL).content.decode()
+    assert "running (abort requested)" in listing
+    detail = admin_client.get(job_url(job)).content.decode()
+    assert "Abort requested at" in detail
+    shown = re.search(r'Abort requested at:</label>\s*<div class="readonly">([^<]*)</div>', detail)
+    assert shown is not None
+    assert shown.group(1) not in ("", "-")  # the request's time
+    assert 'name="_save"' not in detail  # still read-only
+
+
+def test_staff_without_the_change_permission_cannot_abort(staff_client):
+    client = staff_client("view_job")
+    job = running_job()
+
+    response = post_action(client, JOBS_URL, "abort", [job])
+
+    assert response.status_code == 200  # the list, with no action run
+    job.refresh_from_db()
+    assert job.abort_requested_at is None
+
+
+def test_the_abort_action_needs_the_csrf_token(client, admin_user):
+    from django.test import Client
+
+    csrf_client = Client(enforce_csrf_checks=True)
+    csrf_client.force_login(admin_user)
+    job = running_job()
+
+    response = post_action(csrf_client, JOBS_URL, "abort", [job], follow=False)
+
+    assert response.status_code == 403
+    job.refresh_from_db()
+    assert job.abort_requested_at is None
+    # A GET naming the action runs nothing: Django's actions are POSTs.
+    csrf_client.get(JOBS_URL, {"action": "abort", ACTION_CHECKBOX_NAME: [job.pk]})
+    job.refresh_from_db()
+    assert job.abort_requested_at is None
+
+
 # -- query counts --------------------------------------------------------------------------
 
 

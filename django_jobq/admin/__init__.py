@@ -5,7 +5,10 @@ no form here edits one: editing a running job would bypass its lease. What staff
 
 - **Jobs**: "Run selected jobs now" and "Cancel selected ready jobs" (Django's change
   permission on jobs, ``django_jobq.change_job``). Running jobs are skipped by both; there is
-  no delete, since deleting a running job would pull the row from under its worker.
+  no delete, since deleting a running job would pull the row from under its worker. "Abort
+  the selected running jobs" (the same permission) asks running jobs to stop
+  (:func:`.operations.abort_many`) and skips the others; a job with an abort requested shows
+  "running (abort requested)" in the list and the request's time on its page.
 - **Dead letters**: "Redrive selected dead letters" (also "select all N" on a filtered list:
   the filtered queryset goes to :func:`.operations.redrive`, one statement per batch) and a
   "Redrive" button on the detail page, both needing what the list needs (Django's view or
@@ -195,7 +198,7 @@ class JobAdmin(_JobFieldsDisplay, JobAdminBase):
         "id",
         "kind",
         "queue",
-        "status",
+        "status_shown",
         "priority",
         "attempts_display",
         "run_at_shown",
@@ -215,6 +218,7 @@ class JobAdmin(_JobFieldsDisplay, JobAdminBase):
         "started_at",
         "lease_deadline",
         "visibility_timeout",
+        "abort_requested_at",
     )
     run_at_shown = _safe_value("run_at", "run at")
     expires_at_shown = _safe_value("expires_at", "expires at")
@@ -222,6 +226,7 @@ class JobAdmin(_JobFieldsDisplay, JobAdminBase):
     started_at_shown = _safe_value("started_at", "started at")
     lease_deadline_shown = _safe_value("lease_deadline", "lease deadline")
     visibility_timeout_shown = _safe_value("visibility_timeout", "visibility timeout")
+    abort_requested_at_shown = _safe_value("abort_requested_at", "abort requested at")
     fields = (
         ("id", "kind", "queue"),
         ("status", "priority", "attempts_display"),
@@ -232,12 +237,24 @@ class JobAdmin(_JobFieldsDisplay, JobAdminBase):
             "started_at_shown",
             "worker_id",
         ),
+        "abort_requested_at_shown",
         "idempotency_key",
         "payload_json",
         "last_error_text",
     )
     readonly_fields = flatten(fields)
-    actions = ("run_now", "cancel")
+    actions = ("run_now", "cancel", "abort")
+
+    @admin.display(description="status")
+    def status_shown(self, obj: Job) -> str:
+        """The status, and "(abort requested)" once an operator asked the job to stop (a
+        running job, or one whose retry or release was written as the request arrived: its
+        next claim dead-letters it unrun)."""
+        status = obj.get_status_display()
+        # The loadable value or the text: either is set when a request was made.
+        if obj.abort_requested_at_text is not None:  # type: ignore[attr-defined]
+            return f"{status} (abort requested)"
+        return str(status)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
@@ -283,7 +300,7 @@ class JobAdmin(_JobFieldsDisplay, JobAdminBase):
         return [dashboard, *super().get_urls()]
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
-        """May run jobs now and cancel them: Django's change permission on jobs."""
+        """May run jobs now, cancel and abort them: Django's change permission on jobs."""
         return request.user.has_perm(OPERATE_JOBS_PERMISSION)
 
     @admin.action(permissions=["operate"], description="Run selected jobs now")
@@ -304,6 +321,16 @@ class JobAdmin(_JobFieldsDisplay, JobAdminBase):
             operations.cancel_many,
             "ready job{s} cancelled.",
             "running jobs cannot be cancelled (their worker holds a lease).",
+        )
+
+    @admin.action(permissions=["operate"], description="Abort the selected running jobs")
+    def abort(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self._operate(
+            request,
+            queryset,
+            operations.abort_many,
+            "running job{s}: abort requested (each stops once its handler sees it).",
+            "not running (only a running job can be aborted; cancel a ready one).",
         )
 
     def _operate(

@@ -13,6 +13,7 @@ reclaimed matches no row.
 Each module is one concern; callers write ``sql.<concern>.NAME`` after ``from django_jobq
 import sql``:
 
+- ``aborts``: operators' abort requests, and the worker's look for them;
 - ``causes``: dead letters grouped by cause (the admin's and ``jobq_deadletters --groups``);
 - ``claims``: the claim and its probe; when the next job is due;
 - ``clock``: the database clock;
@@ -42,6 +43,7 @@ statements are not the product's: they live in the opt-in chaos app,
 
 from __future__ import annotations
 
+from . import aborts as aborts
 from . import causes as causes
 from . import claims as claims
 from . import clock as clock

@@ -38,8 +38,9 @@ LEASE_LENGTH = (
 #: ``now() + visibility_timeout`` (absolute, so missed beats do not accumulate credit;
 #: clamped like the claim's, ``LEASE_LENGTH``). Locked as above; fenced, and refused once a
 #: deadline has passed: a lapsed lease may already be reclaimed, or be about to be. Returns
-#: ``(id, busy, lease_deadline)`` rows: the new deadline of each lease extended; a missing id
-#: means that lease is lost.
+#: ``(id, busy, lease_deadline, abort_requested)`` rows: the new deadline of each lease
+#: extended, and whether an operator asked that attempt to stop (``sql.aborts``; false for a
+#: busy row, which the next beat reads again); a missing id means that lease is lost.
 _HEARTBEAT_JOBS_TEMPLATE = """
 WITH locked AS MATERIALIZED (
     SELECT job.id FROM jobq_job AS job
@@ -59,11 +60,11 @@ WITH locked AS MATERIALIZED (
     SET lease_deadline = now() + {lease_length}
     FROM locked
     WHERE job.id = locked.id
-    RETURNING job.id, job.lease_deadline
+    RETURNING job.id, job.lease_deadline, job.abort_requested_at IS NOT NULL AS abort_requested
 )
-SELECT id, false AS busy, lease_deadline FROM extended
+SELECT id, false AS busy, lease_deadline, abort_requested FROM extended
 UNION ALL
-SELECT id, true, NULL FROM busy
+SELECT id, true, NULL, false FROM busy
 """
 HEARTBEAT_JOBS = _HEARTBEAT_JOBS_TEMPLATE.format(fenced=FENCED, lease_length=LEASE_LENGTH)
 

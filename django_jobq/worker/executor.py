@@ -28,7 +28,7 @@ from ..backoff import default_backoff
 from ..claims import ClaimedJob
 from ..conf import MAX_DURATION
 from ..context import JobContext
-from ..exceptions import MaxRuntimeExceeded, PermanentError, Retry
+from ..exceptions import Aborted, MaxRuntimeExceeded, PermanentError, Retry
 from ..idempotency import LeaseLost
 from ..metrics import instruments
 from ..models import DeadLetter
@@ -71,7 +71,8 @@ def _refused(job: ClaimedJob, reason: str, error: str) -> Outcome:
 
 def refusal(job: ClaimedJob) -> Outcome | None:
     """The dead-letter verdict for a claimed job that must not run, or ``None``: a poison
-    row (``ClaimedJob.poison``), a reclaim past the final attempt, an expired job. With
+    row (``ClaimedJob.poison``), a job with an abort requested (``ClaimedJob.abort_requested``:
+    a reclaim of an aborted job, say), a reclaim past the final attempt, an expired job. With
     OpenTelemetry, a refused job's attempt gets its span too (see :func:`execute`)."""
     refused = _refusal(job)
     if refused is not None and tracing.ENABLED and tracing.configured():
@@ -87,6 +88,14 @@ def _refusal(job: ClaimedJob) -> Outcome | None:
             job,
             f"{DeadLetter.Reason.POISON_ROW}: {job.poison}",
             f"the row holds what enqueue never writes ({job.poison}); it was not run",
+        )
+    if job.abort_requested:
+        return _refused(
+            job,
+            DeadLetter.Reason.ABORTED,
+            f"an abort was requested while an earlier attempt ran (its lease lapsed, or it "
+            f"was retried or released before the request was seen); attempt {job.attempt} "
+            f"was not run",
         )
     if job.attempts_exhausted and not job.reclaimed:
         used = job.attempt - 1
@@ -189,6 +198,12 @@ def execute(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Outcome:
 
     ``extend`` is what ``JobContext.heartbeat`` calls, for handlers that take a context.
 
+    Aborts: a job whose abort request was seen before its handler started is dead-lettered
+    "aborted" unrun; once seen while it runs, any exception the handler raises (its
+    context's ``raise_if_aborted()``'s :class:`~django_jobq.exceptions.Aborted`, or another)
+    makes the attempt a dead letter "aborted", never a retry; a handler that returns is
+    acked as usual.
+
     With OpenTelemetry (:mod:`django_jobq.tracing`), the attempt runs in its span, current
     while the handler runs; the span records the handler's exception, and ends with the
     verdict (``jobq.outcome``; status ERROR for a dead letter), before the completer writes it.
@@ -210,10 +225,13 @@ async def execute_async(held: HeldJob, extend: Callable[[HeldJob], bool]) -> Out
 
     The kind's ``max_runtime`` (seconds) bounds the await: past it the handler's task is
     cancelled and the attempt fails with :class:`~django_jobq.exceptions.MaxRuntimeExceeded`
-    (a retry, or a dead letter on the final attempt). ``job_started`` is sent through
-    ``sync_to_async(thread_sensitive=True)``, since receivers may use the ORM: on Django's
-    sync thread, or on the thread of an enclosing ``async_to_sync`` (a test's). No connection
-    hygiene here; the worker's :class:`~.async_executor.AsyncExecutor` does it.
+    (a retry, or a dead letter on the final attempt). An abort request seen while it runs
+    cancels the task too (``HeldJob.on_abort``): the attempt raises
+    :class:`~django_jobq.exceptions.Aborted` and becomes a dead letter "aborted".
+    ``job_started`` is sent through ``sync_to_async(thread_sensitive=True)``, since receivers
+    may use the ORM: on Django's sync thread, or on the thread of an enclosing
+    ``async_to_sync`` (a test's). No connection hygiene here; the worker's
+    :class:`~.async_executor.AsyncExecutor` does it.
     """
     if not (tracing.ENABLED and tracing.configured()):
         return await _execute_async(held, extend, None)
@@ -227,11 +245,19 @@ def _decided(attempt: tracing.Attempt, outcome: Outcome) -> Outcome:
     return outcome
 
 
-def _definition(job: ClaimedJob) -> KindDefinition | Outcome:
-    """The definition that runs ``job``, or the dead-letter verdict of a job that must not
-    run: a refusal (:func:`refusal`) or a kind no handler is registered for here."""
+def _definition(held: HeldJob) -> KindDefinition | Outcome:
+    """The definition that runs ``held``'s job, or the dead-letter verdict of a job that must
+    not run: a refusal (:func:`refusal`), an abort requested while it waited for a handler
+    slot, or a kind no handler is registered for here."""
+    job = held.job
     if (refused := _refusal(job)) is not None:
         return refused
+    if held.abort_requested:
+        return _refused(
+            job,
+            DeadLetter.Reason.ABORTED,
+            f"an abort was requested before attempt {job.attempt} started; it was not run",
+        )
     definition = registry.get(job.kind)
     if definition is None:
         return _refused(
@@ -269,6 +295,8 @@ def _verdict_on_exception(
         return Outcome(job, Action.ACKED_BY_HANDLER, duration=duration, error=error, exception=exc)
     if isinstance(exc, LeaseLost):
         return Outcome(job, Action.LEASE_LOST, duration=duration, error=error, exception=exc)
+    if held.abort_requested:  # an aborted job is never retried, whatever it raised
+        return _failed(job, exc, described, duration, reason=DeadLetter.Reason.ABORTED)
     return _verdict_on_failure(job, definition, exc, described, duration)
 
 
@@ -285,7 +313,7 @@ def _execute(
     held: HeldJob, extend: Callable[[HeldJob], bool], attempt: tracing.Attempt | None
 ) -> Outcome:
     """:func:`execute`; the handler's exception is recorded on ``attempt``, when traced."""
-    definition = _definition(held.job)
+    definition = _definition(held)
     if isinstance(definition, Outcome):
         return definition
     if held.rated_keys:  # a rate limit counts this start from now (limited_claims)
@@ -307,7 +335,7 @@ async def _execute_async(
 ) -> Outcome:
     """:func:`execute_async`; the handler's exception is recorded on ``attempt``, when
     traced."""
-    definition = _definition(held.job)
+    definition = _definition(held)
     if isinstance(definition, Outcome):
         return definition
     if held.rated_keys:  # a rate limit counts this start from now (limited_claims)
@@ -318,15 +346,80 @@ async def _execute_async(
     instruments.handler_started()
     started = held.started = time.monotonic()
     try:
-        returned = await _within_max_runtime(
-            definition.func(*_arguments(held, definition, extend), **held.job.payload),
-            definition.max_runtime,
-        )
+        with _AbortWatch(held) as watch:
+            try:
+                returned = await _within_max_runtime(
+                    definition.func(*_arguments(held, definition, extend), **held.job.payload),
+                    definition.max_runtime,
+                )
+            except asyncio.CancelledError as exc:
+                watch.raise_if_cancelled_by_it(exc)
+                raise
     except BaseException as exc:  # any failure of user code is the job's outcome
         return _verdict_on_exception(held, definition, exc, time.monotonic() - started, attempt)
     finally:
         instruments.handler_finished()
     return _verdict_on_return(held, returned, time.monotonic() - started)
+
+
+class _AbortWatch:
+    """While an async handler runs (``with``, in its task): cancel the task when the worker
+    sees an abort request (``HeldJob.on_abort``, called from the heartbeater's thread; the
+    cancel itself runs on the loop), then turn that cancellation into
+    :class:`~django_jobq.exceptions.Aborted` (:meth:`raise_if_cancelled_by_it`). A request
+    seen before the handler started is refused earlier (:func:`_definition`)."""
+
+    def __init__(self, held: HeldJob) -> None:
+        self._held = held
+        self._task = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+        self._running = False
+        self.cancelled = False
+        self._uncancelled = False
+
+    def __enter__(self) -> _AbortWatch:
+        self._running = True
+        self._held.on_abort = self._request
+        if self._held.abort_requested:  # seen between _definition and here
+            self._cancel()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._running = False
+        self._held.on_abort = None
+        if self._pending():  # the handler swallowed the cancellation (and returned)
+            self._uncancel()
+
+    def _pending(self) -> bool:
+        """Whether this watch's cancellation is still counted on the task."""
+        return self.cancelled and not self._uncancelled
+
+    def _uncancel(self) -> None:
+        assert self._task is not None
+        self._uncancelled = True
+        self._task.uncancel()
+
+    def _request(self) -> None:
+        self._loop.call_soon_threadsafe(self._cancel)
+
+    def _cancel(self) -> None:
+        if self._running and not self.cancelled and self._task is not None:
+            self.cancelled = True
+            self._task.cancel("jobq: abort requested")
+
+    def raise_if_cancelled_by_it(self, exc: asyncio.CancelledError) -> None:
+        """Raise ``Aborted`` if the abort cancelled the task (it uncancels it: the task goes
+        on to report the verdict); return if the cancellation came from elsewhere (the
+        worker's shutdown), which then propagates."""
+        if not self._pending() or self._task is None:
+            return
+        if self._task.cancelling() > 1:
+            return  # also cancelled from elsewhere (the worker's shutdown): that one wins
+        self._uncancel()
+        raise Aborted(
+            f"job {self._held.job.id} attempt {self._held.job.attempt}: abort requested by an "
+            f"operator; the task was cancelled"
+        ) from exc
 
 
 async def _within_max_runtime(awaitable: Awaitable[Any], max_runtime: float | None) -> Any:

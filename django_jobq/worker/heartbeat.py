@@ -7,6 +7,13 @@ marked so (its handler can see it through ``JobContext.lease_lost``), a warning 
 and counted. A job whose row another transaction has locked is skipped, not waited for
 (busy: the lease is not lost), and tried again within half a heartbeat interval (at most a
 second).
+Abort requests (:func:`django_jobq.operations.abort`): each heartbeat returns whether the
+job has one, and between two heartbeats the heartbeater looks for them (one read for all
+jobs due a look, ``sql.aborts.ABORT_REQUESTED``) every half heartbeat interval, so a
+request is seen within half a heartbeat interval of being made. A job seen with one is
+flagged (``HeldJob.abort_seen``): its handler sees ``JobContext.abort_requested``, an async
+handler's task is cancelled. Its lease is extended as before: a handler that ignores the
+request runs to completion.
 A running job past its ``max_runtime`` is no longer extended, so its lease lapses and
 another worker can take the job; that is logged as an error. (An async job's task is
 cancelled then by the event loop, which reports its failure at once: nothing to log here.)
@@ -42,6 +49,12 @@ _RECONNECT_DELAY = 1.0
 _STALL_RECHECK = 0.1
 #: Seconds :meth:`Heartbeater.stop` waits for the thread (it may be cut from a statement).
 STOP_TIMEOUT = 1.0
+
+
+def _watches_abort(held: HeldJob) -> bool:
+    """Whether the heartbeater still looks for an abort request of ``held`` between two
+    heartbeats: until one is seen, while its lease is held."""
+    return not (held.abort_requested or held.lease_lost)
 
 
 class Heartbeater:
@@ -101,7 +114,17 @@ class Heartbeater:
         due = [h for h in extendable if h.next_heartbeat <= now]
         if due:
             self.extend(due)
+        if any(_watches_abort(h) and h.next_abort_look <= now for h in extendable):
+            # One read for every look due within the next half look interval as well, so
+            # that jobs claimed at different moments share their looks from then on.
+            looks = [
+                h
+                for h in extendable
+                if _watches_abort(h) and h.next_abort_look <= now + h.abort_look_interval / 2
+            ]
+            self.look_for_aborts(looks)
         upcoming = [h.next_heartbeat for h in extendable if not h.lease_lost]
+        upcoming.extend(h.next_abort_look for h in extendable if _watches_abort(h))
         if len(extendable) < len(live):
             upcoming.append(now + _STALL_RECHECK)
         return max(0.0, min(upcoming) - time.monotonic()) if upcoming else None
@@ -147,6 +170,22 @@ class Heartbeater:
             return False
         return True
 
+    def _connect(self) -> psycopg.Connection[Any]:
+        """The heartbeat connection, opened if need be (the caller holds ``_lock``)."""
+        if self._connection is None or self._connection.closed:
+            name = f"jobq heartbeat {self._worker_id}"
+            self._connection = db.connect(application_name=name)
+            if self._watchdog is not None:
+                self._watchdog.watch(self._connection, name)
+        return self._connection
+
+    def _drop_connection(self) -> None:
+        """Close the heartbeat connection after an error (the next statement reconnects)."""
+        with self._lock:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
     def extend(self, due: list[HeldJob]) -> bool:
         """Extend the leases of ``due`` now; return whether all of them were extended (a busy
         lease, whose row another transaction holds, is not: it is tried again soon).
@@ -156,12 +195,8 @@ class Heartbeater:
         """
         try:
             with self._lock:
-                if self._connection is None or self._connection.closed:
-                    name = f"jobq heartbeat {self._worker_id}"
-                    self._connection = db.connect(application_name=name)
-                    if self._watchdog is not None:
-                        self._watchdog.watch(self._connection, name)
-                extended = leases.heartbeat(self._connection.cursor(), [h.job.lease for h in due])
+                connection = self._connect()
+                extended = leases.heartbeat(connection.cursor(), [h.job.lease for h in due])
         except psycopg.Error as exc:
             self._failures.failed(
                 "worker %s: heartbeat failed, retrying in %g s: %s",
@@ -173,10 +208,7 @@ class Heartbeater:
                 # Retry well within the lease, even for short visibility timeouts.
                 retry_in = min(_RECONNECT_DELAY, held.heartbeat_interval / 2)
                 held.next_heartbeat = time.monotonic() + retry_in
-            with self._lock:
-                if self._connection is not None:
-                    self._connection.close()
-                    self._connection = None
+            self._drop_connection()
             return False
         self._failures.restored("worker %s: heartbeats restored", self._worker_id)
         now = time.monotonic()
@@ -184,8 +216,11 @@ class Heartbeater:
             if held.job.id in extended:
                 held.deadline = extended[held.job.id]
                 held.next_heartbeat = now + held.heartbeat_interval
+                held.next_abort_look = now + held.abort_look_interval
                 self.heartbeats += 1
                 instruments.observe_heartbeat(held.job.queue)
+                if held.job.id in extended.abort_requested:
+                    self._abort_seen(held)
             elif held.job.id in extended.busy:
                 # Another transaction holds the row's lock (not a lost lease): try again soon.
                 held.next_heartbeat = now + min(_RECONNECT_DELAY, held.heartbeat_interval / 2)
@@ -206,6 +241,41 @@ class Heartbeater:
                     held.deadline.isoformat(),
                 )
         return len(extended) == len(due)
+
+    def look_for_aborts(self, held_jobs: list[HeldJob]) -> None:
+        """Read whether an abort is requested for ``held_jobs`` (one statement, a read: see
+        ``sql.aborts.ABORT_REQUESTED``) and flag those that have one. A database error is
+        logged as a heartbeat's is; the next heartbeat reads the requests again."""
+        try:
+            with self._lock:
+                connection = self._connect()
+                requested = leases.abort_requested(
+                    connection.cursor(), [h.job.lease for h in held_jobs]
+                )
+        except psycopg.Error as exc:
+            self._failures.failed(
+                "worker %s: reading abort requests failed: %s", self._worker_id, exc
+            )
+            self._drop_connection()
+            requested = frozenset()
+        now = time.monotonic()
+        for held in held_jobs:
+            held.next_abort_look = now + held.abort_look_interval
+            if held.job.id in requested:
+                self._abort_seen(held)
+
+    def _abort_seen(self, held: HeldJob) -> None:
+        """A heartbeat or a look found an abort requested for ``held``: flag it (its context
+        says so; an async handler's task is cancelled), once."""
+        if held.abort_requested:
+            return
+        logger.info(
+            "job %s %s attempt %s: abort requested; its handler is told",
+            held.job.id,
+            held.job.kind,
+            held.job.attempt,
+        )
+        held.abort_seen()
 
     def extend_one(self, held: HeldJob) -> bool:
         """Extend one job's lease now (``JobContext.heartbeat``); ``False`` without a

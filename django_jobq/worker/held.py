@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -26,6 +27,13 @@ class HeldJob:
     worker; the test's when :func:`django_jobq.testing.run_jobs` runs the job inside the
     test's transaction (``ctx.atomic()`` nests in those, see
     :class:`~django_jobq.context.JobContext`).
+
+    ``abort_requested``: an operator asked this attempt to stop (set from the claim, or by
+    the heartbeater when a heartbeat or a look between two sees the request; never unset).
+    ``next_abort_look`` (``time.monotonic()`` seconds) is when the heartbeater next reads
+    the request, at :attr:`abort_look_interval`. ``on_abort`` is called once the request is
+    seen (from the heartbeater's thread; set by the event loop while an async handler runs,
+    to cancel its task).
     """
 
     job: ClaimedJob
@@ -41,10 +49,33 @@ class HeldJob:
     finished: bool = False  # its outcome is reported; the worker's ack may have deleted it
     # The rate-limited (scope, name) keys whose start logs its start is stamped in.
     rated_keys: tuple[tuple[str, str], ...] = ()
+    abort_requested: bool = False
+    next_abort_look: float = field(init=False)
+    on_abort: Callable[[], None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.deadline = self.job.lease_deadline
-        self.next_heartbeat = time.monotonic() + self.heartbeat_interval
+        now = time.monotonic()
+        self.next_heartbeat = now + self.heartbeat_interval
+        self.next_abort_look = now + self.abort_look_interval
+        self.abort_requested = self.abort_requested or self.job.abort_requested
+
+    @property
+    def abort_look_interval(self) -> float:
+        """Half the heartbeat interval, in seconds: the heartbeater reads a held job's abort
+        request at least this often (a heartbeat returns it, a look between two reads it),
+        so a request is seen within half a heartbeat interval and the handler can stop
+        within one."""
+        return self.heartbeat_interval / 2
+
+    def abort_seen(self) -> None:
+        """The heartbeater saw an abort request for this attempt: set the flag and, the
+        first time, call :attr:`on_abort`."""
+        if self.abort_requested:
+            return
+        self.abort_requested = True
+        if (hook := self.on_abort) is not None:
+            hook()
 
     @property
     def heartbeat_interval(self) -> float:

@@ -193,6 +193,45 @@ def test_operator_redrives_one_dead_letter_from_its_page(log_in, live_server, dj
     assert page.locator(".fieldBox.field-status .readonly").inner_text() == "ready"
 
 
+def test_operator_aborts_running_jobs_from_the_jobs_list(log_in, live_server, django_user_model):
+    """ "Abort the selected running jobs" (a Django admin action: a POST with the CSRF token):
+    the running jobs get an abort request and show it, the ready one is skipped and said so."""
+    lease = timezone.now() + timedelta(minutes=5)
+    running = JobFactory.create_batch(
+        2,
+        kind=KIND,
+        status=Job.Status.RUNNING,
+        attempts=1,
+        worker_id="web-1:42",
+        lease_deadline=lease,
+    )
+    ready = JobFactory(kind=KIND)
+    operator = django_user_model.objects.create_user("operator", password="pw", is_staff=True)
+    operator.user_permissions.set(
+        Permission.objects.filter(codename__in=["view_job", "change_job"])
+    )
+    page = log_in(operator)
+
+    page.goto(f"{live_server.url}/admin/django_jobq/job/")
+    page.check("#action-toggle")  # all three rows
+    page.select_option("select[name=action]", "abort")
+    page.locator(".actions button[name=index]").click()
+
+    message = page.locator(".messagelist").inner_text()
+    assert message == (
+        "2 running jobs: abort requested (each stops once its handler sees it). 1 skipped: not "
+        "running (only a running job can be aborted; cancel a ready one)."
+    )
+    statuses = page.locator("#result_list tbody td.field-status_shown").all_inner_texts()
+    assert sorted(statuses) == ["ready", "running (abort requested)", "running (abort requested)"]
+    assert all(Job.objects.get(pk=job.pk).abort_requested_at for job in running)
+    assert Job.objects.get(pk=ready.pk).abort_requested_at is None
+
+    page.goto(f"{live_server.url}/admin/django_jobq/job/{running[0].pk}/change/")
+    shown = page.locator(".field-abort_requested_at_shown .readonly").inner_text()
+    assert shown not in ("", "-")
+
+
 def test_view_only_staff_sees_no_redrive_action_or_button(log_in, live_server, django_user_model):
     make_dead_letters(3, kind=KIND)
     user = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)

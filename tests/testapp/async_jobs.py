@@ -74,6 +74,21 @@ async def slow(ctx: JobContext, label: str, seconds: float) -> None:
     await Effect.objects.acreate(label=f"{label} finished attempt {ctx.attempt}")
 
 
+@job(name="async.until_aborted", queue=QUEUE, takes_context=True, visibility_timeout=3)
+async def until_aborted(ctx: JobContext, label: str) -> None:
+    """Write ``"<label> started"`` and await for an hour; an abort cancels the await: write
+    ``"<label> cancelled, abort_requested=<flag>"`` and let the cancellation go on."""
+    await Effect.objects.acreate(label=f"{label} started")
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        await Effect.objects.acreate(
+            label=f"{label} cancelled, abort_requested={ctx.abort_requested}"
+        )
+        raise
+    await Effect.objects.acreate(label=f"{label} went on")
+
+
 def _write(label: str) -> int:
     """Write an Effect with the ORM's sync API (run by ``ctx.aatomic``); return its id."""
     return Effect.objects.create(label=label).pk

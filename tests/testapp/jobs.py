@@ -329,3 +329,31 @@ def limited_step(label: str, seconds: float = 0.0) -> None:
 def rated_step(label: str) -> None:
     """A run of a kind started at most five times in any second, fleet-wide."""
     _timed_run(label, 0.0, "")
+
+
+#: Seconds the abort tests' handlers wait for something before giving up (far past any test's
+#: deadline: a handler that waits this long has already failed its test).
+ABORT_TEST_PATIENCE = 60.0
+
+
+@job(queue="aborts", takes_context=True, visibility_timeout=3, max_attempts=5)
+def loop_until_aborted(ctx: JobContext, label: str) -> None:
+    """Write ``"<label> started attempt <n>"``, then check for an abort every 50 ms: the
+    handler of docs/flow-control-abort.md, stopped by ``raise_if_aborted()``."""
+    Effect.objects.create(label=f"{label} started attempt {ctx.attempt}")
+    give_up = time.monotonic() + ABORT_TEST_PATIENCE
+    while time.monotonic() < give_up:
+        ctx.raise_if_aborted()
+        time.sleep(0.05)
+
+
+@job(queue="aborts", takes_context=True, visibility_timeout=3, max_attempts=5)
+def ignore_abort(ctx: JobContext, label: str) -> None:
+    """Write ``"<label> started"``, wait until the worker has seen an abort request, then
+    go on and finish anyway (``"<label> finished, abort_requested=True"``): a handler that
+    ignores the request."""
+    Effect.objects.create(label=f"{label} started")
+    give_up = time.monotonic() + ABORT_TEST_PATIENCE
+    while not ctx.abort_requested and time.monotonic() < give_up:
+        time.sleep(0.05)
+    Effect.objects.create(label=f"{label} finished, abort_requested={ctx.abort_requested}")

@@ -25,11 +25,11 @@ WITH locked AS MATERIALIZED (
     SET lease_deadline = now() + LEAST(GREATEST(job.visibility_timeout, interval '0.001 seconds'), interval '3650 days')
     FROM locked
     WHERE job.id = locked.id
-    RETURNING job.id, job.lease_deadline
+    RETURNING job.id, job.lease_deadline, job.abort_requested_at IS NOT NULL AS abort_requested
 )
-SELECT id, false AS busy, lease_deadline FROM extended
+SELECT id, false AS busy, lease_deadline, abort_requested FROM extended
 UNION ALL
-SELECT id, true, NULL FROM busy
+SELECT id, true, NULL, false FROM busy
 
 -- name: RELEASE_JOBS
 WITH locked AS MATERIALIZED (
