@@ -362,3 +362,13 @@ def test_invalid_queue_limits_in_the_settings_are_check_error_e021(queues, messa
     problems = conf.validate({"QUEUES": queues})
     assert [check_id for check_id, _ in problems] == ["django_jobq.E021"]
     assert message in problems[0][1]
+
+
+def test_run_jobs_runs_a_lane_in_order_as_a_worker_does():
+    from django_jobq.testing import run_jobs
+
+    for n in range(3):
+        record.using(ordering_key="lane").enqueue(f"n{n}")
+    ran = run_jobs()
+    assert [job.payload["label"] for job in ran] == ["n0", "n1", "n2"]
+    assert list(Effect.objects.order_by("id").values_list("label", flat=True)) == ["n0", "n1", "n2"]

@@ -135,7 +135,7 @@ POISON_REASON = """CASE
 # comes back as text too, read only where tracing is on (:mod:`django_jobq.tracing`): a
 # malformed one never fails the claim. ``ordering_key`` is the job's lane (NULL: none; see
 # ``sql.lanes``) and ``abort_requested`` whether an operator asked its attempt to stop
-# (:mod:`django_jobq.aborts`): a reclaimed job with a request is dead-lettered unrun.
+# (``operations.abort``): a reclaimed job with a request is dead-lettered unrun.
 # Both statements select the same columns of the claimed rows joined to ``lapsed``; the
 # lease is ``{lease_length}`` (``sql.leases.LEASE_LENGTH``) and ``poison`` is
 # ``{poison_reason}`` (``POISON_REASON``).

@@ -267,6 +267,11 @@ def _attempt(job: ClaimedJob, *, raise_exceptions: bool) -> RanJob:
     with _driver_cursor(alias) as cursor, _worker_json_loader(cursor):
         recorder = outcomes.Recorder(task_results.TaskOutcomes())
         recorded = recorder.record(cursor, outcome)
+        if job.ordering_key is not None and job.id in recorded:  # as a worker moves it on
+            cursor.execute(
+                sql.lanes.PROMOTE_LANES,
+                {"lanes": [job.ordering_key], "channel": sql.wake.WAKE_CHANNEL},
+            )
     recorder.announce(recorded)
     name = outcome_name(outcome, applied=job.id in recorded)
     if name != "lease_lost":
