@@ -168,6 +168,13 @@ def parse_args(argv: Sequence[str], *, resolve: bool = True) -> argparse.Namespa
         "where the latency goes; a profile, its latencies are not benchmark figures",
     )
     parser.add_argument(
+        "--queue-limits",
+        metavar="JSON",
+        help="django-jobq only: JOBQ['QUEUES'] limits of the bench queue for every worker, "
+        'e.g. \'{"CONCURRENCY_LIMIT": 1000, "RATE_LIMIT": "10000/s"}\' (the cost of flow '
+        "control: docs/flow-control.md)",
+    )
+    parser.add_argument(
         "--sustained-rates",
         type=rates,
         help="offered jobs/s, 'max' for an unpaced producer (default 2000,max; quick 2000)",

@@ -136,6 +136,8 @@ class Bench:
             traced = self.args.trace_pickup and "pickup" in scenario
             if traced:
                 env["JOBQ_BENCH_TRACE"] = "1"  # django-jobq's workers (benchsite.pickup_trace)
+            if self.args.queue_limits:
+                env["JOBQ_BENCH_QUEUE_LIMITS"] = self.args.queue_limits  # benchsite.settings
             group = WorkerGroup(
                 system.worker_commands(config),
                 env=env,

@@ -4,13 +4,16 @@ Chosen by two environment variables, which bench/run.py sets for each subprocess
 
 - ``JOBQ_BENCH_SYSTEM``: ``jobq`` (django-jobq alone), ``tasksdb`` (django-tasks-db alone)
   or ``tasks`` (both Django Tasks backends, for the "tasks" scenario);
-- ``JOBQ_BENCH_DATABASE_URL``: the system's own benchmark database.
+- ``JOBQ_BENCH_DATABASE_URL``: the system's own benchmark database;
+- ``JOBQ_BENCH_QUEUE_LIMITS`` (optional, ``--queue-limits``): the bench queue's
+  ``JOBQ['QUEUES']`` limits, as JSON.
 
 Both systems get what a production deployment would have: ``DEBUG = False`` (no query log,
 no autoreloader) and persistent connections (``CONN_MAX_AGE = 60``; with Django's default 0,
 django-tasks-db's worker would reconnect for every task).
 """
 
+import json
 import os
 
 import dj_database_url
@@ -40,6 +43,8 @@ _APPS = {
 INSTALLED_APPS = _APPS[SYSTEM]
 
 JOBQ = {"DATABASE": "default", "DEFAULT_QUEUE": "bench"}
+if os.environ.get("JOBQ_BENCH_QUEUE_LIMITS"):
+    JOBQ["QUEUES"] = {"bench": json.loads(os.environ["JOBQ_BENCH_QUEUE_LIMITS"])}
 
 _TASKS_DB = {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["bench"]}
 TASKS = {
