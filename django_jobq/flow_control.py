@@ -15,7 +15,7 @@ queues and kinds at run time, and read them back.
     for queue in flow_control.queue_states():                      # -> [QueueControl]
         print(queue.name, queue.paused, queue.concurrency_limit, queue.concurrency_limit_source)
 
-What a pause does (docs/flow-control-operators.md): from the first claim after the pause
+What a pause does (docs/flow-control.md): from the first claim after the pause
 commits, no worker claims the queue's jobs; jobs already running finish (and their retries
 wait for the resume); enqueue still works, the jobs wait; the pause is a row in
 ``jobq_queue``, so it survives worker restarts and deploys. ``until`` ends it by itself at

@@ -1,4 +1,4 @@
-"""Aborting a running job (docs/flow-control-abort.md), as a specification.
+"""Aborting a running job (docs/flow-control.md ("Aborting a running job")), as a specification.
 
 - ``abort(job_id)`` asks a *running* job to stop; a ready job is not aborted (cancel it).
 - The worker's heartbeat returns the request, and the heartbeater looks for one between two

@@ -339,7 +339,8 @@ ABORT_TEST_PATIENCE = 60.0
 @job(queue="aborts", takes_context=True, visibility_timeout=3, max_attempts=5)
 def loop_until_aborted(ctx: JobContext, label: str) -> None:
     """Write ``"<label> started attempt <n>"``, then check for an abort every 50 ms: the
-    handler of docs/flow-control-abort.md, stopped by ``raise_if_aborted()``."""
+    handler of docs/flow-control.md ("Aborting a running job"), stopped by
+    ``raise_if_aborted()``."""
     Effect.objects.create(label=f"{label} started attempt {ctx.attempt}")
     give_up = time.monotonic() + ABORT_TEST_PATIENCE
     while time.monotonic() < give_up:
