@@ -6,12 +6,14 @@ limited claim takes their jobs in one transaction:
 
 1. lock the rows of the limited queues and kinds it may claim for (``sql.flow.LOCK_LIMIT_STATES``,
    skipping those another worker's limited claim holds: it never waits);
-2. count their jobs holding a live lease, fleet-wide (``sql.flow.COUNT_LIVE_LEASES``): a new
+2. count their jobs holding a live lease, and their recent starts, fleet-wide
+   (``sql.flow.COUNT_LIMITED``): a new
    statement, so it sees every claim committed before the lock, and no other claim can
    take jobs under these limits until this transaction ends;
 3. claim, per limited queue and kind (and per pair of both), at most what the limits leave
    (``claims.claim``, so lapsed leases first, lanes and pauses honoured);
-4. add the starts to the rate limits' start logs (``sql.flow.RECORD_STARTS``), and commit.
+4. log the starts for the rate limits (``jobq_limit_start``, ``sql.flow.RECORD_STARTS``), and
+   commit.
 
 Each rate-limited job's handler thread then stamps its entry with the moment the handler
 starts (:func:`confirm_start`, ``sql.flow.CONFIRM_START``) before it runs: the logs count
@@ -101,20 +103,25 @@ def claim_limited(
     with connection.transaction():
         cursor = connection.cursor()
         cursor.execute(sql.flow.LOCK_LIMIT_STATES, {"queues": queue_keys, "kinds": kind_keys})
-        locked = {(scope, name): (starts, now) for scope, name, starts, now in cursor.fetchall()}
+        locked: list[tuple[str, str]] = [(scope, name) for scope, name in cursor.fetchall()]
         held_elsewhere = len(locked) < len(queue_keys) + len(kind_keys)
         if not locked:
             return LimitedClaim([], held_elsewhere=True)
+        rates = [_limits(state, key).rate for key in locked]
         cursor.execute(
-            sql.flow.COUNT_LIVE_LEASES,
-            {"scopes": [scope for scope, _ in locked], "names": [name for _, name in locked]},
+            sql.flow.COUNT_LIMITED,
+            {
+                "scopes": [scope for scope, _ in locked],
+                "names": [name for _, name in locked],
+                "windows": [rate and rate_window(rate.window) for rate in rates],
+                "counts": [rate and rate.count for rate in rates],
+            },
         )
-        live = {(scope, name): count for scope, name, count in cursor.fetchall()}
         room: dict[tuple[str, str], int] = {}
         next_start_in: float | None = None
-        for key, (starts, now) in locked.items():
-            limits = _limits(state, key)
-            room[key], wait = _room(limits, live.get(key, 0), starts, now)
+        for scope, name, live, recent, frees_in in cursor.fetchall():
+            key = (scope, name)
+            room[key], wait = _room(_limits(state, key), live, recent, frees_in)
             if wait is not None:
                 next_start_in = wait if next_start_in is None else min(next_start_in, wait)
         jobs = _claim_within(cursor, worker_id, limit, queues, kinds, state, room)
@@ -132,19 +139,17 @@ def _limits(state: FlowState, key: tuple[str, str]) -> Limits:
 
 
 def _room(
-    limits: Limits, live: int, starts: list[list[float]], now: float
+    limits: Limits, live: int, recent: int, frees_in: float | None
 ) -> tuple[int, float | None]:
-    """How many jobs a limited queue or kind may start now, given its jobs with a live lease
-    and its start log (``[job id, epoch seconds]`` entries) read at ``now``; and, when its
-    rate limit allows none, the seconds until it allows one."""
+    """How many jobs a limited queue or kind may start now, given its jobs holding a live
+    lease and its starts within the rate window; and, when its rate limit allows none, the
+    seconds until it allows one (``frees_in``, from ``sql.flow.COUNT_LIMITED``)."""
     room = limits.concurrency - live if limits.concurrency is not None else 1 << 31
     wait = None
     if limits.rate is not None:
-        window = rate_window(limits.rate.window)
-        recent = sorted(start for _, start in starts if start > now - window)
-        rate_room = limits.rate.count - len(recent)
+        rate_room = limits.rate.count - recent
         if rate_room <= 0:
-            wait = recent[-limits.rate.count] + window - now if recent else 0.0
+            wait = max(0.0, frees_in or 0.0)
         room = min(room, rate_room)
     return max(room, 0), wait
 
@@ -199,8 +204,8 @@ def _record_starts(
     room: dict[tuple[str, str], int],
     jobs: list[ClaimedJob],
 ) -> dict[int, tuple[tuple[str, str], ...]]:
-    """Add the claimed jobs to the start logs of their rate-limited queues and kinds; return
-    each such job's keys."""
+    """Log the claimed jobs' starts for their rate-limited queues and kinds
+    (``sql.flow.RECORD_STARTS``); return each such job's keys."""
     rated: dict[int, tuple[tuple[str, str], ...]] = {}
     for job in jobs:
         keys = tuple(
@@ -210,26 +215,26 @@ def _record_starts(
         )
         if keys:
             rated[job.id] = keys
-    entries = [(key, job_id) for job_id, keys in rated.items() for key in keys]
+    entries = [(key, job) for job in jobs for key in rated.get(job.id, ())]
     if not entries:
         return rated
-    rates = [_limits(state, key).rate for key, _ in entries]
+    windows = [_limits(state, key).rate for key, _ in entries]
     cursor.execute(
         sql.flow.RECORD_STARTS,
         {
             "scopes": [scope for (scope, _), _ in entries],
             "names": [name for (_, name), _ in entries],
-            "job_ids": [job_id for _, job_id in entries],
-            "windows": [rate_window(rate.window) for rate in rates if rate],
-            "keep": [rate.count for rate in rates if rate],
+            "job_ids": [job.id for _, job in entries],
+            "attempts": [job.attempt for _, job in entries],
+            "windows": [rate_window(rate.window) for rate in windows if rate],
         },
     )
     return rated
 
 
-def confirm_start(job_id: int, keys: Sequence[tuple[str, str]]) -> None:
-    """Stamp a rate-limited job's start in the start logs of ``keys`` (its rate-limited
-    queue and kind, as :attr:`LimitedClaim.rated` gives them) with the database's clock, in a
+def confirm_start(job_id: int, attempt: int, keys: Sequence[tuple[str, str]]) -> None:
+    """Stamp the start of a rate-limited job's attempt for ``keys`` (its rate-limited queue
+    and kind, as :attr:`LimitedClaim.rated` gives them) with the database's clock, in a
     statement of its own on this thread's Django connection to the queue database
     (``sql.flow.CONFIRM_START``). The handler thread calls it just before the handler.
 
@@ -243,6 +248,7 @@ def confirm_start(job_id: int, keys: Sequence[tuple[str, str]]) -> None:
             sql.flow.CONFIRM_START,
             {
                 "job_id": job_id,
+                "attempt": attempt,
                 "scopes": [scope for scope, _ in keys],
                 "names": [name for _, name in keys],
             },

@@ -588,9 +588,10 @@ class KindLimit(models.Model):
 
 
 class LimitState(models.Model):
-    """The row a limited claim locks for one queue or kind with a limit, and the recent
-    starts its rate limit counts (:mod:`django_jobq.limited_claims`). Workers write it; it is
-    not configuration (that is :class:`Queue` and :class:`KindLimit`)."""
+    """The row a limited claim locks for one queue or kind with a limit
+    (:mod:`django_jobq.limited_claims`): while one worker's claim holds it, no other claim
+    counts or takes jobs under that limit. Workers write it; it is not configuration (that is
+    :class:`Queue` and :class:`KindLimit`)."""
 
     class Scope(models.TextChoices):
         QUEUE = "queue"
@@ -599,11 +600,6 @@ class LimitState(models.Model):
     id = models.BigAutoField(primary_key=True)
     scope = models.CharField(max_length=5, choices=Scope.choices)
     name = models.CharField(max_length=200)
-    recent_starts = models.JSONField(
-        default=list,
-        help_text="Database-clock epoch seconds of the starts within the rate "
-        "window, oldest first.",
-    )
 
     class Meta:
         db_table = "jobq_limit_state"
@@ -613,3 +609,33 @@ class LimitState(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope} {self.name}"
+
+
+class LimitStart(models.Model):
+    """One start counted by the rate limit of a queue or kind: an attempt of a job, when its
+    handler started (database clock; until then, when it was claimed). Written by limited
+    claims and handler threads, deleted once older than the limit's window
+    (:mod:`django_jobq.limited_claims`)."""
+
+    id = models.BigAutoField(primary_key=True)
+    scope = models.CharField(max_length=5, choices=LimitState.Scope.choices)
+    name = models.CharField(max_length=200)
+    job_id = models.BigIntegerField()
+    attempt = models.IntegerField()
+    started_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "jobq_limit_start"
+        constraints = [
+            # One start per attempt, whichever wrote it first (its claim or its handler).
+            models.UniqueConstraint(
+                fields=["scope", "name", "job_id", "attempt"], name="jobq_limit_start_uniq"
+            ),
+        ]
+        indexes = [
+            # The starts of one limit within its window, newest first.
+            models.Index(fields=["scope", "name", "started_at"], name="jobq_limit_start_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.name}: job {self.job_id} attempt {self.attempt}"

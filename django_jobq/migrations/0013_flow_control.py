@@ -1,6 +1,6 @@
 """Flow control (docs/flow-control.md): the queues and kinds operators pause and limit at run
-time, the rows limited claims lock, and on jobs a lane (``ordering_key``, with the new status
-``waiting``) and an abort request.
+time, the rows limited claims lock and the starts rate limits count, and on jobs a lane
+(``ordering_key``, with the new status ``waiting``) and an abort request.
 
 New tables, and nullable columns without defaults (recorded in the catalog, no table
 rewrite). The check of ``jobq_job.status`` is replaced ``NOT VALID`` (no scan). The lock these
@@ -146,16 +146,36 @@ class Migration(migrations.Migration):
                     models.CharField(choices=[("queue", "Queue"), ("kind", "Kind")], max_length=5),
                 ),
                 ("name", models.CharField(max_length=200)),
-                (
-                    "recent_starts",
-                    models.JSONField(
-                        default=list,
-                        help_text="Database-clock epoch seconds of the starts within the rate "
-                        "window, oldest first.",
-                    ),
-                ),
             ],
             options={"db_table": "jobq_limit_state"},
+        ),
+        migrations.CreateModel(
+            name="LimitStart",
+            fields=[
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                (
+                    "scope",
+                    models.CharField(choices=[("queue", "Queue"), ("kind", "Kind")], max_length=5),
+                ),
+                ("name", models.CharField(max_length=200)),
+                ("job_id", models.BigIntegerField()),
+                ("attempt", models.IntegerField()),
+                ("started_at", models.DateTimeField()),
+            ],
+            options={
+                "db_table": "jobq_limit_start",
+                "indexes": [
+                    models.Index(
+                        fields=["scope", "name", "started_at"], name="jobq_limit_start_idx"
+                    )
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("scope", "name", "job_id", "attempt"),
+                        name="jobq_limit_start_uniq",
+                    )
+                ],
+            },
         ),
         migrations.AddConstraint(
             model_name="limitstate",

@@ -19,7 +19,7 @@ import sql``:
 - ``clock``: the database clock;
 - ``enqueue``: inserting jobs (and waking workers at commit), idempotency keys;
 - ``flow``: flow control as workers see it: pauses and limits, limited claims' locks, counts
-  and start logs;
+  and starts;
 - ``flow_control``: operators' pauses and run-time limits of queues and kinds;
 - ``lanes``: ordered lanes: making a lane's next job ready;
 - ``leases``: the fencing predicate, heartbeats, releasing leases;

@@ -1,6 +1,6 @@
 """Flow control as workers see it: the state of pauses and limits, and the limited claim's
-locks, counts and start log (docs/flow-control.md; :mod:`django_jobq.flow_state`,
-:mod:`django_jobq.limited_claims`).
+locks, counts and the rate limits' starts (``jobq_limit_start``) (docs/flow-control.md;
+:mod:`django_jobq.flow_state`, :mod:`django_jobq.limited_claims`).
 
 Operators write ``jobq_queue`` (pauses, queue limits) and ``jobq_kind_limit`` (kind limits).
 A worker reads them (``FLOW_STATE``) and claims by what it read; every claim compares
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 #: A digest of every pause and limit: md5 of each row's settings as text (``quote_nullable``
 #: quotes each value, NULL as NULL; times as epoch seconds, whatever the session's time
-#: zone), the rows sorted. Not the start log (``jobq_limit_state``): starts change no
+#: zone), the rows sorted. Not the starts (``jobq_limit_start``): starts change no
 #: setting. Reads both tables whole (a row per paused or limited queue and kind: a few).
 FLOW_DIGEST = """(SELECT md5(COALESCE(string_agg(line, ',' ORDER BY line), ''))
      FROM (SELECT concat_ws(' ', 'queue', quote_nullable(name),
@@ -58,11 +58,11 @@ FLOW_STATE = _FLOW_STATE_TEMPLATE.format(digest=FLOW_DIGEST, paused=PAUSED)
 SELECT_FLOW_DIGEST = f"SELECT {FLOW_DIGEST} AS digest"
 
 #: Make sure each limited queue and kind (zipped ``%(scopes)s`` 'queue' / 'kind' and
-#: ``%(names)s``) has the row its limited claims lock, with an empty start log. Writes
-#: nothing for the rows that exist.
+#: ``%(names)s``) has the row its limited claims lock. Writes nothing for the rows that
+#: exist.
 ENSURE_LIMIT_STATES = """
-INSERT INTO jobq_limit_state (scope, name, recent_starts)
-SELECT key.scope, key.name, '[]'::jsonb
+INSERT INTO jobq_limit_state (scope, name)
+SELECT key.scope, key.name
 FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS key(scope, name)
 ON CONFLICT (scope, name) DO NOTHING
 """
@@ -71,10 +71,9 @@ ON CONFLICT (scope, name) DO NOTHING
 #: queues (``%(queues)s``) and kinds (``%(kinds)s``) this claim may take jobs of, skipping
 #: those another worker's limited claim holds (it never waits: that worker claims for them
 #: now). Until the transaction ends, no other claim counts or takes jobs under these limits,
-#: so the counts the next statement reads stay true. Returns each locked row with its start
-#: log and the database clock (``clock_timestamp()``, epoch seconds) to read it against.
+#: so the counts the next statement reads stay true. Returns the locked keys.
 LOCK_LIMIT_STATES = """
-SELECT scope, name, recent_starts, EXTRACT(EPOCH FROM clock_timestamp())::float8 AS now
+SELECT scope, name
 FROM jobq_limit_state
 WHERE (scope = 'queue' AND name = ANY(%(queues)s::text[]))
    OR (scope = 'kind' AND name = ANY(%(kinds)s::text[]))
@@ -82,68 +81,71 @@ FOR UPDATE SKIP LOCKED
 """
 
 #: The second statement, after ``LOCK_LIMIT_STATES``: per locked key (zipped ``%(scopes)s``,
-#: ``%(names)s``), how many of its jobs hold a live lease (running, deadline not passed),
-#: fleet-wide. A new statement, so under READ COMMITTED it sees every claim committed before
-#: the lock was taken. A lapsed lease holds no slot: its job is claimable, and the claim that
-#: reclaims it counts it again. Reads the running jobs (``jobq_job_lease_idx``).
-COUNT_LIVE_LEASES = """
-SELECT key.scope, key.name, count(job.id) AS live
-FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS key(scope, name)
-LEFT JOIN jobq_job AS job
-    ON job.status = 'running' AND job.lease_deadline >= now()
-   AND CASE key.scope WHEN 'queue' THEN job.queue = key.name ELSE job.kind = key.name END
-GROUP BY key.scope, key.name
+#: ``%(names)s``, and for a rate limit ``%(windows)s`` seconds and ``%(counts)s`` starts,
+#: NULL for none), fleet-wide:
+#:   - ``live``: its jobs holding a live lease (running, deadline not passed). A lapsed lease
+#:     holds no slot: its job is claimable, and the claim that reclaims it counts again.
+#:     Reads the running jobs (``jobq_job_lease_idx``);
+#:   - ``recent``: its starts within the window (``jobq_limit_start_idx``, newest first);
+#:   - ``frees_in``: when ``recent`` has reached the count, the seconds until the oldest of
+#:     the last ``count`` starts leaves the window, when one more may start.
+#: A new statement, so under READ COMMITTED it sees every claim and start committed before
+#: the lock was taken. Clock: ``clock_timestamp()``, as the starts are stamped.
+COUNT_LIMITED = """
+SELECT key.scope, key.name,
+       (SELECT count(*) FROM jobq_job AS job
+        WHERE job.status = 'running' AND job.lease_deadline >= now()
+          AND CASE key.scope WHEN 'queue' THEN job.queue = key.name
+                             ELSE job.kind = key.name END) AS live,
+       (SELECT count(*) FROM jobq_limit_start AS start
+        WHERE start.scope = key.scope AND start.name = key.name
+          AND start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds))
+           AS recent,
+       (SELECT EXTRACT(EPOCH FROM start.started_at + make_interval(secs => key.window_seconds)
+                                  - clock_timestamp())::float8
+        FROM jobq_limit_start AS start
+        WHERE start.scope = key.scope AND start.name = key.name
+          AND start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+        ORDER BY start.started_at DESC
+        OFFSET key.count - 1
+        LIMIT 1) AS frees_in
+FROM unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[],
+            %(counts)s::integer[]) AS key(scope, name, window_seconds, count)
 """
 
-#: The last statement before the commit: add the starts of this claim to the start logs of
-#: the rate-limited keys, one zipped element per job started (``%(scopes)s``, ``%(names)s``,
-#: ``%(job_ids)s``; ``%(windows)s`` seconds kept and ``%(keep)s`` starts kept at most, the
-#: limit's count, repeated), dropping the starts older than the window. A log is a JSON
-#: array of ``[job id, epoch seconds]``, stamped ``clock_timestamp()`` here, after the claim's
-#: leases: never earlier than the claim. ``CONFIRM_START`` moves each to its handler's start.
+#: The last statement before the commit: log the starts of this claim for the rate-limited
+#: keys, one zipped element per start (``%(scopes)s``, ``%(names)s``, ``%(job_ids)s``,
+#: ``%(attempts)s``), stamped ``clock_timestamp()`` (after the claim's leases: never earlier
+#: than the claim), and delete each key's starts older than its window (``%(windows)s``
+#: seconds, repeated per element): the log holds at most a window of starts. A start its
+#: handler stamped already (``CONFIRM_START``, a race that cannot happen before the commit)
+#: is kept. ``CONFIRM_START`` moves each to its handler's start.
 RECORD_STARTS = """
-UPDATE jobq_limit_state AS state
-SET recent_starts = (
-    SELECT COALESCE(jsonb_agg(kept.entry ORDER BY kept.start), '[]'::jsonb)
-    FROM (
-        SELECT entry, start FROM (
-            SELECT entry, (entry->>1)::float8 AS start
-            FROM jsonb_array_elements(state.recent_starts) AS entry
-            UNION ALL
-            SELECT jsonb_build_array(job_id, EXTRACT(EPOCH FROM clock_timestamp())::float8),
-                   EXTRACT(EPOCH FROM clock_timestamp())::float8
-            FROM unnest(key.job_ids) AS job_id
-        ) AS starts
-        WHERE start > EXTRACT(EPOCH FROM clock_timestamp())::float8 - key.window_seconds
-        ORDER BY start DESC
-        LIMIT key.keep
-    ) AS kept
+WITH pruned AS (
+    DELETE FROM jobq_limit_start AS start
+    USING (SELECT DISTINCT scope, name, window_seconds
+           FROM unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[])
+               AS key(scope, name, window_seconds)) AS key
+    WHERE start.scope = key.scope AND start.name = key.name
+      AND start.started_at <= clock_timestamp() - make_interval(secs => key.window_seconds)
 )
-FROM (
-    SELECT scope, name, array_agg(job_id) AS job_ids, max(window_seconds) AS window_seconds,
-           max(keep) AS keep
-    FROM unnest(%(scopes)s::text[], %(names)s::text[], %(job_ids)s::bigint[],
-                %(windows)s::float8[], %(keep)s::integer[])
-        AS started(scope, name, job_id, window_seconds, keep)
-    GROUP BY scope, name
-) AS key
-WHERE state.scope = key.scope AND state.name = key.name
+INSERT INTO jobq_limit_start (scope, name, job_id, attempt, started_at)
+SELECT scope, name, job_id, attempt, clock_timestamp()
+FROM unnest(%(scopes)s::text[], %(names)s::text[], %(job_ids)s::bigint[],
+            %(attempts)s::integer[]) AS started(scope, name, job_id, attempt)
+ON CONFLICT (scope, name, job_id, attempt) DO NOTHING
 """
 
-#: A rate-limited job's handler is about to start: stamp its entry in the start logs of its
-#: rate-limited queue and kind (zipped ``%(scopes)s``, ``%(names)s``) with
-#: ``clock_timestamp()`` (its entry replaced, or added if the log dropped it). Run on the
-#: handler's thread, committed before the handler starts: the log holds when the handlers
-#: started, not when they were claimed, so a handler that started late behind its claim
-#: still counts from its start (docs/flow-control.md, "How exact").
+#: A rate-limited job's handler is about to start: stamp its start (``%(job_id)s``,
+#: ``%(attempt)s``) for its rate-limited queue and kind (zipped ``%(scopes)s``, ``%(names)s``)
+#: with ``clock_timestamp()``, written if the claim's entry is gone. Run on the handler's
+#: thread and committed before the handler starts: the log holds when the handlers started,
+#: not when they were claimed, so a handler that started late behind its claim still counts
+#: from its start (docs/flow-control.md, "Rate limits"). One row each, by its unique index:
+#: it waits for no limited claim.
 CONFIRM_START = """
-UPDATE jobq_limit_state AS state
-SET recent_starts = COALESCE(
-        (SELECT jsonb_agg(entry) FROM jsonb_array_elements(state.recent_starts) AS entry
-         WHERE (entry->>0)::bigint <> %(job_id)s),
-        '[]'::jsonb)
-    || jsonb_build_array(jsonb_build_array(%(job_id)s::bigint,
-                                           EXTRACT(EPOCH FROM clock_timestamp())::float8))
+INSERT INTO jobq_limit_start (scope, name, job_id, attempt, started_at)
+SELECT key.scope, key.name, %(job_id)s, %(attempt)s, clock_timestamp()
 FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS key(scope, name)
-WHERE state.scope = key.scope AND state.name = key.name
+ON CONFLICT (scope, name, job_id, attempt) DO UPDATE SET started_at = EXCLUDED.started_at
 """

@@ -317,7 +317,7 @@ def _execute(
     if isinstance(definition, Outcome):
         return definition
     if held.rated_keys:  # a rate limit counts this start from now (limited_claims)
-        limited_claims.confirm_start(held.job.id, held.rated_keys)
+        limited_claims.confirm_start(held.job.id, held.job.attempt, held.rated_keys)
     signals.send(signals.job_started, held.job)
     instruments.handler_started()
     started = held.started = time.monotonic()
@@ -340,7 +340,7 @@ async def _execute_async(
         return definition
     if held.rated_keys:  # a rate limit counts this start from now (limited_claims)
         await sync_to_async(limited_claims.confirm_start, thread_sensitive=True)(
-            held.job.id, held.rated_keys
+            held.job.id, held.job.attempt, held.rated_keys
         )
     await sync_to_async(signals.send, thread_sensitive=True)(signals.job_started, held.job)
     instruments.handler_started()

@@ -47,7 +47,7 @@ class HeldJob:
     overran: bool = False
     acked: bool = False  # by the handler, in its transaction (JobContext.atomic)
     finished: bool = False  # its outcome is reported; the worker's ack may have deleted it
-    # The rate-limited (scope, name) keys whose start logs its start is stamped in.
+    # The rate-limited (scope, name) keys its start is stamped for (limited_claims).
     rated_keys: tuple[tuple[str, str], ...] = ()
     abort_requested: bool = False
     next_abort_look: float = field(init=False)

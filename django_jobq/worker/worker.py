@@ -578,7 +578,7 @@ class Worker:
             raise start_failed
         if flow.stale:
             return 0.0  # the pauses or limits changed: read them, and claim again at once
-        if jobs and len(jobs) - len(limited) == limit and self._outstanding < self._capacity:
+        if limit and len(jobs) - len(limited) == limit and self._outstanding < self._capacity:
             return 0.0  # more may be waiting: claim again at once
         if limit and not jobs and self._positions.is_set():
             # The claim read from this process's positions: before waiting (or stopping),

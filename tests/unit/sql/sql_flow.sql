@@ -55,61 +55,56 @@ SELECT (SELECT md5(COALESCE(string_agg(line, ',' ORDER BY line), ''))
            FROM jobq_kind_limit) AS settings) AS digest
 
 -- name: ENSURE_LIMIT_STATES
-INSERT INTO jobq_limit_state (scope, name, recent_starts)
-SELECT key.scope, key.name, '[]'::jsonb
+INSERT INTO jobq_limit_state (scope, name)
+SELECT key.scope, key.name
 FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS key(scope, name)
 ON CONFLICT (scope, name) DO NOTHING
 
 -- name: LOCK_LIMIT_STATES
-SELECT scope, name, recent_starts, EXTRACT(EPOCH FROM clock_timestamp())::float8 AS now
+SELECT scope, name
 FROM jobq_limit_state
 WHERE (scope = 'queue' AND name = ANY(%(queues)s::text[]))
    OR (scope = 'kind' AND name = ANY(%(kinds)s::text[]))
 FOR UPDATE SKIP LOCKED
 
--- name: COUNT_LIVE_LEASES
-SELECT key.scope, key.name, count(job.id) AS live
-FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS key(scope, name)
-LEFT JOIN jobq_job AS job
-    ON job.status = 'running' AND job.lease_deadline >= now()
-   AND CASE key.scope WHEN 'queue' THEN job.queue = key.name ELSE job.kind = key.name END
-GROUP BY key.scope, key.name
+-- name: COUNT_LIMITED
+SELECT key.scope, key.name,
+       (SELECT count(*) FROM jobq_job AS job
+        WHERE job.status = 'running' AND job.lease_deadline >= now()
+          AND CASE key.scope WHEN 'queue' THEN job.queue = key.name
+                             ELSE job.kind = key.name END) AS live,
+       (SELECT count(*) FROM jobq_limit_start AS start
+        WHERE start.scope = key.scope AND start.name = key.name
+          AND start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds))
+           AS recent,
+       (SELECT EXTRACT(EPOCH FROM start.started_at + make_interval(secs => key.window_seconds)
+                                  - clock_timestamp())::float8
+        FROM jobq_limit_start AS start
+        WHERE start.scope = key.scope AND start.name = key.name
+          AND start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+        ORDER BY start.started_at DESC
+        OFFSET key.count - 1
+        LIMIT 1) AS frees_in
+FROM unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[],
+            %(counts)s::integer[]) AS key(scope, name, window_seconds, count)
 
 -- name: RECORD_STARTS
-UPDATE jobq_limit_state AS state
-SET recent_starts = (
-    SELECT COALESCE(jsonb_agg(kept.entry ORDER BY kept.start), '[]'::jsonb)
-    FROM (
-        SELECT entry, start FROM (
-            SELECT entry, (entry->>1)::float8 AS start
-            FROM jsonb_array_elements(state.recent_starts) AS entry
-            UNION ALL
-            SELECT jsonb_build_array(job_id, EXTRACT(EPOCH FROM clock_timestamp())::float8),
-                   EXTRACT(EPOCH FROM clock_timestamp())::float8
-            FROM unnest(key.job_ids) AS job_id
-        ) AS starts
-        WHERE start > EXTRACT(EPOCH FROM clock_timestamp())::float8 - key.window_seconds
-        ORDER BY start DESC
-        LIMIT key.keep
-    ) AS kept
+WITH pruned AS (
+    DELETE FROM jobq_limit_start AS start
+    USING (SELECT DISTINCT scope, name, window_seconds
+           FROM unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[])
+               AS key(scope, name, window_seconds)) AS key
+    WHERE start.scope = key.scope AND start.name = key.name
+      AND start.started_at <= clock_timestamp() - make_interval(secs => key.window_seconds)
 )
-FROM (
-    SELECT scope, name, array_agg(job_id) AS job_ids, max(window_seconds) AS window_seconds,
-           max(keep) AS keep
-    FROM unnest(%(scopes)s::text[], %(names)s::text[], %(job_ids)s::bigint[],
-                %(windows)s::float8[], %(keep)s::integer[])
-        AS started(scope, name, job_id, window_seconds, keep)
-    GROUP BY scope, name
-) AS key
-WHERE state.scope = key.scope AND state.name = key.name
+INSERT INTO jobq_limit_start (scope, name, job_id, attempt, started_at)
+SELECT scope, name, job_id, attempt, clock_timestamp()
+FROM unnest(%(scopes)s::text[], %(names)s::text[], %(job_ids)s::bigint[],
+            %(attempts)s::integer[]) AS started(scope, name, job_id, attempt)
+ON CONFLICT (scope, name, job_id, attempt) DO NOTHING
 
 -- name: CONFIRM_START
-UPDATE jobq_limit_state AS state
-SET recent_starts = COALESCE(
-        (SELECT jsonb_agg(entry) FROM jsonb_array_elements(state.recent_starts) AS entry
-         WHERE (entry->>0)::bigint <> %(job_id)s),
-        '[]'::jsonb)
-    || jsonb_build_array(jsonb_build_array(%(job_id)s::bigint,
-                                           EXTRACT(EPOCH FROM clock_timestamp())::float8))
+INSERT INTO jobq_limit_start (scope, name, job_id, attempt, started_at)
+SELECT key.scope, key.name, %(job_id)s, %(attempt)s, clock_timestamp()
 FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS key(scope, name)
-WHERE state.scope = key.scope AND state.name = key.name
+ON CONFLICT (scope, name, job_id, attempt) DO UPDATE SET started_at = EXCLUDED.started_at
