@@ -311,6 +311,7 @@ class Worker:
         # turn and whenever a claim finds it out of date; the lanes whose job it finished.
         self._flow: flow_state.FlowState | None = None
         self._limited_retry_at = math.inf  # time.monotonic(): a limited claim to retry
+        self._limited_pending = True  # limited jobs may wait: claim them before the others
         self._finished_lanes: set[str] = set()
         # Rate-limited jobs just claimed: the keys their start is stamped in (see _hold).
         self._rated: dict[int, tuple[tuple[str, str], ...]] = {}
@@ -526,8 +527,11 @@ class Worker:
             with self._watchdog.guard("scheduler", lambda: django_connection.connection):
                 self._scheduler.run_if_due()
         flow = self._flow_state(cursor)
-        # Limited jobs first, for idle handler slots only (never prefetched).
-        limited = self._claim_limited(connection, flow)
+        # Limited jobs, for idle handler slots only (never prefetched): before the plain
+        # claim while some may be waiting, else after it (a quiet limited queue then adds
+        # nothing to the pickup of the others).
+        limited_first = self._limited_pending
+        limited = self._claim_limited(connection, flow, taken=0) if limited_first else []
         # Refill the prefetch only once half a batch of room is free: small claims would
         # cost a statement (and a commit) for a job or two.
         room = self._capacity - self._outstanding - len(limited)
@@ -543,7 +547,7 @@ class Worker:
                 crash_points.reach("before_claim")
             if self._positions.seconds_until_probe() == 0:
                 self._probe(cursor)
-        jobs = limited + claims.claim(
+        plain = claims.claim(
             cursor,
             worker_id=self.worker_id,
             limit=limit,
@@ -553,6 +557,9 @@ class Worker:
             excluded_queues=excluded,
             flow=flow.guard,
         )
+        if not limited_first and not flow.guard.changed:
+            limited = self._claim_limited(connection, flow, taken=len(plain))
+        jobs = limited + plain
         if jobs and crash_points.reach is not None:
             crash_points.reach("after_claim")
         self._observer.claimed(jobs)
@@ -617,13 +624,17 @@ class Worker:
         return [queue for queue in self.queues if queue not in excluded], frozenset()
 
     def _claim_limited(
-        self, connection: psycopg.Connection[Any], flow: flow_state.FlowState
+        self, connection: psycopg.Connection[Any], flow: flow_state.FlowState, *, taken: int
     ) -> list[claims.ClaimedJob]:
-        """Claim jobs of limited queues and kinds for the idle handler slots
-        (:mod:`django_jobq.limited_claims`); note when to try again if a limit's row was
-        held by another worker or a rate limit stopped the claim."""
-        idle = self._slots - self._outstanding
-        if idle <= 0 or self._stopping.is_set():
+        """Claim jobs of limited queues and kinds for the idle handler slots (those left
+        after ``taken`` jobs just claimed; :mod:`django_jobq.limited_claims`); note whether
+        limited jobs may still wait (then the next turn claims them first), and when to try
+        again if a limit's row was held by another worker or a rate limit stopped the claim."""
+        idle = self._slots - self._outstanding - taken
+        if self._stopping.is_set():
+            return []
+        if idle <= 0:
+            self._limited_pending = bool(flow.queue_limits or flow.kind_limits)
             return []
         result = limited_claims.claim_limited(
             connection,
@@ -637,6 +648,7 @@ class Worker:
         if result.next_start_in is not None:
             retry_in = min(retry_in, result.next_start_in)
         self._limited_retry_at = time.monotonic() + retry_in
+        self._limited_pending = bool(result.jobs) or result.held_elsewhere or retry_in < math.inf
         self._rated.update(result.rated)
         return result.jobs
 
