@@ -372,3 +372,13 @@ def test_run_jobs_runs_a_lane_in_order_as_a_worker_does():
     ran = run_jobs()
     assert [job.payload["label"] for job in ran] == ["n0", "n1", "n2"]
     assert list(Effect.objects.order_by("id").values_list("label", flat=True)) == ["n0", "n1", "n2"]
+
+
+def test_two_ready_jobs_of_one_lane_are_never_leased_together(queue_cursor):
+    # As two transactions that enqueued into an empty lane at once leave them.
+    first = record.using(ordering_key="lane").enqueue("first")
+    second = record.using(ordering_key="lane").enqueue("second")
+    Job.objects.filter(pk=second.pk).update(status="ready")
+    claimed = claims.claim(queue_cursor, worker_id="w", limit=10)
+    assert [job.id for job in claimed] == [first.pk]
+    assert claims.claim(queue_cursor, worker_id="w", limit=10) == []  # its lane is busy

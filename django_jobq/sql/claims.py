@@ -25,10 +25,17 @@ _QUEUES_BUT = " AND queue <> ALL(%(excluded_queues)s::text[])"
 #: empty lane at once (``sql.lanes``); the claim leaves it for later, and should two claims
 #: race for such a pair, the unique index fails the second claim, which is retried. A scalar
 #: subquery (at most one row, by that index), not ``NOT EXISTS``: the planner may run a
-#: ``NOT EXISTS`` as one hashed read of every running job, per claim.
-LANE_IS_FREE = """(job.ordering_key IS NULL OR (
+#: ``NOT EXISTS`` as one hashed read of every running job, per claim. And only the lane's
+#: first job not running (``jobq_job_lane_idx``): two ready jobs of one lane are never
+#: leased by one claim, and run in id order.
+LANE_IS_FREE = """(job.ordering_key IS NULL OR ((
         SELECT lane.id FROM jobq_job AS lane
-        WHERE lane.ordering_key = job.ordering_key AND lane.status = 'running') IS NULL)"""
+        WHERE lane.ordering_key = job.ordering_key AND lane.status = 'running') IS NULL
+    AND job.id = (
+        SELECT first.id FROM jobq_job AS first
+        WHERE first.ordering_key = job.ordering_key AND first.status <> 'running'
+        ORDER BY first.ordering_key, first.id
+        LIMIT 1)))"""
 
 # -- rows not written by enqueue -----------------------------------------------------------
 #
