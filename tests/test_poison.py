@@ -314,8 +314,8 @@ def test_a_poison_dead_letter_is_left_in_place_by_a_redrive_and_the_others_redri
 def test_the_migration_gives_up_on_a_held_lock_instead_of_queueing_the_queue_behind_it(
     connect, monkeypatch
 ):
-    migration = importlib.import_module("django_jobq.migrations.0008_job_insert_constraints")
-    monkeypatch.setattr(migration, "LOCK_TIMEOUT", "200ms")
+    operations = importlib.import_module("django_jobq.migrations._operations")
+    monkeypatch.setattr(operations, "LOCK_TIMEOUT", "200ms")
     call_command("migrate", "django_jobq", "0007", verbosity=0)
     reader = connect(autocommit=False)
     reader.execute("SELECT count(*) FROM jobq_job")  # a transaction left open on the table

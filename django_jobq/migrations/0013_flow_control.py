@@ -16,17 +16,16 @@ import django.db.models.functions.datetime
 from django.db import migrations, models
 
 from django_jobq.migrations._operations import (
-    LOCK_TIMEOUT,
     AddConstraintNotValid,
     RemoveConstraintOnPostgreSQL,
+    wait_briefly_for_locks,
 )
 
 RATE_LIMIT_PATTERN = "^([1-9][0-9]{0,3}|10000)/([1-9][0-9]{0,5})?[smhd]$"
 
 
 def _wait_briefly_for_locks(apps: Any, schema_editor: Any) -> None:
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'", params=None)
+    wait_briefly_for_locks(schema_editor)
 
 
 def _limit_constraints(model_name: str, table: str) -> list[migrations.AddConstraint]:

@@ -46,6 +46,14 @@ class AddIndexConcurrentlyOnPostgreSQL(AddIndexConcurrently):
 LOCK_TIMEOUT = "10s"
 
 
+def wait_briefly_for_locks(schema_editor: BaseDatabaseSchemaEditor) -> None:
+    """Make the rest of the migration's transaction wait at most ``LOCK_TIMEOUT`` for a
+    table's lock: waiting longer would queue every claim and enqueue behind the migration's
+    statement; giving up rolls the migration back (run it again). PostgreSQL only."""
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'", params=None)
+
+
 class AddConstraintNotValid(migrations.AddConstraint):
     """``AddConstraint`` for a check constraint, added ``NOT VALID`` (existing rows are not
     checked). The SQL is Django's own for the constraint, plus ``NOT VALID``. Only on
@@ -63,9 +71,7 @@ class AddConstraintNotValid(migrations.AddConstraint):
         if schema_editor.connection.vendor != "postgresql":
             return
         if self.allow_migrate_model(schema_editor.connection.alias, model):
-            # Waiting for the table's lock would queue every claim and enqueue behind this
-            # statement: give up instead (the migration rolls back; run it again).
-            schema_editor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'", params=None)
+            wait_briefly_for_locks(schema_editor)
             statement = self.constraint.create_sql(model, schema_editor)
             schema_editor.execute(f"{statement} NOT VALID", params=None)
 

@@ -77,12 +77,14 @@ def test_sigterm_while_connections_are_refused_exits_within_the_shutdown_timeout
 ):
     """The database refuses connections long enough for the reconnect backoff to grow; a
     SIGTERM then ends the worker within --shutdown-timeout (not the backoff), and the
-    repeated failures are logged with back-off (a line at the start, not one per retry)."""
+    repeated failures are logged with back-off (a line at the start, not one per retry).
+    A short poll interval makes the main loop (whose only slot is busy) meet the outage even
+    if it was waiting, not in a statement, when it began."""
     done = tmp_path / "done"
     job = connections_wait_for_file.enqueue(path=str(done))
     worker = manage(
         "jobq_worker", "--queue", "connections", "--worker-id", "cut-off", "--no-scheduler",
-        "--shutdown-timeout", "0.5",
+        "--shutdown-timeout", "0.5", "--poll-interval", "0.1",
         DATABASE_URL=through(proxy),
     )  # fmt: skip
     try:
