@@ -40,7 +40,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 from psycopg.rows import class_row
 
-from . import db, registry, sql, tracing
+from . import db, lanes, registry, sql, tracing
 from .conf import get_settings
 from .exceptions import UnknownKind
 from .models import Job
@@ -406,6 +406,7 @@ def _insert_by_transaction(
 
 
 _READY = str(Job.Status.READY.value)
+_WAITING = str(Job.Status.WAITING.value)
 
 
 def _unsaved_job(job: PreparedJob, trace_context: dict[str, str] | None) -> Job:
@@ -496,6 +497,10 @@ def _insert(
             for job, row in zip(unique, rows, strict=True)
         ]
         inserted = saved
+    lanes.promote_at_commit(
+        alias,
+        (job.ordering_key for job in inserted if job.status == _WAITING and job.ordering_key),
+    )
     _count_enqueued(alias, inserted)
     if after_insert is not None:
         after_insert(inserted)

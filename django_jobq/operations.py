@@ -20,7 +20,7 @@ from itertools import islice
 from django.db import IntegrityError, connections, transaction
 from django.db.models import QuerySet
 
-from . import sql
+from . import lanes, sql
 from .conf import get_settings
 from .models import DeadLetter
 
@@ -54,16 +54,13 @@ def cancel(job_id: int) -> bool:
 def cancel_many(job_ids: Iterable[int]) -> int:
     """Delete the ready jobs (and jobs waiting in their lane) among ``job_ids`` in one
     statement; return how many. The next job of each lane that lost its first job is made
-    ready, in the same transaction."""
+    ready once the deletion commits (:func:`django_jobq.lanes.promote_at_commit`: after the
+    caller's transaction, if there is one)."""
     alias = get_settings().DATABASE
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
         cursor.execute(sql.operations.CANCEL_JOBS, {"ids": list(job_ids)})
         cancelled = cursor.fetchall()
-        lanes = sorted({lane for _, lane in cancelled if lane is not None})
-        if lanes:
-            cursor.execute(
-                sql.lanes.PROMOTE_LANES, {"lanes": lanes, "channel": sql.wake.WAKE_CHANNEL}
-            )
+        lanes.promote_at_commit(alias, (lane for _, lane in cancelled if lane is not None))
     return len(cancelled)
 
 
@@ -188,13 +185,18 @@ _REDRIVE_TRIES = 3
 
 def _redrive_batch(ids: list[int]) -> list[int]:
     """Run ``REDRIVE_DEAD_LETTERS`` for one batch in a savepoint, retrying the rare race
-    above (the retry's check then sees the new live job and leaves that dead letter)."""
+    above (the retry's check then sees the new live job and leaves that dead letter). A job
+    that joined its lane waiting gets its lane promoted at commit, as a new enqueue's does
+    (:mod:`django_jobq.lanes`)."""
     alias = get_settings().DATABASE
     tries = 1
     while True:
         try:
-            with transaction.atomic(using=alias):
-                return _execute_returning_ids(sql.operations.REDRIVE_DEAD_LETTERS, {"ids": ids})
+            with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+                cursor.execute(sql.operations.REDRIVE_DEAD_LETTERS, {"ids": ids})
+                redriven = cursor.fetchall()
+                lanes.promote_at_commit(alias, (lane for _, lane in redriven if lane is not None))
+                return [job_id for job_id, _ in redriven]
         except IntegrityError:
             if tries == _REDRIVE_TRIES:
                 raise

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import override_settings
 from django.utils import timezone
 
@@ -285,6 +285,63 @@ def test_a_waiting_job_can_be_cancelled():
     second = record.using(ordering_key="lane").enqueue("second")
     assert cancel(second.pk)
     assert Job.objects.count() == 1
+
+
+def in_thread(action: Callable[[], Any]) -> Any:
+    """Run ``action`` on another thread (its own database connection, closed after) and
+    return its result: a concurrent transaction, while this thread's stays open."""
+    from django.db import connections
+
+    results: list[Any] = []
+
+    def run() -> None:
+        try:
+            results.append(action())
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=60)
+    assert results, "the other thread failed"
+    return results[0]
+
+
+def test_a_job_enqueued_while_the_job_ahead_of_it_ends_is_ready_once_it_commits():
+    """The enqueue sees the lane's job and stores its own waiting; that job is acked before
+    the enqueue commits, and its worker's promotion cannot see the uncommitted job. The
+    enqueue's commit makes it ready (else it would wait for a maintenance round)."""
+    record.using(ordering_key="lane").enqueue("ahead")
+    with transaction.atomic():
+        behind = record.using(ordering_key="lane").enqueue("behind")
+        assert behind.status == "waiting"
+        in_thread(lambda: run_burst(concurrency=1))
+        assert Effect.objects.filter(label="ahead").exists()
+    assert Job.objects.get(pk=behind.pk).status == "ready"
+
+
+def test_a_job_enqueued_while_the_job_ahead_of_it_is_cancelled_is_ready_once_both_commit():
+    """The cancel's transaction deletes the lane's first job; before it commits, another
+    transaction enqueues into the lane (it still sees that job: waiting) and commits. The
+    cancel's commit makes the new job ready."""
+    ahead = record.using(ordering_key="lane").enqueue("ahead")
+    with transaction.atomic():
+        assert cancel(ahead.pk)
+        behind = in_thread(lambda: record.using(ordering_key="lane").enqueue("behind"))
+        assert behind.status == "waiting"
+    assert Job.objects.get(pk=behind.pk).status == "ready"
+
+
+def test_a_job_redriven_while_the_job_ahead_of_it_ends_is_ready_once_it_commits():
+    poison.using(ordering_key="lane", max_attempts=1).enqueue("failing")
+    run_burst(concurrency=1)
+    record.using(ordering_key="lane").enqueue("ahead")
+    with transaction.atomic():
+        assert redrive(DeadLetter.objects.all()) == 1
+        redriven = Job.objects.get(kind=poison.kind)
+        assert redriven.status == "waiting"
+        in_thread(lambda: run_burst(concurrency=1))
+    assert Job.objects.get(pk=redriven.pk).status == "ready"
 
 
 def test_maintenance_makes_a_stalled_lane_move_on(queue_cursor):

@@ -13,7 +13,9 @@ from __future__ import annotations
 #: that already has a job, or that an earlier row of the same statement joins (rows in
 #: ``position`` order). Reads the lane's first entry of ``jobq_job_lane_idx``. A job
 #: enqueued concurrently into the same empty lane by another transaction is not seen: both
-#: are ready, and the claim runs them one after the other all the same (``sql.lanes``).
+#: are ready, and the claim runs them one after the other all the same (``sql.lanes``). A
+#: job stored waiting behind one that ends before this insert commits is made ready by the
+#: enqueue itself, after its commit (:mod:`django_jobq.lanes`).
 #: Used with a row source named ``input`` with ``ordering_key`` and ``position`` columns.
 LANE_STATUS = """CASE
         WHEN input.ordering_key IS NULL THEN 'ready'

@@ -4,7 +4,8 @@
 A lane's first job is ``ready`` (or ``running``); the jobs behind it are ``waiting``, out of every
 claim's sight (the claim reads ready rows only). Enqueue decides (``sql.enqueue.LANE_STATUS``): a
 job joining a lane that has a job waits. When a lane's job ends (its ack, its dead letter, a cancel)
-the next one is made ready (``PROMOTE_LANES``, run by the worker that recorded the end, and by every
+the next one is made ready (``PROMOTE_LANES``, run by the worker that recorded the end, by the
+enqueue of a waiting job once it committed, see :mod:`django_jobq.lanes`, and by every
 maintenance round for the rest: ``PROMOTE_STALLED_LANES``). PostgreSQL refuses a second running job
 in a lane (the unique index ``jobq_job_one_running_per_lane``): two ready jobs of one lane (enqueued
 by two transactions at once into an empty lane) run one

@@ -55,6 +55,8 @@ RETURNING id
 #: The new job keeps the dead letter's ``trace_context``: its attempts' spans join the trace
 #: of the original enqueue, as its first attempts' did (docs/tracing.md, "Redrive").
 #: A job in a lane joins it at the back, as a new enqueue does (``sql.enqueue.LANE_STATUS``).
+#: Returns each new job's ``id`` and, for one stored waiting, its lane (``waiting_lane``; NULL
+#: otherwise), which the caller promotes after its commit (:mod:`django_jobq.lanes`).
 _REDRIVE_DEAD_LETTERS_TEMPLATE = """
 WITH redriven AS (
     DELETE FROM jobq_dead_letter AS dead
@@ -81,13 +83,13 @@ WITH redriven AS (
            trace_context, ordering_key, {lane_status}
     FROM (SELECT redriven.*, redriven.id AS position FROM redriven) AS input
     ORDER BY id
-    RETURNING id, kind, payload
+    RETURNING id, kind, payload, ordering_key, status
 ), ready_again AS (
     UPDATE jobq_task_result AS result
     SET status = 'READY', job_id = job.id, finished_at = NULL
     FROM job
     WHERE result.id = job.payload->>'result_id' AND result.task_path = job.kind
 )
-SELECT id FROM job
+SELECT id, CASE WHEN status = 'waiting' THEN ordering_key END AS waiting_lane FROM job
 """
 REDRIVE_DEAD_LETTERS = _REDRIVE_DEAD_LETTERS_TEMPLATE.format(lane_status=LANE_STATUS)

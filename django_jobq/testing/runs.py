@@ -51,7 +51,7 @@ from django.db import connections, transaction
 from psycopg.pq import TransactionStatus
 from psycopg.types.json import JsonbLoader
 
-from .. import claims, operations, outcomes, registry, sql, task_results
+from .. import claims, lanes, operations, outcomes, registry, sql, task_results
 from ..claims import ClaimedJob
 from ..conf import get_settings
 from ..outcomes import Action, Outcome
@@ -268,10 +268,7 @@ def _attempt(job: ClaimedJob, *, raise_exceptions: bool) -> RanJob:
         recorder = outcomes.Recorder(task_results.TaskOutcomes())
         recorded = recorder.record(cursor, outcome)
         if job.ordering_key is not None and job.id in recorded:  # as a worker moves it on
-            cursor.execute(
-                sql.lanes.PROMOTE_LANES,
-                {"lanes": [job.ordering_key], "channel": sql.wake.WAKE_CHANNEL},
-            )
+            lanes.promote(cursor, [job.ordering_key])
     recorder.announce(recorded)
     name = outcome_name(outcome, applied=job.id in recorded)
     if name != "lease_lost":

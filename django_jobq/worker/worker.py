@@ -49,6 +49,7 @@ from .. import (
     crash_points,
     db,
     flow_state,
+    lanes,
     limited_claims,
     registry,
     sql,
@@ -473,14 +474,13 @@ class Worker:
 
     def _flush(self, cursor: psycopg.Cursor[Any]) -> None:
         """Record the waiting outcomes, then make the next job of each lane whose job ended
-        ready (``sql.lanes.PROMOTE_LANES``; a crash in between leaves it to maintenance)."""
+        ready (:func:`django_jobq.lanes.promote`, after the outcomes' commit; a crash in
+        between leaves it to maintenance)."""
         self._completer.flush(cursor)
         if self._finished_lanes:
-            lanes = sorted(self._finished_lanes)
-            cursor.execute(
-                sql.lanes.PROMOTE_LANES, {"lanes": lanes, "channel": sql.wake.WAKE_CHANNEL}
-            )
-            self._finished_lanes.difference_update(lanes)
+            finished = set(self._finished_lanes)
+            lanes.promote(cursor, finished)
+            self._finished_lanes.difference_update(finished)
 
     def _turn(self, connection: psycopg.Connection[Any]) -> float | None:
         """One pass of the main loop: record outcomes, then claim (or, once stopping,

@@ -56,11 +56,11 @@ WITH redriven AS (
     END
     FROM (SELECT redriven.*, redriven.id AS position FROM redriven) AS input
     ORDER BY id
-    RETURNING id, kind, payload
+    RETURNING id, kind, payload, ordering_key, status
 ), ready_again AS (
     UPDATE jobq_task_result AS result
     SET status = 'READY', job_id = job.id, finished_at = NULL
     FROM job
     WHERE result.id = job.payload->>'result_id' AND result.task_path = job.kind
 )
-SELECT id FROM job
+SELECT id, CASE WHEN status = 'waiting' THEN ordering_key END AS waiting_lane FROM job
