@@ -15,23 +15,30 @@ limited claim takes their jobs in one transaction:
 4. log the starts for the rate limits (``jobq_limit_start``, ``sql.flow.RECORD_STARTS``), and
    commit.
 
-Each rate-limited job's handler thread then stamps its entry with the moment the handler
-starts (:func:`confirm_start`, ``sql.flow.CONFIRM_START``) before it runs: the logs count
-starts, not claims, so a handler that starts late behind its claim (a busy machine) still
-counts from its start.
+The logs count starts, not claims: a rate-limited job whose handler starts later than the
+window's margin (below) after its claim began has its handler thread stamp its entry with
+the moment it starts (:func:`confirm_start`, ``sql.flow.CONFIRM_START``) before it runs, so
+a handler that starts late behind its claim (a busy machine) still counts from its start;
+one that starts within the margin costs no statement (:class:`RatedStart`).
 
 So the limits are exact: never more jobs of a limited queue or kind running at once than its
 concurrency limit, never more started in any window than its rate limit, whichever worker
 claims. A lapsed lease (its worker died) holds no slot: its job is claimable, and reclaiming
 it counts again. A rate limit counts starts over its window widened by
-:func:`rate_window` (2 %, at most a second): the margin covers the moment between a start's
-stamp and its handler's first line, and clocks that differ by less than it. Limited jobs are
-claimed only for idle handler slots, never prefetched: a job held in one worker's prefetch
-would hold a slot of the limit while another worker sat idle.
+:func:`rate_window` (2 %, at most a second): a start stamped at most that margin before its
+handler's first line is counted in every window that holds the handler's start. (A stamp
+later than its start is safe: it only counts longer.)
+
+Limited jobs are claimed for idle handler slots only, except where every limit counted is
+a concurrency limit far from binding (:func:`far_from_binding`): then the claim fills the
+worker's prefetch too, as a plain claim does. A prefetched job holds a slot of its limit
+while it waits for a handler thread, so near a limit that would let one worker's prefetch
+hold slots while another worker sat idle.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,18 +61,43 @@ def rate_window(window: float) -> float:
     return window + min(window * RATE_WINDOW_MARGIN, MAX_RATE_WINDOW_MARGIN)
 
 
+def _margin(limits: Limits) -> float:
+    """The seconds a rate-limited start may follow its stamp and still count as stamped."""
+    assert limits.rate is not None
+    return rate_window(limits.rate.window) - limits.rate.window
+
+
+@dataclass(frozen=True)
+class RatedStart:
+    """Where a rate-limited job's start is logged: its rate-limited ``(scope, name)`` keys,
+    and until when (``time.monotonic()`` seconds) the entry its claim stamped counts its
+    start without a :func:`confirm_start`: the claim's stamp is taken after
+    ``covered_until`` minus the rate window's margin, so a handler starting before
+    ``covered_until`` starts within the margin of its stamp (see the module docs)."""
+
+    keys: tuple[tuple[str, str], ...]
+    covered_until: float
+
+    def needs_confirming(self) -> bool:
+        """Whether the handler, starting now, must stamp its start (:func:`confirm_start`)."""
+        return time.monotonic() > self.covered_until
+
+
 @dataclass(frozen=True)
 class LimitedClaim:
     """What a limited claim did: the ``jobs`` it claimed (claim order within each limited
     queue or kind); ``held_elsewhere``: a limit's row was locked by another worker's
     limited claim (try again soon); ``next_start_in``: seconds until a rate limit that
     stopped this claim lets a job start again (``None``: none did); ``rated``: per job id,
-    the rate-limited ``(scope, name)`` keys its start is stamped in (:func:`confirm_start`)."""
+    where its start is logged (:class:`RatedStart`); ``far_from_binding``: every limit it
+    counted was a concurrency limit far from binding, so it could fill the prefetch too (a
+    worker with no idle slot may claim again for its prefetch)."""
 
     jobs: list[ClaimedJob]
     held_elsewhere: bool = False
     next_start_in: float | None = None
-    rated: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    rated: dict[int, RatedStart] = field(default_factory=dict)
+    far_from_binding: bool = False
 
 
 def claim_limited(
@@ -73,6 +105,7 @@ def claim_limited(
     *,
     worker_id: str,
     limit: int,
+    prefetch: int = 0,
     queues: Sequence[str] | None,
     kinds: Collection[str],
     state: FlowState,
@@ -85,6 +118,8 @@ def claim_limited(
             claim runs in one transaction of its own on it.
         worker_id: recorded on the claimed jobs.
         limit: the most jobs to claim (the worker's idle handler slots).
+        prefetch: how many more it may claim into its prefetch, taken only when every
+            limit counted is a concurrency limit far from binding (:func:`far_from_binding`).
         queues: the queues the worker serves (``None``: every queue).
         kinds: the kinds it has.
         state: what it loaded of flow control; if the claim finds it out of date, it
@@ -98,8 +133,9 @@ def claim_limited(
     """
     queue_keys = served_limited_queues(state, queues)
     kind_keys = sorted(kind for kind in kinds if kind in state.kind_limits)
-    if limit <= 0 or not (queue_keys or kind_keys):
+    if limit + prefetch <= 0 or not (queue_keys or kind_keys):
         return LimitedClaim([])
+    began = time.monotonic()
     with connection.transaction():
         cursor = connection.cursor()
         cursor.execute(sql.flow.LOCK_LIMIT_STATES, {"queues": queue_keys, "kinds": kind_keys})
@@ -124,12 +160,31 @@ def claim_limited(
             room[key], wait = _room(_limits(state, key), live, recent, frees_in)
             if wait is not None:
                 next_start_in = wait if next_start_in is None else min(next_start_in, wait)
-        jobs = _claim_within(cursor, worker_id, limit, queues, kinds, state, room)
+        far = far_from_binding(state, room, limit + prefetch)
+        wanted = limit + prefetch if far else limit
+        jobs = _claim_within(cursor, worker_id, wanted, queues, kinds, state, room)
         if state.guard.changed:
             return LimitedClaim([], held_elsewhere=held_elsewhere)
-        rated = _record_starts(cursor, state, room, jobs)
+        rated = _record_starts(cursor, state, room, jobs, began)
     return LimitedClaim(
-        jobs, held_elsewhere=held_elsewhere, next_start_in=next_start_in, rated=rated
+        jobs,
+        held_elsewhere=held_elsewhere,
+        next_start_in=next_start_in,
+        rated=rated,
+        far_from_binding=far,
+    )
+
+
+def far_from_binding(state: FlowState, room: dict[tuple[str, str], int], wanted: int) -> bool:
+    """Whether a claim of ``wanted`` jobs may fill a worker's prefetch: every counted limit
+    is a concurrency limit whose room (``room``: jobs it may still start) is at least twice
+    ``wanted``, so after this claim at least as much is left for other workers' idle
+    slots. A prefetched job holds its slot while it waits for a handler thread; near a
+    limit that would idle another worker, and a rate-limited start must be stamped when
+    its handler starts, so those are claimed for idle slots only."""
+    return all(
+        _limits(state, key).rate is None and available >= 2 * wanted
+        for key, available in room.items()
     )
 
 
@@ -203,10 +258,12 @@ def _record_starts(
     state: FlowState,
     room: dict[tuple[str, str], int],
     jobs: list[ClaimedJob],
-) -> dict[int, tuple[tuple[str, str], ...]]:
+    began: float,
+) -> dict[int, RatedStart]:
     """Log the claimed jobs' starts for their rate-limited queues and kinds
-    (``sql.flow.RECORD_STARTS``); return each such job's keys."""
-    rated: dict[int, tuple[tuple[str, str], ...]] = {}
+    (``sql.flow.RECORD_STARTS``, stamped after ``began``, the ``time.monotonic()`` the
+    claim began); return where each such job's start is logged."""
+    rated: dict[int, RatedStart] = {}
     for job in jobs:
         keys = tuple(
             key
@@ -214,8 +271,11 @@ def _record_starts(
             if key in room and _limits(state, key).rate is not None
         )
         if keys:
-            rated[job.id] = keys
-    entries = [(key, job) for job in jobs for key in rated.get(job.id, ())]
+            margin = min(_margin(_limits(state, key)) for key in keys)
+            rated[job.id] = RatedStart(keys, covered_until=began + margin)
+    entries = [
+        (key, job) for job in jobs for key in (rated[job.id].keys if job.id in rated else ())
+    ]
     if not entries:
         return rated
     windows = [_limits(state, key).rate for key, _ in entries]

@@ -14,10 +14,20 @@ from django.db import connection, transaction
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_jobq import claims, conf, enqueue, enqueue_many, flow_state, job, sql
-from django_jobq.models import DeadLetter, Job, KindLimit, Queue
+from django_jobq import (
+    claims,
+    conf,
+    enqueue,
+    enqueue_many,
+    flow_state,
+    job,
+    limited_claims,
+    sql,
+)
+from django_jobq.models import DeadLetter, Job, KindLimit, LimitStart, Queue
 from django_jobq.operations import cancel, redrive
-from django_jobq.worker import Worker
+from django_jobq.worker import Worker, executor
+from django_jobq.worker.held import HeldJob
 from tests.conftest import wait_until
 from tests.testapp.jobs import flow_step, limited_step, poison, rated_step, record
 from tests.testapp.models import Effect, Run
@@ -225,6 +235,63 @@ def test_a_job_held_back_by_a_limit_consumes_no_attempt(queue_cursor):
     assert Run.objects.count() == 1
     waiting = Job.objects.get()
     assert (waiting.status, waiting.attempts, waiting.last_error) == ("ready", 0, "")
+
+
+def claim_limited_now(connection: Any, *, limit: int, prefetch: int) -> Any:
+    """One limited claim of ``record`` jobs of the queue "tuned", as a worker makes it."""
+    state = flow_state.load(connection.cursor())
+    return limited_claims.claim_limited(
+        connection,
+        worker_id="tests",
+        limit=limit,
+        prefetch=prefetch,
+        queues=["tuned"],
+        kinds=[record.kind],
+        state=state,
+    )
+
+
+@pytest.mark.parametrize(
+    ("limits", "claimed"),
+    [
+        ({"concurrency_limit": 100}, 5),  # room 100 >= 2 x 5: idle slot and prefetch
+        ({"concurrency_limit": 9}, 1),  # room 9 < 2 x 5: the idle slot only
+        ({"rate_limit": "1000/s"}, 1),  # a rate-limited start is never prefetched
+    ],
+)
+def test_a_limited_claim_fills_the_prefetch_only_while_its_limits_are_far_from_binding(
+    connect, limits, claimed
+):
+    Queue.objects.create(name="tuned", **limits)
+    for n in range(8):
+        record.using(queue="tuned").enqueue(f"j{n}")
+    result = claim_limited_now(connect(), limit=1, prefetch=4)
+    assert len(result.jobs) == claimed
+    assert result.far_from_binding is (claimed > 1)
+    assert Job.objects.filter(status="running").count() == claimed
+
+
+def test_a_rate_limited_handler_restamps_its_start_only_when_it_starts_after_the_margin(
+    connect, queue_cursor
+):
+    """The claim stamps each start; a handler starting within the window's margin of its
+    claim (1 s for "1000/h") leaves the stamp, one starting later moves it to its start."""
+    Queue.objects.create(name="tuned", rate_limit="1000/h")
+    prompt, late = (record.using(queue="tuned").enqueue(label) for label in ("prompt", "late"))
+    result = claim_limited_now(connect(), limit=2, prefetch=0)
+    held = {job.id: HeldJob(job, rated=result.rated[job.id]) for job in result.jobs}
+    stamps = dict(LimitStart.objects.values_list("job_id", "started_at"))
+    assert set(stamps) == {prompt.pk, late.pk}
+
+    assert not held[prompt.pk].rated.needs_confirming()
+    executor.execute(held[prompt.pk], lambda held: True)
+    wait_until(held[late.pk].rated.needs_confirming, what="the margin to pass", timeout=5)
+    executor.execute(held[late.pk], lambda held: True)
+
+    restamped = dict(LimitStart.objects.values_list("job_id", "started_at"))
+    assert restamped[prompt.pk] == stamps[prompt.pk]
+    assert restamped[late.pk] > stamps[late.pk]
+    assert Effect.objects.count() == 2
 
 
 # -- lanes ------------------------------------------------------------------------------------

@@ -316,8 +316,8 @@ def _execute(
     definition = _definition(held)
     if isinstance(definition, Outcome):
         return definition
-    if held.rated_keys:  # a rate limit counts this start from now (limited_claims)
-        limited_claims.confirm_start(held.job.id, held.job.attempt, held.rated_keys)
+    if held.rated is not None and held.rated.needs_confirming():  # late behind its claim
+        limited_claims.confirm_start(held.job.id, held.job.attempt, held.rated.keys)
     signals.send(signals.job_started, held.job)
     instruments.handler_started()
     started = held.started = time.monotonic()
@@ -338,9 +338,9 @@ async def _execute_async(
     definition = _definition(held)
     if isinstance(definition, Outcome):
         return definition
-    if held.rated_keys:  # a rate limit counts this start from now (limited_claims)
+    if held.rated is not None and held.rated.needs_confirming():  # late behind its claim
         await sync_to_async(limited_claims.confirm_start, thread_sensitive=True)(
-            held.job.id, held.job.attempt, held.rated_keys
+            held.job.id, held.job.attempt, held.rated.keys
         )
     await sync_to_async(signals.send, thread_sensitive=True)(signals.job_started, held.job)
     instruments.handler_started()

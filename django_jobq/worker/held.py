@@ -11,6 +11,7 @@ from datetime import datetime
 
 from ..claims import ClaimedJob
 from ..leases import Lease
+from ..limited_claims import RatedStart
 
 
 @dataclass(eq=False)
@@ -47,8 +48,8 @@ class HeldJob:
     overran: bool = False
     acked: bool = False  # by the handler, in its transaction (JobContext.atomic)
     finished: bool = False  # its outcome is reported; the worker's ack may have deleted it
-    # The rate-limited (scope, name) keys its start is stamped for (limited_claims).
-    rated_keys: tuple[tuple[str, str], ...] = ()
+    # Where its start is logged for rate limits (None: no rate limit counts it).
+    rated: RatedStart | None = None
     abort_requested: bool = False
     next_abort_look: float = field(init=False)
     on_abort: Callable[[], None] | None = field(default=None, repr=False)

@@ -314,8 +314,10 @@ class Worker:
         self._limited_retry_at = math.inf  # time.monotonic(): a limited claim to retry
         self._limited_pending = True  # limited jobs may wait: claim them before the others
         self._finished_lanes: set[str] = set()
-        # Rate-limited jobs just claimed: the keys their start is stamped in (see _hold).
-        self._rated: dict[int, tuple[tuple[str, str], ...]] = {}
+        # Rate-limited jobs just claimed: where their start is logged (see _hold).
+        self._rated: dict[int, limited_claims.RatedStart] = {}
+        # The last limited claim found every limit far from binding: it may fill the prefetch.
+        self._limited_far = False
         self._completer = Completer(on_applied=self._applied, observer=self._observer)
         self._maintenance = Maintenance()
         self._capacity = slots + self.batch_size
@@ -385,7 +387,7 @@ class Worker:
             job,
             max_runtime=definition.max_runtime if definition else None,
             asynchronous=definition is not None and definition.is_async,
-            rated_keys=self._rated.pop(job.id, ()),
+            rated=self._rated.pop(job.id, None),
         )
         self._held.add(held)
         return held
@@ -627,23 +629,28 @@ class Worker:
         self, connection: psycopg.Connection[Any], flow: flow_state.FlowState, *, taken: int
     ) -> list[claims.ClaimedJob]:
         """Claim jobs of limited queues and kinds for the idle handler slots (those left
-        after ``taken`` jobs just claimed; :mod:`django_jobq.limited_claims`); note whether
-        limited jobs may still wait (then the next turn claims them first), and when to try
-        again if a limit's row was held by another worker or a rate limit stopped the claim."""
-        idle = self._slots - self._outstanding - taken
+        after ``taken`` jobs just claimed; :mod:`django_jobq.limited_claims`), and for the
+        prefetch too while the limits are far from binding; note whether limited jobs may
+        still wait (then the next turn claims them first), and when to try again if a
+        limit's row was held by another worker or a rate limit stopped the claim."""
+        idle = max(0, self._slots - self._outstanding - taken)
+        room = self._capacity - self._outstanding - taken
+        prefetch = room - idle if room >= self._refill_at else 0
         if self._stopping.is_set():
             return []
-        if idle <= 0:
+        if idle == 0 and not (self._limited_far and prefetch > 0):
             self._limited_pending = bool(flow.queue_limits or flow.kind_limits)
             return []
         result = limited_claims.claim_limited(
             connection,
             worker_id=self.worker_id,
             limit=idle,
+            prefetch=prefetch,
             queues=self.queues,
             kinds=self.kinds,
             state=flow,
         )
+        self._limited_far = result.far_from_binding
         retry_in = LIMITED_RETRY_INTERVAL if result.held_elsewhere else math.inf
         if result.next_start_in is not None:
             retry_in = min(retry_in, result.next_start_in)
