@@ -31,10 +31,13 @@ R = TypeVar("R")
 class FlowGuard:
     """What a claim's caller read of flow control (:mod:`django_jobq.flow_state`): the
     ``digest`` of the pauses and limits (``sql.flow.FLOW_DIGEST``). A claim leases nothing
-    when the database's digest differs, and sets ``changed``: read them again, claim again."""
+    when the database's digest differs, and sets ``changed``: read them again, claim again.
+    Each claim statement also sets ``checked`` (the caller resets it): the digest was
+    compared, with or without a change."""
 
     digest: str
     changed: bool = False
+    checked: bool = False
 
 
 @dataclass(frozen=True)
@@ -165,9 +168,11 @@ def claim(
             cursor, statements.front, {**params, **scan, **_limits(limit - len(jobs))}, _front_row
         )
         front = rows[0].front
-        if flow is not None and front.flow_digest != flow.digest:
-            flow.changed = True  # nothing was leased: the caller reads the change first
-            break
+        if flow is not None:
+            flow.checked = True
+            if front.flow_digest != flow.digest:
+                flow.changed = True  # nothing was leased: the caller reads the change first
+                break
         claimed = [row.job for row in rows if row.job is not None]
         moved = positions is not None and positions.advance(
             claimed_at=front.claimed_at,

@@ -283,9 +283,9 @@ def test_a_rate_limited_handler_restamps_its_start_only_when_it_starts_after_the
     stamps = dict(LimitStart.objects.values_list("job_id", "started_at"))
     assert set(stamps) == {prompt.pk, late.pk}
 
-    assert not held[prompt.pk].rated.needs_confirming()
+    assert not result.rated[prompt.pk].needs_confirming()
     executor.execute(held[prompt.pk], lambda held: True)
-    wait_until(held[late.pk].rated.needs_confirming, what="the margin to pass", timeout=5)
+    wait_until(result.rated[late.pk].needs_confirming, what="the margin to pass", timeout=5)
     executor.execute(held[late.pk], lambda held: True)
 
     restamped = dict(LimitStart.objects.values_list("job_id", "started_at"))

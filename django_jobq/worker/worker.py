@@ -529,9 +529,10 @@ class Worker:
             with self._watchdog.guard("scheduler", lambda: django_connection.connection):
                 self._scheduler.run_if_due()
         flow = self._flow_state(cursor)
-        # Limited jobs, for idle handler slots only (never prefetched): before the plain
-        # claim while some may be waiting, else after it (a quiet limited queue then adds
-        # nothing to the pickup of the others).
+        flow.guard.checked = False
+        # Limited jobs, for idle handler slots (and the prefetch, far from their limits):
+        # before the plain claim while some may be waiting, else after it (a quiet limited
+        # queue then adds nothing to the pickup of the others).
         limited_first = self._limited_pending
         limited = self._claim_limited(connection, flow, taken=0) if limited_first else []
         # Refill the prefetch only once half a batch of room is free: small claims would
@@ -543,7 +544,8 @@ class Worker:
         kinds = flow.unlimited_kinds(self.kinds)
         if queues == [] or not kinds:
             limit = 0  # every queue it serves is paused or limited (or every kind limited)
-            flow_state.digest_changed(cursor, flow)
+            if not flow.guard.checked:  # no limited claim compared the digest this turn
+                flow_state.digest_changed(cursor, flow)
         if limit:
             if crash_points.reach is not None:
                 crash_points.reach("before_claim")
