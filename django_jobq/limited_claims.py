@@ -4,8 +4,9 @@ rate limit (docs/flow-control.md).
 A plain claim (:func:`django_jobq.claims.claim`) leaves limited queues and kinds out. A
 limited claim takes their jobs in one transaction:
 
-1. lock the rows of the limited queues and kinds it may claim for (``sql.flow.LOCK_LIMIT_STATES``,
-   skipping those another worker's limited claim holds: it never waits);
+1. lock the rows of the limited queues and kinds it may claim for (``sql.flow.LOCK_LIMIT_STATES``),
+   waiting at most 20 ms for another worker's limited claim that holds them (it holds them
+   about a millisecond; a claim that waited longer gives up and the worker tries again);
 2. count their jobs holding a live lease, and their recent starts, fleet-wide
    (``sql.flow.COUNT_LIMITED``): a new
    statement, so it sees every claim committed before the lock, and no other claim can
@@ -86,12 +87,13 @@ class RatedStart:
 @dataclass(frozen=True)
 class LimitedClaim:
     """What a limited claim did: the ``jobs`` it claimed (claim order within each limited
-    queue or kind); ``held_elsewhere``: a limit's row was locked by another worker's
-    limited claim (try again soon); ``next_start_in``: seconds until a rate limit that
-    stopped this claim lets a job start again (``None``: none did); ``rated``: per job id,
-    where its start is logged (:class:`RatedStart`); ``far_from_binding``: every limit it
-    counted was a concurrency limit far from binding, so it could fill the prefetch too (a
-    worker with no idle slot may claim again for its prefetch)."""
+    queue or kind); ``held_elsewhere``: another worker's limited claim held a limit's row
+    past ``sql.flow.SET_LIMIT_LOCK_TIMEOUT`` (try again soon); ``next_start_in``: seconds
+    until a rate limit that stopped this claim lets a job start again (``None``: none did);
+    ``rated``: per job id, where its start is logged (:class:`RatedStart`);
+    ``far_from_binding``: every limit it counted was a concurrency limit far from binding,
+    so it could fill the prefetch too (a worker with no idle slot may claim again for its
+    prefetch)."""
 
     jobs: list[ClaimedJob]
     held_elsewhere: bool = False
@@ -136,43 +138,52 @@ def claim_limited(
     if limit + prefetch <= 0 or not (queue_keys or kind_keys):
         return LimitedClaim([])
     began = time.monotonic()
-    with connection.transaction():
-        cursor = connection.cursor()
-        cursor.execute(sql.flow.LOCK_LIMIT_STATES, {"queues": queue_keys, "kinds": kind_keys})
-        locked: list[tuple[str, str]] = [(scope, name) for scope, name in cursor.fetchall()]
-        held_elsewhere = len(locked) < len(queue_keys) + len(kind_keys)
-        if not locked:
-            return LimitedClaim([], held_elsewhere=True)
-        rates = [_limits(state, key).rate for key in locked]
-        cursor.execute(
-            sql.flow.COUNT_LIMITED,
-            {
-                "scopes": [scope for scope, _ in locked],
-                "names": [name for _, name in locked],
-                "windows": [rate and rate_window(rate.window) for rate in rates],
-                "counts": [rate and rate.count for rate in rates],
-            },
-        )
-        room: dict[tuple[str, str], int] = {}
-        next_start_in: float | None = None
-        for scope, name, live, recent, frees_in in cursor.fetchall():
-            key = (scope, name)
-            room[key], wait = _room(_limits(state, key), live, recent, frees_in)
-            if wait is not None:
-                next_start_in = wait if next_start_in is None else min(next_start_in, wait)
-        far = far_from_binding(state, room, limit + prefetch)
-        wanted = limit + prefetch if far else limit
-        jobs = _claim_within(cursor, worker_id, wanted, queues, kinds, state, room)
-        if state.guard.changed:
-            return LimitedClaim([], held_elsewhere=held_elsewhere)
-        rated = _record_starts(cursor, state, room, jobs, began)
-    return LimitedClaim(
-        jobs,
-        held_elsewhere=held_elsewhere,
-        next_start_in=next_start_in,
-        rated=rated,
-        far_from_binding=far,
+    try:
+        with connection.transaction():
+            cursor = connection.cursor()
+            cursor.execute(sql.flow.SET_LIMIT_LOCK_TIMEOUT)
+            cursor.execute(sql.flow.LOCK_LIMIT_STATES, {"queues": queue_keys, "kinds": kind_keys})
+            locked = [(scope, name) for scope, name in cursor.fetchall()]
+            if len(locked) < len(queue_keys) + len(kind_keys):
+                # A limit's row is gone (deleted by hand): loading the state again writes it.
+                state.guard.changed = True
+                return LimitedClaim([])
+            room, next_start_in = _count(cursor, state, locked)
+            far = far_from_binding(state, room, limit + prefetch)
+            wanted = limit + prefetch if far else limit
+            jobs = _claim_within(cursor, worker_id, wanted, queues, kinds, state, room)
+            if state.guard.changed:
+                return LimitedClaim([])
+            rated = _record_starts(cursor, state, room, jobs, began)
+    except psycopg.errors.LockNotAvailable:  # another worker's limited claim held on
+        return LimitedClaim([], held_elsewhere=True)
+    return LimitedClaim(jobs, next_start_in=next_start_in, rated=rated, far_from_binding=far)
+
+
+def _count(
+    cursor: psycopg.Cursor[Any], state: FlowState, locked: list[tuple[str, str]]
+) -> tuple[dict[tuple[str, str], int], float | None]:
+    """Count the jobs running and recently started under each locked limit
+    (``sql.flow.COUNT_LIMITED``); return the room each leaves, and the seconds until a rate
+    limit that leaves none lets a job start (``None``: none is stopped by its rate)."""
+    rates = [_limits(state, key).rate for key in locked]
+    cursor.execute(
+        sql.flow.COUNT_LIMITED,
+        {
+            "scopes": [scope for scope, _ in locked],
+            "names": [name for _, name in locked],
+            "windows": [rate and rate_window(rate.window) for rate in rates],
+            "counts": [rate and rate.count for rate in rates],
+        },
     )
+    room: dict[tuple[str, str], int] = {}
+    next_start_in: float | None = None
+    for scope, name, live, recent, frees_in in cursor.fetchall():
+        key = (scope, name)
+        room[key], wait = _room(_limits(state, key), live, recent, frees_in)
+        if wait is not None:
+            next_start_in = wait if next_start_in is None else min(next_start_in, wait)
+    return room, next_start_in
 
 
 def far_from_binding(state: FlowState, room: dict[tuple[str, str], int], wanted: int) -> bool:

@@ -271,6 +271,36 @@ def test_a_limited_claim_fills_the_prefetch_only_while_its_limits_are_far_from_b
     assert Job.objects.filter(status="running").count() == claimed
 
 
+def test_a_limited_claim_gives_up_on_a_limit_row_held_by_a_stalled_claim(connect):
+    """Another worker's limited claim that holds the limit's row (a stalled process, a slow
+    network) makes this one give up after its short lock timeout: nothing claimed, no
+    error, try again soon; once the row is free, the claim takes the job."""
+    Queue.objects.create(name="tuned", concurrency_limit=5)
+    record.using(queue="tuned").enqueue("waits")
+    worker_connection = connect()
+    flow_state.load(worker_connection.cursor())  # writes the limit's row
+    stalled = connect(autocommit=False)
+    stalled.execute("SELECT * FROM jobq_limit_state WHERE name = 'tuned' FOR UPDATE")
+    result = claim_limited_now(worker_connection, limit=1, prefetch=0)
+    assert (result.jobs, result.held_elsewhere) == ([], True)
+    stalled.rollback()
+    assert len(claim_limited_now(worker_connection, limit=1, prefetch=0).jobs) == 1
+
+
+def test_a_limit_row_deleted_by_hand_is_written_again_by_the_next_load(connect):
+    Queue.objects.create(name="tuned", concurrency_limit=5)
+    record.using(queue="tuned").enqueue("waits")
+    connection_ = connect()
+    state = flow_state.load(connection_.cursor())
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM jobq_limit_state")
+    result = limited_claims.claim_limited(
+        connection_, worker_id="tests", limit=1, queues=["tuned"], kinds=[record.kind], state=state
+    )
+    assert result.jobs == [] and state.guard.changed  # read the state again
+    assert len(claim_limited_now(connection_, limit=1, prefetch=0).jobs) == 1
+
+
 def test_a_rate_limited_handler_restamps_its_start_only_when_it_starts_after_the_margin(
     connect, queue_cursor
 ):

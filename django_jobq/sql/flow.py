@@ -67,20 +67,29 @@ FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS key(scope, name)
 ON CONFLICT (scope, name) DO NOTHING
 """
 
-#: The first statement of a limited claim's transaction: lock the rows of the limited
-#: queues (``%(queues)s``) and kinds (``%(kinds)s``) this claim may take jobs of, skipping
-#: those another worker's limited claim holds (it never waits: that worker claims for them
-#: now). Until the transaction ends, no other claim counts or takes jobs under these limits,
-#: so the counts the next statement reads stay true. Returns the locked keys.
+#: The first statement of a limited claim's transaction: wait at most 20 ms for a lock on
+#: the limits' rows (``LOCK_LIMIT_STATES``). Another worker's limited claim holds them for
+#: a few statements (about a millisecond); one that holds them longer (a slow network, a
+#: stalled process) makes this claim give up rather than stall the worker's main loop, and
+#: try again (``LIMITED_RETRY_INTERVAL`` in :mod:`django_jobq.worker.worker`).
+SET_LIMIT_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '20ms'"
+
+#: The second statement: lock the rows of the limited queues (``%(queues)s``) and kinds
+#: (``%(kinds)s``) this claim may take jobs of, waiting for another worker's limited claim
+#: that holds them (at most ``SET_LIMIT_LOCK_TIMEOUT``), in one order (scope, then name) so
+#: two claims never deadlock. Until the transaction ends, no other claim counts or takes
+#: jobs under these limits, so the counts the next statement reads stay true. Returns the
+#: locked keys.
 LOCK_LIMIT_STATES = """
 SELECT scope, name
 FROM jobq_limit_state
 WHERE (scope = 'queue' AND name = ANY(%(queues)s::text[]))
    OR (scope = 'kind' AND name = ANY(%(kinds)s::text[]))
-FOR UPDATE SKIP LOCKED
+ORDER BY scope, name
+FOR UPDATE
 """
 
-#: The second statement, after ``LOCK_LIMIT_STATES``: per locked key (zipped ``%(scopes)s``,
+#: The third statement, after ``LOCK_LIMIT_STATES``: per locked key (zipped ``%(scopes)s``,
 #: ``%(names)s``, and for a rate limit ``%(windows)s`` seconds and ``%(counts)s`` starts,
 #: NULL for none), fleet-wide:
 #:   - ``live``: its jobs holding a live lease (running, deadline not passed). A lapsed lease

@@ -60,12 +60,16 @@ SELECT key.scope, key.name
 FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS key(scope, name)
 ON CONFLICT (scope, name) DO NOTHING
 
+-- name: SET_LIMIT_LOCK_TIMEOUT
+SET LOCAL lock_timeout = '20ms'
+
 -- name: LOCK_LIMIT_STATES
 SELECT scope, name
 FROM jobq_limit_state
 WHERE (scope = 'queue' AND name = ANY(%(queues)s::text[]))
    OR (scope = 'kind' AND name = ANY(%(kinds)s::text[]))
-FOR UPDATE SKIP LOCKED
+ORDER BY scope, name
+FOR UPDATE
 
 -- name: COUNT_LIMITED
 SELECT key.scope, key.name,
