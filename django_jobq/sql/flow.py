@@ -38,7 +38,8 @@ SELECT {digest} AS digest,
        (SELECT COALESCE(jsonb_agg(jsonb_build_array(
                    queue.name,
                    {paused},
-                   EXTRACT(EPOCH FROM queue.paused_until - now())::float8,
+                   CASE WHEN isfinite(queue.paused_until)
+                       THEN EXTRACT(EPOCH FROM queue.paused_until - now())::float8 END,
                    queue.concurrency_limit,
                    queue.rate_limit)), '[]'::jsonb)
         FROM jobq_queue AS queue) AS queues,
@@ -50,7 +51,10 @@ SELECT {digest} AS digest,
 #: (a JSON array of ``[name, paused now, seconds until paused_until (NULL: none), concurrency
 #: limit, rate limit]``, limits NULL where the row sets none) and ``kinds`` (``[kind,
 #: concurrency limit, rate limit]``). Pausing depends on the database clock: a queue paused
-#: until a time is paused only before it.
+#: until a time is paused only before it. Whatever a row holds (one written by hand past the
+#: CHECK constraints), the statement succeeds: a ``paused_until`` of 'infinity' is a pause
+#: without an end (no seconds), one of '-infinity' has ended; the limits are the caller's to
+#: check.
 FLOW_STATE = _FLOW_STATE_TEMPLATE.format(digest=FLOW_DIGEST, paused=PAUSED)
 
 #: The digest alone (``FLOW_DIGEST``): whether what a worker read is still true, for a worker

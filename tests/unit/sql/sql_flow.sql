@@ -33,7 +33,8 @@ SELECT (SELECT md5(COALESCE(string_agg(line, ',' ORDER BY line), ''))
                    queue.name,
                    (queue.paused_at IS NOT NULL
         AND (queue.paused_until IS NULL OR queue.paused_until > now())),
-                   EXTRACT(EPOCH FROM queue.paused_until - now())::float8,
+                   CASE WHEN isfinite(queue.paused_until)
+                       THEN EXTRACT(EPOCH FROM queue.paused_until - now())::float8 END,
                    queue.concurrency_limit,
                    queue.rate_limit)), '[]'::jsonb)
         FROM jobq_queue AS queue) AS queues,
