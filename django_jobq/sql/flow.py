@@ -121,9 +121,12 @@ FROM unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[],
 #: keys, one zipped element per start (``%(scopes)s``, ``%(names)s``, ``%(job_ids)s``,
 #: ``%(attempts)s``), stamped ``clock_timestamp()`` (after the claim's leases: never earlier
 #: than the claim), and delete each key's starts older than its window (``%(windows)s``
-#: seconds, repeated per element): the log holds at most a window of starts. A start its
-#: handler stamped already (``CONFIRM_START``, a race that cannot happen before the commit)
-#: is kept. ``CONFIRM_START`` moves each to its handler's start.
+#: seconds, repeated per element): the log holds at most a window of starts. An entry the
+#: attempt has already is an earlier claim's of the same attempt, handed back unstarted (a
+#: release gives the attempt back, ``sql.leases``): it is stamped anew, since the start is
+#: this claim's (no handler stamps an attempt before its claim commits), and stays one entry
+#: whether or not the prune deletes the old one (DO NOTHING would let the prune remove the
+#: start). ``CONFIRM_START`` moves each to its handler's start.
 RECORD_STARTS = """
 WITH pruned AS (
     DELETE FROM jobq_limit_start AS start
@@ -137,7 +140,7 @@ INSERT INTO jobq_limit_start (scope, name, job_id, attempt, started_at)
 SELECT scope, name, job_id, attempt, clock_timestamp()
 FROM unnest(%(scopes)s::text[], %(names)s::text[], %(job_ids)s::bigint[],
             %(attempts)s::integer[]) AS started(scope, name, job_id, attempt)
-ON CONFLICT (scope, name, job_id, attempt) DO NOTHING
+ON CONFLICT (scope, name, job_id, attempt) DO UPDATE SET started_at = EXCLUDED.started_at
 """
 
 #: A rate-limited job's handler is about to start: stamp its start (``%(job_id)s``,

@@ -102,7 +102,7 @@ INSERT INTO jobq_limit_start (scope, name, job_id, attempt, started_at)
 SELECT scope, name, job_id, attempt, clock_timestamp()
 FROM unnest(%(scopes)s::text[], %(names)s::text[], %(job_ids)s::bigint[],
             %(attempts)s::integer[]) AS started(scope, name, job_id, attempt)
-ON CONFLICT (scope, name, job_id, attempt) DO NOTHING
+ON CONFLICT (scope, name, job_id, attempt) DO UPDATE SET started_at = EXCLUDED.started_at
 
 -- name: CONFIRM_START
 INSERT INTO jobq_limit_start (scope, name, job_id, attempt, started_at)
