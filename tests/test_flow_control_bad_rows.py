@@ -22,7 +22,7 @@ from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_jobq import flow_control
-from django_jobq.models import Job
+from django_jobq.models import Job, LimitStart
 from django_jobq.worker import Worker
 from tests.testapp.jobs import flow_step, limited_step, record
 from tests.testapp.models import Effect, Run
@@ -289,3 +289,25 @@ def test_the_largest_concurrency_limit_is_a_limit_like_any_other(admin_client):
     key = ("jobq_queue_concurrency_limit", (("queue", "flow"), ("source", "operator")))
     assert views["metrics"][key] == largest
     assert f"{largest} (operator)" in views["queues page"]
+
+
+@pytest.mark.parametrize(
+    "started_at", ["'infinity'", "now() + interval '1000 years'"], ids=["infinity", "year-3000"]
+)
+def test_a_start_logged_ahead_of_the_clock_neither_crashes_nor_holds_a_rate_limit(started_at):
+    """Workers stamp starts with the database clock: a start further ahead of it than the
+    window (written by hand) is none, and the next claim's prune deletes it."""
+    flow_control.set_queue_limits("flow", rate_limit="2/30s")
+    execute(
+        "INSERT INTO jobq_limit_start (scope, name, job_id, attempt, started_at) "  # noqa: S608
+        f"VALUES ('queue', 'flow', 0, 1, {started_at})"
+    )
+    flow_step.enqueue("first")
+    flow_step.enqueue("second")
+    record.enqueue("elsewhere")
+
+    run_burst()
+
+    assert list(Effect.objects.values_list("label", flat=True)) == ["elsewhere"]
+    assert sorted(Run.objects.values_list("label", flat=True)) == ["first", "second"]
+    assert not LimitStart.objects.filter(job_id=0).exists()

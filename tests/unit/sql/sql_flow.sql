@@ -76,13 +76,16 @@ SELECT key.scope, key.name,
                              ELSE job.kind = key.name END) AS live,
        (SELECT count(*) FROM jobq_limit_start AS start
         WHERE start.scope = key.scope AND start.name = key.name
-          AND start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds))
-           AS recent,
+          AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+              AND start.started_at
+                  <= clock_timestamp() + make_interval(secs => key.window_seconds))) AS recent,
        (SELECT EXTRACT(EPOCH FROM start.started_at + make_interval(secs => key.window_seconds)
                                   - clock_timestamp())::float8
         FROM jobq_limit_start AS start
         WHERE start.scope = key.scope AND start.name = key.name
-          AND start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+          AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+              AND start.started_at
+                  <= clock_timestamp() + make_interval(secs => key.window_seconds))
         ORDER BY start.started_at DESC
         OFFSET key.count - 1
         LIMIT 1) AS frees_in
@@ -96,7 +99,9 @@ WITH pruned AS (
            FROM unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[])
                AS key(scope, name, window_seconds)) AS key
     WHERE start.scope = key.scope AND start.name = key.name
-      AND start.started_at <= clock_timestamp() - make_interval(secs => key.window_seconds)
+      AND NOT (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+              AND start.started_at
+                  <= clock_timestamp() + make_interval(secs => key.window_seconds))
 )
 INSERT INTO jobq_limit_start (scope, name, job_id, attempt, started_at)
 SELECT scope, name, job_id, attempt, clock_timestamp()
