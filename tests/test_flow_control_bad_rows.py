@@ -274,9 +274,9 @@ def test_a_bad_kind_row_neither_crashes_nor_stalls_a_worker_or_the_operators_vie
     assert limited_step.kind in page
 
 
-def test_the_largest_concurrency_limit_is_a_limit_like_any_other(admin_client):
+def test_the_largest_limits_are_limits_like_any_other(admin_client):
     largest = 2**31 - 1
-    flow_control.set_queue_limits("flow", concurrency_limit=largest)
+    flow_control.set_queue_limits("flow", concurrency_limit=largest, rate_limit="1/999999d")
     flow_control.set_kind_limits(limited_step.kind, concurrency_limit=largest)
     for n in range(3):
         flow_step.enqueue(f"queue {n}")
@@ -284,10 +284,13 @@ def test_the_largest_concurrency_limit_is_a_limit_like_any_other(admin_client):
 
     run_burst()
 
-    assert Run.objects.count() == 6
+    assert Run.objects.filter(label__startswith="queue").count() == 1  # one in 999,999 days
+    assert Run.objects.filter(label__startswith="kind").count() == 3
     views = operator_readers_render(admin_client, "flow")
     key = ("jobq_queue_concurrency_limit", (("queue", "flow"), ("source", "operator")))
     assert views["metrics"][key] == largest
+    rate = ("jobq_queue_rate_limit_per_second", (("queue", "flow"), ("source", "operator")))
+    assert views["metrics"][rate] == pytest.approx(1 / (999_999 * 86_400))
     assert f"{largest} (operator)" in views["queues page"]
 
 
