@@ -16,7 +16,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,12 +122,10 @@ def load(cursor: psycopg.Cursor[Any]) -> FlowState:
         for kind, concurrency, rate in kind_rows
     }
     kind_limits = _merged(code_kind_limits, operator_kind_limits)
-    keys = [("queue", name) for name in queue_limits] + [("kind", name) for name in kind_limits]
-    if keys:
-        cursor.execute(
-            sql.flow.ENSURE_LIMIT_STATES,
-            {"scopes": [scope for scope, _ in keys], "names": [name for _, name in keys]},
-        )
+    ensure_limit_states(
+        cursor,
+        [("queue", name) for name in queue_limits] + [("kind", name) for name in kind_limits],
+    )
     return FlowState(
         guard=FlowGuard(digest),
         paused=frozenset(paused),
@@ -135,6 +133,21 @@ def load(cursor: psycopg.Cursor[Any]) -> FlowState:
         kind_limits=kind_limits,
         reload_at=time.monotonic() + resumes_in,
     )
+
+
+def ensure_limit_states(cursor: psycopg.Cursor[Any], keys: Sequence[tuple[str, str]]) -> None:
+    """Make sure each limited queue and kind of ``keys`` (``(scope, name)`` pairs) has the row
+    its limited claims lock (``sql.flow.ENSURE_LIMIT_STATES``: no statement for no key; it
+    writes nothing for the rows that exist, and waits for no row lock).
+
+    Raises:
+        psycopg.Error: the statement failed.
+    """
+    if keys:
+        cursor.execute(
+            sql.flow.ENSURE_LIMIT_STATES,
+            {"scopes": [scope for scope, _ in keys], "names": [name for _, name in keys]},
+        )
 
 
 def operator_limits(

@@ -5,7 +5,8 @@ A plain claim (:func:`django_jobq.claims.claim`) leaves limited queues and kinds
 limited claim takes their jobs in one transaction:
 
 1. lock the rows of the limited queues and kinds it may claim for (``sql.flow.LOCK_LIMIT_STATES``,
-   skipping those another worker's limited claim holds: it never waits);
+   skipping those another worker's limited claim holds: it never waits; a row that is gone,
+   deleted by hand, is written again for the next claim);
 2. count their jobs holding a live lease, and their recent starts, fleet-wide
    (``sql.flow.COUNT_LIMITED``): a new
    statement, so it sees every claim committed before the lock, and no other claim can
@@ -41,7 +42,7 @@ import psycopg
 from . import claims, sql
 from .claims import ClaimedJob
 from .conf import get_settings
-from .flow_state import FlowState, Limits, served_limited_queues
+from .flow_state import FlowState, Limits, ensure_limit_states, served_limited_queues
 
 #: A rate limit's window is widened by this fraction of it (at most
 #: :data:`MAX_RATE_WINDOW_MARGIN` seconds), see the module docs.
@@ -58,7 +59,7 @@ def rate_window(window: float) -> float:
 class LimitedClaim:
     """What a limited claim did: the ``jobs`` it claimed (claim order within each limited
     queue or kind); ``held_elsewhere``: a limit's row was locked by another worker's
-    limited claim (try again soon); ``next_start_in``: seconds until a rate limit that
+    limited claim, or was gone (try again soon); ``next_start_in``: seconds until a rate limit that
     stopped this claim lets a job start again (``None``: none did); ``rated``: per job id,
     the rate-limited ``(scope, name)`` keys its start is stamped in (:func:`confirm_start`)."""
 
@@ -104,7 +105,12 @@ def claim_limited(
         cursor = connection.cursor()
         cursor.execute(sql.flow.LOCK_LIMIT_STATES, {"queues": queue_keys, "kinds": kind_keys})
         locked: list[tuple[str, str]] = [(scope, name) for scope, name in cursor.fetchall()]
-        held_elsewhere = len(locked) < len(queue_keys) + len(kind_keys)
+        keys = [("queue", name) for name in queue_keys] + [("kind", name) for name in kind_keys]
+        missing = [key for key in keys if key not in locked]
+        # Rows another worker's limited claim holds, or rows gone (deleted by hand): write
+        # those gone, for the next claim.
+        ensure_limit_states(cursor, missing)
+        held_elsewhere = bool(missing)
         if not locked:
             return LimitedClaim([], held_elsewhere=True)
         rates = [_limits(state, key).rate for key in locked]

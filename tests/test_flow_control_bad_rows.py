@@ -22,8 +22,9 @@ from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_jobq import flow_control
-from django_jobq.models import Job, LimitStart
+from django_jobq.models import Job, LimitStart, LimitState
 from django_jobq.worker import Worker
+from tests.conftest import wait_until
 from tests.testapp.jobs import flow_step, limited_step, record
 from tests.testapp.models import Effect, Run
 
@@ -314,3 +315,20 @@ def test_a_start_logged_ahead_of_the_clock_neither_crashes_nor_holds_a_rate_limi
     assert list(Effect.objects.values_list("label", flat=True)) == ["elsewhere"]
     assert sorted(Run.objects.values_list("label", flat=True)) == ["first", "second"]
     assert not LimitStart.objects.filter(job_id=0).exists()
+
+
+def test_a_limit_row_deleted_by_hand_under_running_workers_is_written_again():
+    flow_control.set_queue_limits("flow", concurrency_limit=1)
+    worker = Worker(poll_interval=0.05, concurrency=2, scheduler=False)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        flow_step.enqueue("before")
+        wait_until(lambda: Run.objects.filter(label="before").exists(), what="the first job")
+        LimitState.objects.all().delete()  # the row the worker's limited claims lock
+        flow_step.enqueue("after")
+        wait_until(lambda: Run.objects.filter(label="after").exists(), what="the next job")
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    assert LimitState.objects.filter(scope="queue", name="flow").exists()
