@@ -56,7 +56,8 @@ from psycopg.rows import dict_row
 from . import registry, sql, task_results
 from .conf import KIND_NAME_RE, MAX_DURATION, QUEUE_NAME_RE, concurrency_limit_problem, get_settings
 from .exceptions import UnknownQueue
-from .models import WORKER_STALE_AFTER, KindLimit
+from .flow_state import operator_limits
+from .models import PAUSE_TIMES, WORKER_STALE_AFTER, KindLimit
 from .rates import parse_rate
 
 
@@ -92,11 +93,15 @@ class QueueControl:
     """What flow control says of one known queue now.
 
     ``paused`` is whether its pause is in effect (on the database clock), ``paused_at`` and
-    ``paused_until`` the pause's times (``None`` when not paused). ``concurrency_limit``
-    (jobs running at once, fleet-wide) and ``rate_limit`` (jobs started per window) are the
-    effective limits, ``None`` for none; each ``*_source`` says where it comes from
-    (:data:`LimitSource`). ``operator_concurrency_limit`` and ``operator_rate_limit`` are the
-    run-time overrides stored (``None``: none), ``setting_*`` the ``JOBQ['QUEUES']`` values.
+    ``paused_until`` the pause's times (``None`` when not paused, and where a row written by
+    hand holds a time no datetime holds: since an unknown time, until resumed).
+    ``concurrency_limit`` (jobs running at once, fleet-wide) and ``rate_limit`` (jobs
+    started per window) are the effective limits, those workers apply, ``None`` for none;
+    each ``*_source`` says where it comes from (:data:`LimitSource`).
+    ``operator_concurrency_limit`` and ``operator_rate_limit`` are the run-time overrides
+    stored (``None``: none; one that is not a limit is stored but does not apply, see
+    :func:`~django_jobq.flow_state.operator_limits`), ``setting_*`` the ``JOBQ['QUEUES']``
+    values.
     ``has_row``: the queue has a ``jobq_queue`` row (it was paused or limited once).
     """
 
@@ -217,8 +222,9 @@ def _pause_end(until: object) -> tuple[datetime | None, float | None]:
     """``until`` as ``PAUSE_QUEUES`` takes it: an absolute time, or seconds from now.
 
     Raises:
-        TypeError: not a datetime, timedelta, number or None. ValueError: a naive datetime,
-        or a duration not more than 0 and at most 10 years. Both name the field ``until``.
+        TypeError: not a datetime, timedelta, number or None. ValueError: a naive datetime
+        or one after ``models.PAUSE_TIMES``, or a duration not more than 0 and at most 10
+        years. Both name the field ``until``.
     """
     if until is None:
         return None, None
@@ -227,6 +233,11 @@ def _pause_end(until: object) -> tuple[datetime | None, float | None]:
             raise ValueError(
                 f"until must be an aware datetime (with a time zone, e.g. "
                 f"django.utils.timezone.now() + ...), not the naive {until.isoformat()}"
+            )
+        if until > PAUSE_TIMES[1]:
+            raise ValueError(
+                f"until must be before {PAUSE_TIMES[1].date().isoformat()} (the pauses' "
+                f"CHECK constraint), not {until.isoformat()}"
             )
         return until, None
     if isinstance(until, timedelta):
@@ -295,8 +306,11 @@ def queue_states() -> list[QueueControl]:
         setting = settings_limits.get(row["name"], {})
         setting_concurrency = setting.get("CONCURRENCY_LIMIT")
         setting_rate = setting.get("RATE_LIMIT")
-        concurrency, concurrency_source = _effective(row["concurrency_limit"], setting_concurrency)
-        rate, rate_source = _effective(row["rate_limit"], setting_rate)
+        applied_concurrency, applied_rate = operator_limits(
+            "queue", row["name"], row["concurrency_limit"], row["rate_limit"]
+        )
+        concurrency, concurrency_source = _effective(applied_concurrency, setting_concurrency)
+        rate, rate_source = _effective(applied_rate, setting_rate)
         controls.append(
             QueueControl(
                 name=row["name"],
@@ -344,7 +358,8 @@ def kind_limits() -> list[KindControl]:
     Raises:
         django.db.DatabaseError: the queue database cannot be read.
     """
-    rows = {row.kind: row for row in KindLimit.objects.using(get_settings().DATABASE)}
+    stored = KindLimit.objects.using(get_settings().DATABASE)
+    rows = {row.kind: row for row in stored.only("kind", "concurrency_limit", "rate_limit")}
     definitions = {
         definition.kind: definition
         for definition in registry.definitions()
@@ -360,8 +375,11 @@ def kind_limits() -> list[KindControl]:
         operator_rate = row.rate_limit if row else None
         setting_concurrency = definition.concurrency_limit if definition else None
         setting_rate = definition.rate_limit if definition else None
-        concurrency, concurrency_source = _effective(operator_concurrency, setting_concurrency)
-        rate, rate_source = _effective(operator_rate, setting_rate)
+        applied_concurrency, applied_rate = operator_limits(
+            "kind", kind, operator_concurrency, operator_rate
+        )
+        concurrency, concurrency_source = _effective(applied_concurrency, setting_concurrency)
+        rate, rate_source = _effective(applied_rate, setting_rate)
         controls.append(
             KindControl(
                 kind=kind,
@@ -441,8 +459,8 @@ def pause_queue(
     Raises:
         UnknownQueue: ``queue`` is not known (the message suggests the closest known one).
         TypeError, ValueError: an invalid ``queue`` or ``until`` (a naive datetime, a time
-            not in the future, a duration not more than 0 or over 10 years); the message
-            names the field.
+            not in the future or after 9999-12-30, a duration not more than 0 or over 10
+            years); the message names the field.
     """
     (pause,) = pause_queues([queue], until=until, allow_unknown=allow_unknown)
     return pause

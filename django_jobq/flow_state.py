@@ -13,9 +13,10 @@ worker loads again.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,11 @@ from . import registry, sql
 from .claims import FlowGuard
 from .conf import get_settings
 from .rates import Rate, parse_rate
+
+logger = logging.getLogger("django_jobq.flow_control")
+
+#: Per scope, the table of the operators' limits and whose limit applies without them.
+_OPERATOR_TABLES = {"queue": ("jobq_queue", "JOBQ['QUEUES']"), "kind": ("jobq_kind_limit", "@job")}
 
 
 @dataclass(frozen=True)
@@ -83,8 +89,8 @@ def load(cursor: psycopg.Cursor[Any]) -> FlowState:
     Raises:
         psycopg.Error: a statement failed.
 
-    A limit a row holds that Python refuses (the CHECK constraints keep them out, so only a
-    row written before them could) is ignored for the code's value.
+    A limit a row holds that Python refuses is ignored for the code's value, with a warning
+    (:func:`operator_limits`).
     """
     cursor.execute(sql.flow.FLOW_STATE)
     row = cursor.fetchone()
@@ -100,7 +106,7 @@ def load(cursor: psycopg.Cursor[Any]) -> FlowState:
             paused.add(name)
             if seconds_until_resume is not None:
                 resumes_in = min(resumes_in, max(0.0, seconds_until_resume))
-        operator_queue_limits[name] = (concurrency, rate)
+        operator_queue_limits[name] = operator_limits("queue", name, concurrency, rate)
     settings_limits = {
         name: (limits.get("CONCURRENCY_LIMIT"), limits.get("RATE_LIMIT"))
         for name, limits in get_settings().QUEUES.items()
@@ -111,14 +117,15 @@ def load(cursor: psycopg.Cursor[Any]) -> FlowState:
         for definition in registry.definitions()
         if definition.concurrency_limit is not None or definition.rate_limit is not None
     }
-    operator_kind_limits = {kind: (concurrency, rate) for kind, concurrency, rate in kind_rows}
+    operator_kind_limits = {
+        kind: operator_limits("kind", kind, concurrency, rate)
+        for kind, concurrency, rate in kind_rows
+    }
     kind_limits = _merged(code_kind_limits, operator_kind_limits)
-    keys = [("queue", name) for name in queue_limits] + [("kind", name) for name in kind_limits]
-    if keys:
-        cursor.execute(
-            sql.flow.ENSURE_LIMIT_STATES,
-            {"scopes": [scope for scope, _ in keys], "names": [name for _, name in keys]},
-        )
+    ensure_limit_states(
+        cursor,
+        [("queue", name) for name in queue_limits] + [("kind", name) for name in kind_limits],
+    )
     return FlowState(
         guard=FlowGuard(digest),
         paused=frozenset(paused),
@@ -126,6 +133,53 @@ def load(cursor: psycopg.Cursor[Any]) -> FlowState:
         kind_limits=kind_limits,
         reload_at=time.monotonic() + resumes_in,
     )
+
+
+def ensure_limit_states(cursor: psycopg.Cursor[Any], keys: Sequence[tuple[str, str]]) -> None:
+    """Make sure each limited queue and kind of ``keys`` (``(scope, name)`` pairs) has the row
+    its limited claims lock (``sql.flow.ENSURE_LIMIT_STATES``: no statement for no key; it
+    writes nothing for the rows that exist, and waits for no row lock).
+
+    Raises:
+        psycopg.Error: the statement failed.
+    """
+    if keys:
+        cursor.execute(
+            sql.flow.ENSURE_LIMIT_STATES,
+            {"scopes": [scope for scope, _ in keys], "names": [name for _, name in keys]},
+        )
+
+
+def operator_limits(
+    scope: str, name: str, concurrency: object, rate: object
+) -> tuple[int | None, str | None]:
+    """The limits an operator stored for queue or kind ``name`` (``scope``: ``"queue"``,
+    ``"kind"``) that apply: ``(concurrency, rate)`` as stored, each ``None`` where the row
+    holds none or one that is not a limit (not an int of at least 1, not in the grammar of
+    :mod:`django_jobq.rates`), then the code's applies. The table's CHECK constraints refuse
+    those; a row written past them (the constraints dropped) gets a warning per such value
+    on the logger ``django_jobq.flow_control``, each time it is read."""
+    table, code = _OPERATOR_TABLES[scope]
+    usable = (
+        _concurrency(concurrency),
+        rate if isinstance(rate, str) and _rate(rate) is not None else None,
+    )
+    for column, stored, value in zip(
+        ("concurrency_limit", "rate_limit"), (concurrency, rate), usable, strict=True
+    ):
+        if stored is not None and value is None:
+            logger.warning(
+                "%s row of %s %r: %s %r ignored, it is not a limit (the table's CHECK "
+                "constraints refuse it: were they dropped?); %s's applies. Set it again "
+                "(flow_control, jobq_queues, the admin).",
+                table,
+                scope,
+                name,
+                column,
+                stored,
+                code,
+            )
+    return usable
 
 
 def _merged(

@@ -13,7 +13,7 @@ durations are kept per minute instead.
 from __future__ import annotations
 
 import functools
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
@@ -524,6 +524,12 @@ def _limit_constraints(table: str) -> list[models.BaseConstraint]:
     ]
 
 
+#: The times a pause may hold (``Queue.paused_at``, ``paused_until``): those a Python datetime
+#: holds in any time zone (years 1 to 9999, with a day to spare), as every reader of the
+#: pauses needs; not 'infinity'.
+PAUSE_TIMES = (datetime(1, 1, 2, tzinfo=UTC), datetime(9999, 12, 30, tzinfo=UTC))
+
+
 class Queue(models.Model):
     """What operators set on a queue at run time: a pause, and limits that override the
     ``JOBQ['QUEUES']`` setting's (docs/flow-control.md). A queue needs no row to work: one is
@@ -555,7 +561,20 @@ class Queue(models.Model):
 
     class Meta:
         db_table = "jobq_queue"
-        constraints = _limit_constraints("jobq_queue")
+        constraints = [
+            *_limit_constraints("jobq_queue"),
+            *(
+                models.CheckConstraint(
+                    condition=models.Q(**{f"{field}__range": PAUSE_TIMES}),
+                    name=f"jobq_queue_{field}_in_range",
+                )
+                for field in ("paused_at", "paused_until")
+            ),
+            models.CheckConstraint(
+                condition=models.Q(paused_until__isnull=True) | models.Q(paused_at__isnull=False),
+                name="jobq_queue_paused_until_needs_paused_at",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name

@@ -4,6 +4,7 @@ processes, SIGKILLed and restarted, is in tests/acceptance/test_flow_control_fle
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.db.models import F
 from django.test.utils import override_settings
 from django.utils import timezone
 
@@ -21,6 +23,7 @@ from django_jobq import (
     enqueue_many,
     flow_state,
     job,
+    leases,
     limited_claims,
     sql,
 )
@@ -29,7 +32,7 @@ from django_jobq.operations import cancel, redrive
 from django_jobq.worker import Worker, executor
 from django_jobq.worker.held import HeldJob
 from tests.conftest import wait_until
-from tests.testapp.jobs import flow_step, limited_step, poison, rated_step, record
+from tests.testapp.jobs import flow_flaky, flow_step, limited_step, poison, rated_step, record
 from tests.testapp.models import Effect, Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -322,6 +325,112 @@ def test_a_rate_limited_handler_restamps_its_start_only_when_it_starts_after_the
     assert restamped[prompt.pk] == stamps[prompt.pk]
     assert restamped[late.pk] > stamps[late.pk]
     assert Effect.objects.count() == 2
+
+
+def starts_within(window: float) -> int:
+    """The most handler starts (``Run.started``, the handlers' own clocks) in any
+    ``window`` seconds."""
+    starts = sorted(Run.objects.values_list("started", flat=True))
+    return max(
+        (
+            sum(1 for other in starts[index:] if other < start + window)
+            for index, start in enumerate(starts)
+        ),
+        default=0,
+    )
+
+
+def test_a_rate_limit_counts_a_retry_as_a_start():
+    Queue.objects.create(name="flow", rate_limit="2/30s")
+    flow_flaky.using(priority=10).enqueue("flaky")  # fails its first attempt, retried at once
+    flow_step.enqueue("plain")
+    flow_step.enqueue("plain too")
+
+    run_burst(concurrency=1)  # the retry comes before the other jobs
+
+    labels = list(Run.objects.order_by("started").values_list("label", flat=True))
+    assert labels == ["flaky attempt 1", "flaky attempt 2"]
+    assert starts_within(30.0) == 2
+    for waiting in Job.objects.all():  # held back: no attempt consumed
+        assert (waiting.kind, waiting.status, waiting.attempts) == (flow_step.kind, "ready", 0)
+
+
+def test_a_rate_limit_counts_a_reclaim_as_a_start(queue_cursor):
+    Queue.objects.create(name="flow", rate_limit="2/30s")
+    reclaimed = flow_step.enqueue("reclaimed")
+    held = flow_step.enqueue("held")
+    # A worker claims the job, its handler starts, and the worker is SIGKILLed: its lease
+    # lapses, with no outcome.
+    state = flow_state.load(queue_cursor)
+    claimed = limited_claims.claim_limited(
+        queue_cursor.connection,
+        worker_id="killed",
+        limit=1,
+        queues=None,
+        kinds=[flow_step.kind],
+        state=state,
+    )
+    assert [job.id for job in claimed.jobs] == [reclaimed.pk]
+    limited_claims.confirm_start(reclaimed.pk, 1, claimed.rated[reclaimed.pk].keys)
+    flow_step.func("reclaimed")
+    Job.objects.filter(pk=reclaimed.pk).update(lease_deadline=timezone.now() - timedelta(seconds=1))
+
+    run_burst(concurrency=2)
+
+    assert list(Run.objects.values_list("label", flat=True)) == ["reclaimed", "reclaimed"]
+    assert starts_within(30.0) == 2
+    assert not Job.objects.filter(pk=reclaimed.pk).exists()  # attempt 2 ran and was acked
+    waiting = Job.objects.get(pk=held.pk)
+    assert (waiting.status, waiting.attempts, waiting.last_error) == ("ready", 0, "")
+
+
+@pytest.mark.parametrize("age", [20.0, 3600.0], ids=["inside-the-window", "pruned-by-the-claim"])
+def test_a_released_job_claimed_again_counts_from_its_new_claim(age, queue_cursor):
+    """A stopping worker hands back a limited job no thread had started, and its attempt:
+    the next claim of that same attempt logs a start from then, whether the first claim's
+    entry is still inside the window or old enough for that claim to prune it."""
+    Queue.objects.create(name="flow", rate_limit="2/30s")
+    released = flow_step.enqueue("released")
+
+    def claim() -> list[claims.ClaimedJob]:
+        state = flow_state.load(queue_cursor)
+        return limited_claims.claim_limited(
+            queue_cursor.connection,
+            worker_id="w",
+            limit=1,
+            queues=None,
+            kinds=[flow_step.kind],
+            state=state,
+        ).jobs
+
+    (first,) = claim()
+    assert leases.release(queue_cursor, [first.lease]) == {released.pk}
+    LimitStart.objects.update(started_at=F("started_at") - timedelta(seconds=age))
+    (again,) = claim()
+
+    assert (again.id, again.attempt) == (first.id, first.attempt)
+    start = LimitStart.objects.get()
+    claimed_at = Job.objects.get().started_at
+    assert claimed_at is not None and start.started_at >= claimed_at
+
+
+def test_a_retry_held_back_by_a_rate_limit_keeps_its_attempt_and_logs_no_retry(caplog):
+    Queue.objects.create(name="flow", rate_limit="2/30s")
+    flow_flaky.enqueue("flaky")
+    flow_step.enqueue("plain")
+    caplog.set_level(logging.INFO, logger="django_jobq.worker")
+
+    run_burst(concurrency=1)  # the flaky job's first attempt, then the plain job
+
+    assert sorted(Run.objects.values_list("label", flat=True)) == ["flaky attempt 1", "plain"]
+    retry = Job.objects.get()
+    assert (retry.status, retry.attempts) == ("ready", 1)
+    assert retry.last_error.startswith("RuntimeError: flaky fails its first attempt")
+    retries = [r.getMessage() for r in caplog.records if "next run in" in r.getMessage()]
+    assert (
+        len(retries) == 1 and f"job {retry.pk} {flow_flaky.kind} attempt 1/3 failed" in (retries[0])
+    )
+    assert not DeadLetter.objects.exists()
 
 
 # -- lanes ------------------------------------------------------------------------------------

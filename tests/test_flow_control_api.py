@@ -2,7 +2,7 @@
 queues it knows, the errors it raises, and the wake-ups it sends."""
 
 import select
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import transaction
@@ -100,10 +100,11 @@ def test_pause_many_queues_in_one_call():
         (-5.0, ValueError, "until: a pause's duration"),
         (float("nan"), ValueError, "until: a pause's duration"),
         (timedelta(days=4000), ValueError, "at most 10 years"),
+        (datetime(9999, 12, 31, tzinfo=UTC), ValueError, "until must be before 9999-12-30"),
         ("30m", TypeError, "until must be an aware datetime, a timedelta, seconds"),
         (True, TypeError, "until must be"),
     ],
-    ids=["naive", "past", "zero", "negative", "nan", "too-long", "text", "bool"],
+    ids=["naive", "past", "zero", "negative", "nan", "too-long", "year-9999", "text", "bool"],
 )
 def test_a_bad_end_is_refused_naming_until(until, error, message):
     with pytest.raises(error, match=message):

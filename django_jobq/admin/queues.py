@@ -150,8 +150,10 @@ class _FlowControlAdmin:
         return obj if obj is not None else self.new_object(object_id)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        """The rows, with only the columns the change page edits: the pauses are read through
+        the API, which copes with a time no datetime holds (a row written by hand)."""
         queryset: QuerySet[Any] = super().get_queryset(request)  # type: ignore[misc]
-        return queryset.using(get_settings().DATABASE)
+        return queryset.using(get_settings().DATABASE).only("pk", "concurrency_limit", "rate_limit")
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         self.save_limits(obj)

@@ -10,6 +10,7 @@ rather than queue every claim behind it (run it again). The lanes' indexes are b
 next migration, without blocking writes.
 """
 
+import datetime
 from typing import Any
 
 import django.db.models.functions.datetime
@@ -22,6 +23,10 @@ from django_jobq.migrations._operations import (
 )
 
 RATE_LIMIT_PATTERN = "^([1-9][0-9]{0,3}|10000)/([1-9][0-9]{0,5})?[smhd]$"
+PAUSE_TIMES = (
+    datetime.datetime(1, 1, 2, tzinfo=datetime.UTC),
+    datetime.datetime(9999, 12, 30, tzinfo=datetime.UTC),
+)
 
 
 def _wait_briefly_for_locks(apps: Any, schema_editor: Any) -> None:
@@ -183,6 +188,25 @@ class Migration(migrations.Migration):
             ),
         ),
         *_limit_constraints("queue", "jobq_queue"),
+        *(
+            migrations.AddConstraint(
+                model_name="queue",
+                constraint=models.CheckConstraint(
+                    condition=models.Q((f"{field}__range", PAUSE_TIMES)),
+                    name=f"jobq_queue_{field}_in_range",
+                ),
+            )
+            for field in ("paused_at", "paused_until")
+        ),
+        migrations.AddConstraint(
+            model_name="queue",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("paused_until__isnull", True), ("paused_at__isnull", False), _connector="OR"
+                ),
+                name="jobq_queue_paused_until_needs_paused_at",
+            ),
+        ),
         *_limit_constraints("kindlimit", "jobq_kind_limit"),
         migrations.AddField(
             model_name="job",

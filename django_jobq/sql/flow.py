@@ -38,7 +38,8 @@ SELECT {digest} AS digest,
        (SELECT COALESCE(jsonb_agg(jsonb_build_array(
                    queue.name,
                    {paused},
-                   EXTRACT(EPOCH FROM queue.paused_until - now())::float8,
+                   CASE WHEN isfinite(queue.paused_until)
+                       THEN EXTRACT(EPOCH FROM queue.paused_until - now())::float8 END,
                    queue.concurrency_limit,
                    queue.rate_limit)), '[]'::jsonb)
         FROM jobq_queue AS queue) AS queues,
@@ -50,7 +51,10 @@ SELECT {digest} AS digest,
 #: (a JSON array of ``[name, paused now, seconds until paused_until (NULL: none), concurrency
 #: limit, rate limit]``, limits NULL where the row sets none) and ``kinds`` (``[kind,
 #: concurrency limit, rate limit]``). Pausing depends on the database clock: a queue paused
-#: until a time is paused only before it.
+#: until a time is paused only before it. Whatever a row holds (one written by hand past the
+#: CHECK constraints), the statement succeeds: a ``paused_until`` of 'infinity' is a pause
+#: without an end (no seconds), one of '-infinity' has ended; the limits are the caller's to
+#: check.
 FLOW_STATE = _FLOW_STATE_TEMPLATE.format(digest=FLOW_DIGEST, paused=PAUSED)
 
 #: The digest alone (``FLOW_DIGEST``): whether what a worker read is still true, for a worker
@@ -89,18 +93,29 @@ ORDER BY scope, name
 FOR UPDATE
 """
 
+#: Whether the start ``start`` (a ``jobq_limit_start`` row) is in the window of ``key``
+#: (``key.window_seconds``; NULL: no rate limit, never), on the clock starts are stamped
+#: with: after the window opened, and at most a window ahead of the clock (a start that a
+#: step back of the server's clock leaves ahead still counts). A start further ahead, which
+#: no worker stamped ('infinity', a row written by hand), is none: ``RECORD_STARTS`` deletes
+#: it.
+_IN_WINDOW = """(start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+              AND start.started_at
+                  <= clock_timestamp() + make_interval(secs => key.window_seconds))"""
+
 #: The third statement, after ``LOCK_LIMIT_STATES``: per locked key (zipped ``%(scopes)s``,
 #: ``%(names)s``, and for a rate limit ``%(windows)s`` seconds and ``%(counts)s`` starts,
 #: NULL for none), fleet-wide:
 #:   - ``live``: its jobs holding a live lease (running, deadline not passed). A lapsed lease
 #:     holds no slot: its job is claimable, and the claim that reclaims it counts again.
 #:     Reads the running jobs (``jobq_job_lease_idx``);
-#:   - ``recent``: its starts within the window (``jobq_limit_start_idx``, newest first);
+#:   - ``recent``: its starts within the window (``_IN_WINDOW``; ``jobq_limit_start_idx``,
+#:     newest first);
 #:   - ``frees_in``: when ``recent`` has reached the count, the seconds until the oldest of
 #:     the last ``count`` starts leaves the window, when one more may start.
 #: A new statement, so under READ COMMITTED it sees every claim and start committed before
 #: the lock was taken. Clock: ``clock_timestamp()``, as the starts are stamped.
-COUNT_LIMITED = """
+_COUNT_LIMITED_TEMPLATE = """
 SELECT key.scope, key.name,
        (SELECT count(*) FROM jobq_job AS job
         WHERE job.status = 'running' AND job.lease_deadline >= now()
@@ -108,42 +123,46 @@ SELECT key.scope, key.name,
                              ELSE job.kind = key.name END) AS live,
        (SELECT count(*) FROM jobq_limit_start AS start
         WHERE start.scope = key.scope AND start.name = key.name
-          AND start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds))
-           AS recent,
+          AND {in_window}) AS recent,
        (SELECT EXTRACT(EPOCH FROM start.started_at + make_interval(secs => key.window_seconds)
                                   - clock_timestamp())::float8
         FROM jobq_limit_start AS start
         WHERE start.scope = key.scope AND start.name = key.name
-          AND start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+          AND {in_window}
         ORDER BY start.started_at DESC
         OFFSET key.count - 1
         LIMIT 1) AS frees_in
 FROM unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[],
             %(counts)s::integer[]) AS key(scope, name, window_seconds, count)
 """
+COUNT_LIMITED = _COUNT_LIMITED_TEMPLATE.format(in_window=_IN_WINDOW)
 
 #: The last statement before the commit: log the starts of this claim for the rate-limited
 #: keys, one zipped element per start (``%(scopes)s``, ``%(names)s``, ``%(job_ids)s``,
 #: ``%(attempts)s``), stamped ``clock_timestamp()`` (after the claim's leases: never earlier
-#: than the claim), and delete each key's starts older than its window (``%(windows)s``
-#: seconds, repeated per element): the log holds at most a window of starts. A start its
-#: handler stamped already (``CONFIRM_START``, a race that cannot happen before the commit)
-#: is kept. ``CONFIRM_START`` moves each to its handler's start.
-RECORD_STARTS = """
+#: than the claim), and delete each key's starts not in its window (``_IN_WINDOW``,
+#: ``%(windows)s`` seconds, repeated per element): the log holds at most a window of starts.
+#: An entry the attempt has already is an earlier claim's of the same attempt, handed back
+#: unstarted (a release gives the attempt back, ``sql.leases``): it is stamped anew, since
+#: the start is this claim's (no handler stamps an attempt before its claim commits), and
+#: stays one entry whether or not the prune deletes the old one (DO NOTHING would let the
+#: prune remove the start). ``CONFIRM_START`` moves each to its handler's start.
+_RECORD_STARTS_TEMPLATE = """
 WITH pruned AS (
     DELETE FROM jobq_limit_start AS start
     USING (SELECT DISTINCT scope, name, window_seconds
            FROM unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[])
                AS key(scope, name, window_seconds)) AS key
     WHERE start.scope = key.scope AND start.name = key.name
-      AND start.started_at <= clock_timestamp() - make_interval(secs => key.window_seconds)
+      AND NOT {in_window}
 )
 INSERT INTO jobq_limit_start (scope, name, job_id, attempt, started_at)
 SELECT scope, name, job_id, attempt, clock_timestamp()
 FROM unnest(%(scopes)s::text[], %(names)s::text[], %(job_ids)s::bigint[],
             %(attempts)s::integer[]) AS started(scope, name, job_id, attempt)
-ON CONFLICT (scope, name, job_id, attempt) DO NOTHING
+ON CONFLICT (scope, name, job_id, attempt) DO UPDATE SET started_at = EXCLUDED.started_at
 """
+RECORD_STARTS = _RECORD_STARTS_TEMPLATE.format(in_window=_IN_WINDOW)
 
 #: A rate-limited job's handler is about to start: stamp its start (``%(job_id)s``,
 #: ``%(attempt)s``) for its rate-limited queue and kind (zipped ``%(scopes)s``, ``%(names)s``)

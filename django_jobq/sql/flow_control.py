@@ -30,13 +30,20 @@ _READY_QUEUES = """job_queues AS (
     WHERE job_queues.queue IS NOT NULL
 )"""
 
+#: A condition on the timestamptz before it: a time a Python datetime holds in any time zone
+#: (years 1 to 9999, with a day to spare; ``models.PAUSE_TIMES``, the pauses' CHECK
+#: constraints), as the claims' read of ``run_at`` has it (``sql.claims``).
+_HELD_BY_PYTHON = "BETWEEN '0001-01-02 00:00:00+00' AND '9999-12-30 00:00:00+00'"
+
 #: The queues the operators see (``flow_control.queue_states``) and their controls, by name:
 #: the names the code gives (``%(named)s``: settings, registry, Tasks backends), every
 #: ``jobq_queue`` row, the queues that hold ready jobs and those live workers serve
 #: (registered within ``%(stale_after)s`` seconds; a worker of every queue names none). The
 #: queues of ready jobs come from ``_READY_QUEUES``' loose index scan. ``paused`` is the
 #: pause in effect now: a row whose ``paused_until`` has passed keeps its times but is not
-#: paused. A name without a row has NULL controls.
+#: paused. A name without a row has NULL controls. A time outside what a Python datetime
+#: holds (a row written by hand: 'infinity', year 20000) comes back NULL: paused since an
+#: unknown time, or until resumed. The limits come back as stored, for the caller to check.
 _QUEUE_CONTROLS_TEMPLATE = """
 WITH RECURSIVE {ready_queues}, names AS (
     SELECT unnest(%(named)s::text[]) AS name
@@ -50,18 +57,24 @@ WITH RECURSIVE {ready_queues}, names AS (
       AND worker.last_seen > now() - make_interval(secs => %(stale_after)s::float8)
 )
 SELECT names.name, queue.name IS NOT NULL AS has_row, COALESCE({paused}, false) AS paused,
-       queue.paused_at, queue.paused_until, queue.concurrency_limit, queue.rate_limit,
-       queue.updated_at
+       CASE WHEN queue.paused_at {held_by_python}
+           THEN queue.paused_at END AS paused_at,
+       CASE WHEN queue.paused_until {held_by_python}
+           THEN queue.paused_until END AS paused_until,
+       queue.concurrency_limit, queue.rate_limit
 FROM names
 LEFT JOIN jobq_queue AS queue ON queue.name = names.name
 ORDER BY names.name
 """
-QUEUE_CONTROLS = _QUEUE_CONTROLS_TEMPLATE.format(ready_queues=_READY_QUEUES, paused=PAUSED)
+QUEUE_CONTROLS = _QUEUE_CONTROLS_TEMPLATE.format(
+    ready_queues=_READY_QUEUES, paused=PAUSED, held_by_python=_HELD_BY_PYTHON
+)
 
 #: Pause the queues ``%(names)s`` (distinct, sorted: rows are locked in one order) until
 #: ``%(until)s`` (an absolute time), or ``%(seconds)s`` from now on the database clock, or
 #: (both NULL) until resumed. A queue that is paused already keeps its ``paused_at`` (paused
-#: since then) and gets the new end; any other starts its pause now. Refuses an end that is
+#: since then) and gets the new end; any other, or one paused since a time outside what a
+#: Python datetime holds (a row written by hand), starts its pause now. Refuses an end that is
 #: not in the future on the database clock: then no row is written or returned. Writes a
 #: row for a queue that has none. Sends no notification (see the module docs). Returns each
 #: queue's pause as stored.
@@ -77,12 +90,14 @@ FROM input
 WHERE until IS NULL OR until > now()
 ORDER BY name
 ON CONFLICT (name) DO UPDATE
-SET paused_at = CASE WHEN {paused} THEN queue.paused_at ELSE now() END,
+SET paused_at = CASE WHEN {paused}
+                         AND queue.paused_at {held_by_python}
+                    THEN queue.paused_at ELSE now() END,
     paused_until = EXCLUDED.paused_until,
     updated_at = now()
 RETURNING queue.name, queue.paused_at, queue.paused_until
 """
-PAUSE_QUEUES = _PAUSE_QUEUES_TEMPLATE.format(paused=PAUSED)
+PAUSE_QUEUES = _PAUSE_QUEUES_TEMPLATE.format(paused=PAUSED, held_by_python=_HELD_BY_PYTHON)
 
 #: Resume the queues ``%(names)s``: clear the pause of each that has one (in effect, or
 #: ended by its ``paused_until`` and not cleared yet), and wake the workers serving each at

@@ -319,6 +319,15 @@ def flow_step(label: str, seconds: float = 0.0, lane: str = "") -> None:
     _timed_run(label, seconds, lane)
 
 
+@job(queue="flow", takes_context=True, backoff=FixedBackoff(0), max_attempts=3)
+def flow_flaky(ctx: JobContext, label: str) -> None:
+    """A run of a flow-control test in queue "flow" whose first attempt fails, retried at
+    once: each attempt records its run, as ``"<label> attempt <n>"``."""
+    _timed_run(f"{label} attempt {ctx.attempt}", 0.0, "")
+    if ctx.attempt == 1:
+        raise RuntimeError(f"{label} fails its first attempt")
+
+
 @job(queue="flow-kinds", concurrency_limit=2)
 def limited_step(label: str, seconds: float = 0.0) -> None:
     """A run of a kind that at most two workers run at once, fleet-wide."""

@@ -33,7 +33,8 @@ SELECT (SELECT md5(COALESCE(string_agg(line, ',' ORDER BY line), ''))
                    queue.name,
                    (queue.paused_at IS NOT NULL
         AND (queue.paused_until IS NULL OR queue.paused_until > now())),
-                   EXTRACT(EPOCH FROM queue.paused_until - now())::float8,
+                   CASE WHEN isfinite(queue.paused_until)
+                       THEN EXTRACT(EPOCH FROM queue.paused_until - now())::float8 END,
                    queue.concurrency_limit,
                    queue.rate_limit)), '[]'::jsonb)
         FROM jobq_queue AS queue) AS queues,
@@ -79,13 +80,16 @@ SELECT key.scope, key.name,
                              ELSE job.kind = key.name END) AS live,
        (SELECT count(*) FROM jobq_limit_start AS start
         WHERE start.scope = key.scope AND start.name = key.name
-          AND start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds))
-           AS recent,
+          AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+              AND start.started_at
+                  <= clock_timestamp() + make_interval(secs => key.window_seconds))) AS recent,
        (SELECT EXTRACT(EPOCH FROM start.started_at + make_interval(secs => key.window_seconds)
                                   - clock_timestamp())::float8
         FROM jobq_limit_start AS start
         WHERE start.scope = key.scope AND start.name = key.name
-          AND start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+          AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+              AND start.started_at
+                  <= clock_timestamp() + make_interval(secs => key.window_seconds))
         ORDER BY start.started_at DESC
         OFFSET key.count - 1
         LIMIT 1) AS frees_in
@@ -99,13 +103,15 @@ WITH pruned AS (
            FROM unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[])
                AS key(scope, name, window_seconds)) AS key
     WHERE start.scope = key.scope AND start.name = key.name
-      AND start.started_at <= clock_timestamp() - make_interval(secs => key.window_seconds)
+      AND NOT (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+              AND start.started_at
+                  <= clock_timestamp() + make_interval(secs => key.window_seconds))
 )
 INSERT INTO jobq_limit_start (scope, name, job_id, attempt, started_at)
 SELECT scope, name, job_id, attempt, clock_timestamp()
 FROM unnest(%(scopes)s::text[], %(names)s::text[], %(job_ids)s::bigint[],
             %(attempts)s::integer[]) AS started(scope, name, job_id, attempt)
-ON CONFLICT (scope, name, job_id, attempt) DO NOTHING
+ON CONFLICT (scope, name, job_id, attempt) DO UPDATE SET started_at = EXCLUDED.started_at
 
 -- name: CONFIRM_START
 INSERT INTO jobq_limit_start (scope, name, job_id, attempt, started_at)

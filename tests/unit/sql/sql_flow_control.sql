@@ -23,8 +23,11 @@ WITH RECURSIVE job_queues AS (
 )
 SELECT names.name, queue.name IS NOT NULL AS has_row, COALESCE((queue.paused_at IS NOT NULL
         AND (queue.paused_until IS NULL OR queue.paused_until > now())), false) AS paused,
-       queue.paused_at, queue.paused_until, queue.concurrency_limit, queue.rate_limit,
-       queue.updated_at
+       CASE WHEN queue.paused_at BETWEEN '0001-01-02 00:00:00+00' AND '9999-12-30 00:00:00+00'
+           THEN queue.paused_at END AS paused_at,
+       CASE WHEN queue.paused_until BETWEEN '0001-01-02 00:00:00+00' AND '9999-12-30 00:00:00+00'
+           THEN queue.paused_until END AS paused_until,
+       queue.concurrency_limit, queue.rate_limit
 FROM names
 LEFT JOIN jobq_queue AS queue ON queue.name = names.name
 ORDER BY names.name
@@ -42,7 +45,9 @@ WHERE until IS NULL OR until > now()
 ORDER BY name
 ON CONFLICT (name) DO UPDATE
 SET paused_at = CASE WHEN (queue.paused_at IS NOT NULL
-        AND (queue.paused_until IS NULL OR queue.paused_until > now())) THEN queue.paused_at ELSE now() END,
+        AND (queue.paused_until IS NULL OR queue.paused_until > now()))
+                         AND queue.paused_at BETWEEN '0001-01-02 00:00:00+00' AND '9999-12-30 00:00:00+00'
+                    THEN queue.paused_at ELSE now() END,
     paused_until = EXCLUDED.paused_until,
     updated_at = now()
 RETURNING queue.name, queue.paused_at, queue.paused_until
