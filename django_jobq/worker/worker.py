@@ -582,6 +582,7 @@ class Worker:
             if refused is None:
                 self._submit(self._hold(job))
             else:
+                self._rated.pop(job.id, None)  # its logged start counts, on the safe side
                 self._report(refused)
         self._outstanding += len(jobs)
         self._claimed += len(jobs)
