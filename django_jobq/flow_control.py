@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -157,14 +158,12 @@ def check_queue_name(queue: object) -> str:
     Raises:
         TypeError: not a str. ValueError: not a queue name; both name the field ``queue``.
     """
-    if not isinstance(queue, str):
-        raise TypeError(f"queue must be a queue name (str), not {queue!r}")
-    if not QUEUE_NAME_RE.match(queue):
-        raise ValueError(
-            f"queue {queue!r} is not a queue name: a letter or digit, then letters, digits, "
-            f"'_', '.' or '-', at most 63 characters"
-        )
-    return queue
+    return _check_name(
+        "queue",
+        queue,
+        QUEUE_NAME_RE,
+        "a letter or digit, then letters, digits, '_', '.' or '-', at most 63 characters",
+    )
 
 
 def check_kind_name(kind: object) -> str:
@@ -173,14 +172,21 @@ def check_kind_name(kind: object) -> str:
     Raises:
         TypeError: not a str. ValueError: not a kind name; both name the field ``kind``.
     """
-    if not isinstance(kind, str):
-        raise TypeError(f"kind must be a kind name (str), not {kind!r}")
-    if not KIND_NAME_RE.match(kind):
-        raise ValueError(
-            f"kind {kind!r} is not a kind name: a letter or '_', then letters, digits or "
-            f"'_', '.', ':', '-', at most 200 characters"
-        )
-    return kind
+    return _check_name(
+        "kind",
+        kind,
+        KIND_NAME_RE,
+        "a letter or '_', then letters, digits or '_', '.', ':', '-', at most 200 characters",
+    )
+
+
+def _check_name(field: str, value: object, pattern: re.Pattern[str], rule: str) -> str:
+    """``value`` if it is a str that ``pattern`` matches; else the error naming ``field``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{field} must be a {field} name (str), not {value!r}")
+    if not pattern.match(value):
+        raise ValueError(f"{field} {value!r} is not a {field} name: {rule}")
+    return value
 
 
 def check_concurrency_limit(value: object) -> int | None:
