@@ -74,9 +74,10 @@ class _Unchanged(Enum):
 UNCHANGED: Final = _Unchanged.UNCHANGED
 
 #: Where an effective limit comes from: ``"operator"`` (set at run time, this module or
-#: the Queues admin page), ``"setting"`` (``JOBQ['QUEUES']`` for a queue, ``@job(...)`` for a
-#: kind), or ``None`` when there is no limit.
-LimitSource = Literal["operator", "setting"] | None
+#: the Queues admin page), ``"setting"`` (``JOBQ['QUEUES']``, for a queue), ``"code"``
+#: (``@job(concurrency_limit=..., rate_limit=...)``, for a kind), or ``None`` when there is
+#: no limit.
+LimitSource = Literal["operator", "setting", "code"] | None
 
 
 @dataclass(frozen=True)
@@ -140,12 +141,15 @@ class KindControl:
     registered: bool
 
 
-def _effective(operator: Any, setting: Any) -> tuple[Any, LimitSource]:
-    """The limit in effect and its source: the operator's override wins over the setting."""
+def _effective(
+    operator: Any, code: Any, code_source: Literal["setting", "code"]
+) -> tuple[Any, LimitSource]:
+    """The limit in effect and its source: the operator's override wins over the code's
+    (``code_source``: the setting's, for a queue; ``@job``'s, for a kind)."""
     if operator is not None:
         return operator, "operator"
-    if setting is not None:
-        return setting, "setting"
+    if code is not None:
+        return code, code_source
     return None, None
 
 
@@ -315,8 +319,10 @@ def queue_states() -> list[QueueControl]:
         applied_concurrency, applied_rate = operator_limits(
             "queue", row["name"], row["concurrency_limit"], row["rate_limit"]
         )
-        concurrency, concurrency_source = _effective(applied_concurrency, setting_concurrency)
-        rate, rate_source = _effective(applied_rate, setting_rate)
+        concurrency, concurrency_source = _effective(
+            applied_concurrency, setting_concurrency, "setting"
+        )
+        rate, rate_source = _effective(applied_rate, setting_rate, "setting")
         controls.append(
             QueueControl(
                 name=row["name"],
@@ -384,8 +390,10 @@ def kind_limits() -> list[KindControl]:
         applied_concurrency, applied_rate = operator_limits(
             "kind", kind, operator_concurrency, operator_rate
         )
-        concurrency, concurrency_source = _effective(applied_concurrency, setting_concurrency)
-        rate, rate_source = _effective(applied_rate, setting_rate)
+        concurrency, concurrency_source = _effective(
+            applied_concurrency, setting_concurrency, "code"
+        )
+        rate, rate_source = _effective(applied_rate, setting_rate, "code")
         controls.append(
             KindControl(
                 kind=kind,

@@ -246,7 +246,7 @@ def test_kind_limits_list_the_job_decorators_and_the_overrides():
     assert not control.registered
 
 
-def test_a_kinds_registered_limits_are_the_setting(monkeypatch):
+def test_a_kinds_registered_limits_come_from_the_code(monkeypatch):
     from django_jobq import registry
 
     definition = registry.definitions()[0]
@@ -257,11 +257,11 @@ def test_a_kinds_registered_limits_are_the_setting(monkeypatch):
     monkeypatch.setattr(registry, "get", lambda kind: limited if kind == limited.kind else None)
     (control,) = flow_control.kind_limits()
     assert (control.kind, control.registered) == (definition.kind, True)
-    assert (control.concurrency_limit, control.concurrency_limit_source) == (4, "setting")
+    assert (control.concurrency_limit, control.concurrency_limit_source) == (4, "code")
     flow_control.set_kind_limits(definition.kind, concurrency_limit=1, rate_limit=None)
     (control,) = flow_control.kind_limits()
     assert (control.concurrency_limit, control.concurrency_limit_source) == (1, "operator")
-    assert (control.rate_limit, control.rate_limit_source) == ("50/s", "setting")
+    assert (control.rate_limit, control.rate_limit_source) == ("50/s", "code")
 
 
 # -- wake-ups --------------------------------------------------------------------------------

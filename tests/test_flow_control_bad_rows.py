@@ -266,7 +266,7 @@ def test_a_bad_kind_row_neither_crashes_nor_stalls_a_worker_or_the_operators_vie
     if {"concurrency_limit", "rate_limit"} & set(columns):  # ignored: @job's applies
         assert f"jobq_kind_limit row of kind '{limited_step.kind}': " in caplog.text
     (control,) = [c for c in flow_control.kind_limits() if c.kind == limited_step.kind]
-    assert (control.concurrency_limit, control.concurrency_limit_source) == (2, "setting")
+    assert (control.concurrency_limit, control.concurrency_limit_source) == (2, "code")
     assert control.rate_limit is None
     operator_readers_render(admin_client, "flow-kinds")
     page = renders(
