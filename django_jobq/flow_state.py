@@ -53,6 +53,9 @@ class FlowState:
     kinds with a limit, effective values (an operator's over the code's). ``guard`` carries
     the digest that claims check. ``reload_at`` is the ``time.monotonic()`` moment the state
     stops being true by itself (the first "pause until" ends), or ``math.inf``.
+    ``stuck_until``: per limit's ``(scope, name)``, the ``time.monotonic()`` until which its
+    row, held elsewhere past the lock timeout, is not waited for
+    (:mod:`django_jobq.limited_claims`).
     """
 
     guard: FlowGuard
@@ -60,6 +63,7 @@ class FlowState:
     queue_limits: dict[str, Limits] = field(default_factory=dict)
     kind_limits: dict[str, Limits] = field(default_factory=dict)
     reload_at: float = math.inf
+    stuck_until: dict[tuple[str, str], float] = field(default_factory=dict)
 
     @property
     def stale(self) -> bool:

@@ -5,8 +5,9 @@ A plain claim (:func:`django_jobq.claims.claim`) leaves limited queues and kinds
 limited claim takes their jobs in one transaction:
 
 1. lock the rows of the limited queues and kinds it may claim for (``sql.flow.LOCK_LIMIT_STATES``),
-   waiting at most 20 ms for another worker's limited claim that holds them (it holds them
-   about a millisecond; a claim that waited longer gives up and the worker tries again);
+   waiting at most 20 ms for those another worker's limited claim holds (it holds them about
+   a millisecond); a row held longer is left to that worker, the claim goes on with the
+   others, and the worker tries it again soon (:func:`_lock`);
 2. count their jobs holding a live lease, and their recent starts, fleet-wide
    (``sql.flow.COUNT_LIMITED``): a new
    statement, so it sees every claim committed before the lock, and no other claim can
@@ -50,6 +51,10 @@ from . import claims, sql
 from .claims import ClaimedJob
 from .conf import get_settings
 from .flow_state import FlowState, Limits, served_limited_queues
+
+#: Seconds a limit's row that a claim waited for in vain (another worker's limited claim
+#: held it past ``sql.flow.SET_LIMIT_LOCK_TIMEOUT``) is skipped without a wait.
+STUCK_ROW_BACKOFF = 1.0
 
 #: A rate limit's window is widened by this fraction of it (at most
 #: :data:`MAX_RATE_WINDOW_MARGIN` seconds), see the module docs.
@@ -138,16 +143,18 @@ def claim_limited(
     if limit + prefetch <= 0 or not (queue_keys or kind_keys):
         return LimitedClaim([])
     began = time.monotonic()
+    keys = [("queue", name) for name in queue_keys] + [("kind", name) for name in kind_keys]
     try:
         with connection.transaction():
             cursor = connection.cursor()
-            cursor.execute(sql.flow.SET_LIMIT_LOCK_TIMEOUT)
-            cursor.execute(sql.flow.LOCK_LIMIT_STATES, {"queues": queue_keys, "kinds": kind_keys})
-            locked = [(scope, name) for scope, name in cursor.fetchall()]
-            if len(locked) < len(queue_keys) + len(kind_keys):
+            locked = _lock(connection, state, keys)
+            if locked is None:
                 # A limit's row is gone (deleted by hand): loading the state again writes it.
                 state.guard.changed = True
                 return LimitedClaim([])
+            held_elsewhere = len(locked) < len(keys)
+            if not locked:
+                return LimitedClaim([], held_elsewhere=True)
             room, next_start_in = _count(cursor, state, locked)
             far = far_from_binding(state, room, limit + prefetch)
             wanted = limit + prefetch if far else limit
@@ -155,9 +162,52 @@ def claim_limited(
             if state.guard.changed:
                 return LimitedClaim([])
             rated = _record_starts(cursor, state, room, jobs, began)
-    except psycopg.errors.LockNotAvailable:  # another worker's limited claim held on
+    except psycopg.errors.LockNotAvailable:  # a row of the log, held past the lock timeout
         return LimitedClaim([], held_elsewhere=True)
-    return LimitedClaim(jobs, next_start_in=next_start_in, rated=rated, far_from_binding=far)
+    return LimitedClaim(
+        jobs,
+        held_elsewhere=held_elsewhere,
+        next_start_in=next_start_in,
+        rated=rated,
+        far_from_binding=far,
+    )
+
+
+def _lock(
+    connection: psycopg.Connection[Any], state: FlowState, keys: list[tuple[str, str]]
+) -> list[tuple[str, str]] | None:
+    """Lock the rows of the limits ``keys`` (``(scope, name)`` pairs): those free at once
+    (``sql.flow.LOCK_LIMIT_STATES``), then, in a savepoint, the rows another worker's
+    limited claim holds, waiting for them at most the lock timeout
+    (``sql.flow.WAIT_FOR_LIMIT_STATES``). A row waited for in vain is not waited for again
+    for :data:`STUCK_ROW_BACKOFF` seconds (``state.stuck_until``): a claim stuck elsewhere
+    costs this worker's turns nothing, and the other limits' jobs are claimed meanwhile.
+    Returns the locked keys (those not locked are held elsewhere), or ``None`` when a row
+    is gone."""
+    cursor = connection.cursor()
+    cursor.execute(sql.flow.LOCK_LIMIT_STATES, _key_params(keys))
+    locked = [(scope, name) for scope, name in cursor.fetchall()]
+    now = time.monotonic()
+    waited = [k for k in keys if k not in locked and state.stuck_until.get(k, 0.0) <= now]
+    if not waited:
+        return locked
+    try:
+        with connection.transaction():
+            cursor.execute(sql.flow.SET_LIMIT_LOCK_TIMEOUT)
+            cursor.execute(sql.flow.WAIT_FOR_LIMIT_STATES, _key_params(waited))
+            got = [(scope, name) for scope, name in cursor.fetchall()]
+    except psycopg.errors.LockNotAvailable:
+        state.stuck_until.update((key, now + STUCK_ROW_BACKOFF) for key in waited)
+        return locked
+    return locked + got if len(got) == len(waited) else None
+
+
+def _key_params(keys: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """``keys`` as ``LOCK_LIMIT_STATES``'s parameters."""
+    return {
+        "queues": [name for scope, name in keys if scope == "queue"],
+        "kinds": [name for scope, name in keys if scope == "kind"],
+    }
 
 
 def _count(

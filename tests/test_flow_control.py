@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -274,20 +275,35 @@ def test_a_limited_claim_fills_the_prefetch_only_while_its_limits_are_far_from_b
     assert Job.objects.filter(status="running").count() == claimed
 
 
-def test_a_limited_claim_gives_up_on_a_limit_row_held_by_a_stalled_claim(connect):
-    """Another worker's limited claim that holds the limit's row (a stalled process, a slow
-    network) makes this one give up after its short lock timeout: nothing claimed, no
-    error, try again soon; once the row is free, the claim takes the job."""
+def test_a_limit_row_held_by_a_stalled_claim_holds_up_only_its_own_jobs(connect):
+    """Another worker's limited claim that holds one limit's row (a stalled process, a slow
+    network) makes this claim wait for it only briefly, then claim the other limited
+    queue's job without it (held elsewhere: try again soon), and not wait for that row
+    again for a while; once the row is free, its job is claimed."""
     Queue.objects.create(name="tuned", concurrency_limit=5)
-    record.using(queue="tuned").enqueue("waits")
+    Queue.objects.create(name="other", concurrency_limit=5)
+    stuck = record.using(queue="tuned").enqueue("stuck")
+    free = record.using(queue="other").enqueue("free")
     worker_connection = connect()
-    flow_state.load(worker_connection.cursor())  # writes the limit's row
+    state = flow_state.load(worker_connection.cursor())  # writes the limits' rows
+
+    def claim() -> Any:
+        return limited_claims.claim_limited(
+            worker_connection,
+            worker_id="tests",
+            limit=2,
+            queues=["tuned", "other"],
+            kinds=[record.kind],
+            state=state,
+        )
+
     stalled = connect(autocommit=False)
     stalled.execute("SELECT * FROM jobq_limit_state WHERE name = 'tuned' FOR UPDATE")
-    result = claim_limited_now(worker_connection, limit=1, prefetch=0)
-    assert (result.jobs, result.held_elsewhere) == ([], True)
+    result = claim()
+    assert ([job.id for job in result.jobs], result.held_elsewhere) == ([free.pk], True)
+    assert state.stuck_until[("queue", "tuned")] > time.monotonic()  # not waited for again
     stalled.rollback()
-    assert len(claim_limited_now(worker_connection, limit=1, prefetch=0).jobs) == 1
+    assert [job.id for job in claim().jobs] == [stuck.pk]
 
 
 def test_a_limit_row_deleted_by_hand_is_written_again_by_the_next_load(connect):

@@ -71,27 +71,33 @@ FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS key(scope, name)
 ON CONFLICT (scope, name) DO NOTHING
 """
 
-#: The first statement of a limited claim's transaction: wait at most 20 ms for a lock on
-#: the limits' rows (``LOCK_LIMIT_STATES``). Another worker's limited claim holds them for
-#: a few statements (about a millisecond); one that holds them longer (a slow network, a
-#: stalled process) makes this claim give up rather than stall the worker's main loop, and
-#: try again (``LIMITED_RETRY_INTERVAL`` in :mod:`django_jobq.worker.worker`).
-SET_LIMIT_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '20ms'"
-
-#: The second statement: lock the rows of the limited queues (``%(queues)s``) and kinds
-#: (``%(kinds)s``) this claim may take jobs of, waiting for another worker's limited claim
-#: that holds them (at most ``SET_LIMIT_LOCK_TIMEOUT``), in one order (scope, then name) so
-#: two claims never deadlock. Until the transaction ends, no other claim counts or takes
-#: jobs under these limits, so the counts the next statement reads stay true. Returns the
-#: locked keys.
-LOCK_LIMIT_STATES = """
+_LOCK_LIMIT_STATES_TEMPLATE = """
 SELECT scope, name
 FROM jobq_limit_state
 WHERE (scope = 'queue' AND name = ANY(%(queues)s::text[]))
    OR (scope = 'kind' AND name = ANY(%(kinds)s::text[]))
 ORDER BY scope, name
-FOR UPDATE
+FOR UPDATE{skip_locked}
 """
+
+#: The first statement of a limited claim's transaction: lock the rows of the limited
+#: queues (``%(queues)s``) and kinds (``%(kinds)s``) this claim may take jobs of, skipping
+#: those another worker's limited claim holds (``WAIT_FOR_LIMIT_STATES`` then waits for
+#: them briefly). Until the transaction ends, no other claim counts or takes jobs under
+#: these limits, so the counts ``COUNT_LIMITED`` reads stay true. Returns the locked keys.
+LOCK_LIMIT_STATES = _LOCK_LIMIT_STATES_TEMPLATE.format(skip_locked=" SKIP LOCKED")
+
+#: In a savepoint after ``LOCK_LIMIT_STATES``, for the rows it skipped: wait at most 20 ms
+#: for a lock on each. Another worker's limited claim holds one for a few statements (about
+#: a millisecond); one held longer (a slow network, a stalled process) makes the wait give
+#: up, and the claim goes on with the rows it has: one stuck row never stops the others.
+SET_LIMIT_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '20ms'"
+
+#: After ``SET_LIMIT_LOCK_TIMEOUT``: ``LOCK_LIMIT_STATES`` waiting for the rows, in one
+#: order (scope, then name), so two claims waiting for each other's rows cannot deadlock
+#: (the lock timeout ends such a wait long before PostgreSQL's deadlock check would). A key
+#: whose row it does not return has none (deleted by hand).
+WAIT_FOR_LIMIT_STATES = _LOCK_LIMIT_STATES_TEMPLATE.format(skip_locked="")
 
 #: Whether the start ``start`` (a ``jobq_limit_start`` row) is in the window of ``key``
 #: (``key.window_seconds``; NULL: no rate limit, never), on the clock starts are stamped
@@ -103,9 +109,9 @@ _IN_WINDOW = """(start.started_at > clock_timestamp() - make_interval(secs => ke
               AND start.started_at
                   <= clock_timestamp() + make_interval(secs => key.window_seconds))"""
 
-#: The third statement, after ``LOCK_LIMIT_STATES``: per locked key (zipped ``%(scopes)s``,
-#: ``%(names)s``, and for a rate limit ``%(windows)s`` seconds and ``%(counts)s`` starts,
-#: NULL for none), fleet-wide:
+#: The next statement, after the locks (``LOCK_LIMIT_STATES``): per locked key (zipped
+#: ``%(scopes)s``, ``%(names)s``, and for a rate limit ``%(windows)s`` seconds and
+#: ``%(counts)s`` starts, NULL for none), fleet-wide:
 #:   - ``live``: its jobs holding a live lease (running, deadline not passed). A lapsed lease
 #:     holds no slot: its job is claimable, and the claim that reclaims it counts again.
 #:     Reads the running jobs (``jobq_job_lease_idx``);

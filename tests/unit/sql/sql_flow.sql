@@ -61,10 +61,18 @@ SELECT key.scope, key.name
 FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS key(scope, name)
 ON CONFLICT (scope, name) DO NOTHING
 
+-- name: LOCK_LIMIT_STATES
+SELECT scope, name
+FROM jobq_limit_state
+WHERE (scope = 'queue' AND name = ANY(%(queues)s::text[]))
+   OR (scope = 'kind' AND name = ANY(%(kinds)s::text[]))
+ORDER BY scope, name
+FOR UPDATE SKIP LOCKED
+
 -- name: SET_LIMIT_LOCK_TIMEOUT
 SET LOCAL lock_timeout = '20ms'
 
--- name: LOCK_LIMIT_STATES
+-- name: WAIT_FOR_LIMIT_STATES
 SELECT scope, name
 FROM jobq_limit_state
 WHERE (scope = 'queue' AND name = ANY(%(queues)s::text[]))
