@@ -289,6 +289,8 @@ def configured_queues() -> list[str]:
 
 
 def _controls_rows() -> list[dict[str, Any]]:
+    """``QUEUE_CONTROLS``' rows of queues: not those whose name is none (a row written by
+    hand past the table's CHECK constraint; nothing can enqueue into it)."""
     with connections[get_settings().DATABASE].cursor() as cursor:
         cursor.cursor.row_factory = dict_row  # the psycopg cursor Django wraps
         cursor.execute(
@@ -296,7 +298,7 @@ def _controls_rows() -> list[dict[str, Any]]:
             {"named": configured_queues(), "stale_after": WORKER_STALE_AFTER},
         )
         rows: list[dict[str, Any]] = cursor.fetchall()
-    return rows
+    return [row for row in rows if QUEUE_NAME_RE.match(row["name"])]
 
 
 def queue_states() -> list[QueueControl]:
@@ -371,7 +373,11 @@ def kind_limits() -> list[KindControl]:
         django.db.DatabaseError: the queue database cannot be read.
     """
     stored = KindLimit.objects.using(get_settings().DATABASE)
-    rows = {row.kind: row for row in stored.only("kind", "concurrency_limit", "rate_limit")}
+    rows = {
+        row.kind: row
+        for row in stored.only("kind", "concurrency_limit", "rate_limit")
+        if KIND_NAME_RE.match(row.kind)  # not a row written by hand past the CHECK constraint
+    }
     definitions = {
         definition.kind: definition
         for definition in registry.definitions()

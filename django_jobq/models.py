@@ -507,6 +507,10 @@ class WorkerProcess(models.Model):
 
 #: What ``rate_limit`` columns hold: ``<count>/<window>`` (see :mod:`django_jobq.rates`).
 RATE_LIMIT_PATTERN = r"^([1-9][0-9]{0,3}|10000)/([1-9][0-9]{0,5})?[smhd]$"
+#: The names ``jobq_queue`` and ``jobq_kind_limit`` hold: queue and kind names as
+#: ``conf.QUEUE_NAME_RE`` and ``conf.KIND_NAME_RE`` check them (in PostgreSQL's regex syntax).
+QUEUE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+KIND_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$"
 
 
 def _limit_constraints(table: str) -> list[models.BaseConstraint]:
@@ -562,6 +566,9 @@ class Queue(models.Model):
     class Meta:
         db_table = "jobq_queue"
         constraints = [
+            models.CheckConstraint(
+                condition=models.Q(name__regex=QUEUE_NAME_PATTERN), name="jobq_queue_name_valid"
+            ),
             *_limit_constraints("jobq_queue"),
             *(
                 models.CheckConstraint(
@@ -600,7 +607,12 @@ class KindLimit(models.Model):
 
     class Meta:
         db_table = "jobq_kind_limit"
-        constraints = _limit_constraints("jobq_kind_limit")
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(kind__regex=KIND_NAME_PATTERN), name="jobq_kind_limit_kind_valid"
+            ),
+            *_limit_constraints("jobq_kind_limit"),
+        ]
 
     def __str__(self) -> str:
         return self.kind

@@ -332,3 +332,28 @@ def test_a_limit_row_deleted_by_hand_under_running_workers_is_written_again():
         worker.stop()
         thread.join(timeout=30)
     assert LimitState.objects.filter(scope="queue", name="flow").exists()
+
+
+@pytest.mark.parametrize("name", ["", "-dash first", "has space", "semi;colon"])
+def test_a_row_whose_name_is_no_queue_or_kind_name_is_refused_and_left_out_if_it_got_in(
+    name, admin_client
+):
+    for table, key in (("jobq_queue", "name"), ("jobq_kind_limit", "kind")):
+        with (
+            pytest.raises(IntegrityError, match="_valid"),
+            transaction.atomic(),
+            connection.cursor() as cursor,
+        ):
+            cursor.execute(
+                f"INSERT INTO {table} ({key}, concurrency_limit) VALUES (%s, 1)",  # noqa: S608
+                [name],
+            )
+        write_row(table, key, name, {"concurrency_limit": "1"})
+    record.enqueue("elsewhere")
+
+    run_burst()
+
+    assert list(Effect.objects.values_list("label", flat=True)) == ["elsewhere"]
+    assert name not in flow_control.known_queues()
+    assert name not in [control.kind for control in flow_control.kind_limits()]
+    operator_readers_render(admin_client, "flow")

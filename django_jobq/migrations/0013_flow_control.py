@@ -23,6 +23,8 @@ from django_jobq.migrations._operations import (
 )
 
 RATE_LIMIT_PATTERN = "^([1-9][0-9]{0,3}|10000)/([1-9][0-9]{0,5})?[smhd]$"
+QUEUE_NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+KIND_NAME_PATTERN = "^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$"
 PAUSE_TIMES = (
     datetime.datetime(1, 1, 2, tzinfo=datetime.UTC),
     datetime.datetime(9999, 12, 30, tzinfo=datetime.UTC),
@@ -187,6 +189,13 @@ class Migration(migrations.Migration):
                 fields=("scope", "name"), name="jobq_limit_state_uniq"
             ),
         ),
+        migrations.AddConstraint(
+            model_name="queue",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("name__regex", QUEUE_NAME_PATTERN)),
+                name="jobq_queue_name_valid",
+            ),
+        ),
         *_limit_constraints("queue", "jobq_queue"),
         *(
             migrations.AddConstraint(
@@ -205,6 +214,13 @@ class Migration(migrations.Migration):
                     ("paused_until__isnull", True), ("paused_at__isnull", False), _connector="OR"
                 ),
                 name="jobq_queue_paused_until_needs_paused_at",
+            ),
+        ),
+        migrations.AddConstraint(
+            model_name="kindlimit",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("kind__regex", KIND_NAME_PATTERN)),
+                name="jobq_kind_limit_kind_valid",
             ),
         ),
         *_limit_constraints("kindlimit", "jobq_kind_limit"),
