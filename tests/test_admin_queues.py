@@ -100,6 +100,12 @@ def test_a_forged_unknown_queue_in_the_post_is_ignored(admin_client):
     assert list(Queue.objects.values_list("name", flat=True)) == ["default"]
 
 
+def test_pausing_only_unknown_queues_says_none_was_selected(admin_client):
+    done = act(admin_client, "pause_selected", ["not-a-queue"])
+    assert messages_of(done) == ["No known queue selected."]
+    assert not Queue.objects.exists()
+
+
 def test_pause_until_asks_for_the_end_on_a_confirmation_page(admin_client):
     page = act(admin_client, "pause_selected_until", ["default"])
     assert page.templates[0].name == "admin/django_jobq/queue/pause_until.html"

@@ -253,6 +253,9 @@ class QueueAdmin(_FlowControlAdmin, QueueAdminBase):
         return [name for name in known if name in names]
 
     def _pause(self, request: HttpRequest, names: list[str], until: Any = None) -> None:
+        if not names:
+            self.message_user(request, "No known queue selected.", messages.WARNING)
+            return
         try:
             pauses = flow_control.pause_queues(names, until=until)
         except (UnknownQueue, ValueError) as exc:
