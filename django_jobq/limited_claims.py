@@ -17,8 +17,8 @@ limited claim takes their jobs in one transaction:
 4. log the starts for the rate limits (``jobq_limit_start``, ``sql.flow.RECORD_STARTS``), and
    commit.
 
-The logs count starts, not claims: a rate-limited job whose handler starts later than the
-window's margin (below) after its claim began has its handler thread stamp its entry with
+The logs count starts, not claims: a rate-limited job whose handler starts later than half
+the window's margin (below) after its claim began has its handler thread stamp its entry with
 the moment it starts (:func:`confirm_start`, ``sql.flow.CONFIRM_START``) before it runs, so
 a handler that starts late behind its claim (a busy machine) still counts from its start;
 one that starts within the margin costs no statement (:class:`RatedStart`).
@@ -78,8 +78,9 @@ class RatedStart:
     """Where a rate-limited job's start is logged: its rate-limited ``(scope, name)`` keys,
     and until when (``time.monotonic()`` seconds) the entry its claim stamped counts its
     start without a :func:`confirm_start`: the claim's stamp is taken after
-    ``covered_until`` minus the rate window's margin, so a handler starting before
-    ``covered_until`` starts within the margin of its stamp (see the module docs)."""
+    ``covered_until`` minus half the rate window's margin, so a handler whose check comes
+    before ``covered_until`` starts within the margin of its stamp, the other half covering
+    what runs between the check and the handler's first line (see the module docs)."""
 
     keys: tuple[tuple[str, str], ...]
     covered_until: float
@@ -332,7 +333,9 @@ def _record_starts(
             if key in room and _limits(state, key).rate is not None
         )
         if keys:
-            margin = min(_margin(_limits(state, key)) for key in keys)
+            # Half the margin: the other half covers the moment between the check and the
+            # handler's first line (the job_started signal, a thread hop for async code).
+            margin = min(_margin(_limits(state, key)) for key in keys) / 2
             rated[job.id] = RatedStart(keys, covered_until=began + margin)
     entries = [
         (key, job) for job in jobs for key in (rated[job.id].keys if job.id in rated else ())

@@ -316,13 +316,14 @@ def _execute(
     definition = _definition(held)
     if isinstance(definition, Outcome):
         return definition
-    if held.rated is not None and held.rated.needs_confirming():  # late behind its claim
-        limited_claims.confirm_start(held.job.id, held.job.attempt, held.rated.keys)
     signals.send(signals.job_started, held.job)
     instruments.handler_started()
     started = held.started = time.monotonic()
     try:
-        returned = definition.func(*_arguments(held, definition, extend), **held.job.payload)
+        arguments = _arguments(held, definition, extend)
+        if held.rated is not None and held.rated.needs_confirming():  # late behind its claim
+            limited_claims.confirm_start(held.job.id, held.job.attempt, held.rated.keys)
+        returned = definition.func(*arguments, **held.job.payload)
     except BaseException as exc:  # any failure of user code is the job's outcome
         return _verdict_on_exception(held, definition, exc, time.monotonic() - started, attempt)
     finally:
@@ -338,19 +339,19 @@ async def _execute_async(
     definition = _definition(held)
     if isinstance(definition, Outcome):
         return definition
-    if held.rated is not None and held.rated.needs_confirming():  # late behind its claim
-        await sync_to_async(limited_claims.confirm_start, thread_sensitive=True)(
-            held.job.id, held.job.attempt, held.rated.keys
-        )
     await sync_to_async(signals.send, thread_sensitive=True)(signals.job_started, held.job)
     instruments.handler_started()
     started = held.started = time.monotonic()
     try:
         with _AbortWatch(held) as watch:
             try:
+                arguments = _arguments(held, definition, extend)
+                if held.rated is not None and held.rated.needs_confirming():  # late
+                    await sync_to_async(limited_claims.confirm_start, thread_sensitive=True)(
+                        held.job.id, held.job.attempt, held.rated.keys
+                    )
                 returned = await _within_max_runtime(
-                    definition.func(*_arguments(held, definition, extend), **held.job.payload),
-                    definition.max_runtime,
+                    definition.func(*arguments, **held.job.payload), definition.max_runtime
                 )
             except asyncio.CancelledError as exc:
                 watch.raise_if_cancelled_by_it(exc)
