@@ -241,17 +241,25 @@ def test_a_job_held_back_by_a_limit_consumes_no_attempt(queue_cursor):
     assert (waiting.status, waiting.attempts, waiting.last_error) == ("ready", 0, "")
 
 
-def claim_limited_now(connection: Any, *, limit: int, prefetch: int) -> Any:
-    """One limited claim of ``record`` jobs of the queue "tuned", as a worker makes it."""
-    state = flow_state.load(connection.cursor())
+def claim_limited_now(
+    connection: Any,
+    *,
+    limit: int = 1,
+    prefetch: int = 0,
+    queues: list[str] | None = ["tuned"],  # noqa: B006 (never changed)
+    kind: str = record.kind,
+    state: flow_state.FlowState | None = None,
+) -> limited_claims.LimitedClaim:
+    """One limited claim of ``kind``'s jobs of ``queues`` (``None``: every queue), as a
+    worker makes it, with ``state`` (default: loaded now)."""
     return limited_claims.claim_limited(
         connection,
         worker_id="tests",
         limit=limit,
         prefetch=prefetch,
-        queues=["tuned"],
-        kinds=[record.kind],
-        state=state,
+        queues=queues,
+        kinds=[kind],
+        state=state or flow_state.load(connection.cursor()),
     )
 
 
@@ -288,14 +296,7 @@ def test_a_limit_row_held_by_a_stalled_claim_holds_up_only_its_own_jobs(connect)
     state = flow_state.load(worker_connection.cursor())  # writes the limits' rows
 
     def claim() -> Any:
-        return limited_claims.claim_limited(
-            worker_connection,
-            worker_id="tests",
-            limit=2,
-            queues=["tuned", "other"],
-            kinds=[record.kind],
-            state=state,
-        )
+        return claim_limited_now(worker_connection, limit=2, queues=["tuned", "other"], state=state)
 
     stalled = connect(autocommit=False)
     stalled.execute("SELECT * FROM jobq_limit_state WHERE name = 'tuned' FOR UPDATE")
@@ -313,9 +314,7 @@ def test_a_limit_row_deleted_by_hand_is_written_again_by_the_next_load(connect):
     state = flow_state.load(connection_.cursor())
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM jobq_limit_state")
-    result = limited_claims.claim_limited(
-        connection_, worker_id="tests", limit=1, queues=["tuned"], kinds=[record.kind], state=state
-    )
+    result = claim_limited_now(connection_, state=state)
     assert result.jobs == [] and state.guard.changed  # read the state again
     assert len(claim_limited_now(connection_, limit=1, prefetch=0).jobs) == 1
 
@@ -377,15 +376,7 @@ def test_a_rate_limit_counts_a_reclaim_as_a_start(queue_cursor):
     held = flow_step.enqueue("held")
     # A worker claims the job, its handler starts, and the worker is SIGKILLed: its lease
     # lapses, with no outcome.
-    state = flow_state.load(queue_cursor)
-    claimed = limited_claims.claim_limited(
-        queue_cursor.connection,
-        worker_id="killed",
-        limit=1,
-        queues=None,
-        kinds=[flow_step.kind],
-        state=state,
-    )
+    claimed = claim_limited_now(queue_cursor.connection, queues=None, kind=flow_step.kind)
     assert [job.id for job in claimed.jobs] == [reclaimed.pk]
     limited_claims.confirm_start(reclaimed.pk, 1, claimed.rated[reclaimed.pk].keys)
     flow_step.func("reclaimed")
@@ -409,15 +400,7 @@ def test_a_released_job_claimed_again_counts_from_its_new_claim(age, queue_curso
     released = flow_step.enqueue("released")
 
     def claim() -> list[claims.ClaimedJob]:
-        state = flow_state.load(queue_cursor)
-        return limited_claims.claim_limited(
-            queue_cursor.connection,
-            worker_id="w",
-            limit=1,
-            queues=None,
-            kinds=[flow_step.kind],
-            state=state,
-        ).jobs
+        return claim_limited_now(queue_cursor.connection, queues=None, kind=flow_step.kind).jobs
 
     (first,) = claim()
     assert leases.release(queue_cursor, [first.lease]) == {released.pk}
