@@ -14,14 +14,15 @@ limited claim takes their jobs in one transaction:
    take jobs under these limits until this transaction ends;
 3. claim, per limited queue and kind (and per pair of both), at most what the limits leave
    (``claims.claim``, so lapsed leases first, lanes and pauses honoured);
-4. log the starts for the rate limits (``jobq_limit_start``, ``sql.flow.RECORD_STARTS``), and
-   commit.
+4. log the starts for the rate limits (``jobq_limit_start``, ``sql.flow.RECORD_STARTS``:
+   one row per rate limit, counting the jobs the claim took under it), and commit.
 
-The logs count starts, not claims: a rate-limited job whose handler starts later than half
-the window's margin (below) after its claim began has its handler thread stamp its entry with
-the moment it starts (:func:`confirm_start`, ``sql.flow.CONFIRM_START``) before it runs, so
-a handler that starts late behind its claim (a busy machine) still counts from its start;
-one that starts within the margin costs no statement (:class:`RatedStart`).
+The logs count starts, not claims: the row a claim writes counts its jobs' starts for as
+long as they may begin after it (:class:`RatedStart`); a rate-limited job whose handler
+starts later than that logs its own start, stamped with the moment it starts
+(:func:`confirm_start`, ``sql.flow.CONFIRM_START``), before it runs, so a handler that
+starts late behind its claim (a busy machine, a long wait in the prefetch) still counts
+from its start. A prompt start costs no statement.
 
 So the limits are exact: never more jobs of a limited queue or kind running at once than its
 concurrency limit, never more started in any window than its rate limit, whichever worker
@@ -32,10 +33,13 @@ handler's first line is counted in every window that holds the handler's start. 
 later than its start is safe: it only counts longer.)
 
 Limited jobs are claimed for idle handler slots only, except where every limit counted is
-a concurrency limit far from binding (:func:`far_from_binding`): then the claim fills the
-worker's prefetch too, as a plain claim does. A prefetched job holds a slot of its limit
-while it waits for a handler thread, so near a limit that would let one worker's prefetch
-hold slots while another worker sat idle.
+far from binding (:func:`far_from_binding`): then the claim fills the worker's prefetch
+too, as a plain claim does. A prefetched job holds a slot of its limit while it waits for a
+handler thread, so near a limit that would let one worker's prefetch hold slots while
+another worker sat idle. Such a claim stamps its rate limits' row :func:`prefetch_cover`
+ahead of the clock, so the row counts every start within that long of the claim (plus the
+margin): jobs taken from the prefetch start without a statement, however many the claim
+took, and the count a claim reads is a row per claim, not per start.
 """
 
 from __future__ import annotations
@@ -61,10 +65,24 @@ STUCK_ROW_BACKOFF = 1.0
 RATE_WINDOW_MARGIN = 0.02
 MAX_RATE_WINDOW_MARGIN = 1.0
 
+#: A claim that may fill the prefetch stamps its rate limits' starts this fraction of the
+#: window ahead of the clock (at most :data:`MAX_PREFETCH_COVER` seconds), see the module docs.
+PREFETCH_COVER = 0.25
+MAX_PREFETCH_COVER = 10.0
+
 
 def rate_window(window: float) -> float:
     """Seconds over which a rate limit of ``window`` seconds counts starts."""
     return window + min(window * RATE_WINDOW_MARGIN, MAX_RATE_WINDOW_MARGIN)
+
+
+def prefetch_cover(window: float) -> float:
+    """Seconds ahead of the clock a claim that may fill the prefetch stamps the starts of a
+    rate limit of ``window`` seconds: a job it took that starts within that long of the
+    claim (plus half the margin, :class:`RatedStart`) is counted without a statement of its
+    own. The cost: until it leaves the window, such a row counts its starts that much
+    longer, which only claims far from the limit pay (:func:`far_from_binding`)."""
+    return min(window * PREFETCH_COVER, MAX_PREFETCH_COVER)
 
 
 def _margin(limits: Limits) -> float:
@@ -76,11 +94,13 @@ def _margin(limits: Limits) -> float:
 @dataclass(frozen=True)
 class RatedStart:
     """Where a rate-limited job's start is logged: its rate-limited ``(scope, name)`` keys,
-    and until when (``time.monotonic()`` seconds) the entry its claim stamped counts its
-    start without a :func:`confirm_start`: the claim's stamp is taken after
-    ``covered_until`` minus half the rate window's margin, so a handler whose check comes
-    before ``covered_until`` starts within the margin of its stamp, the other half covering
-    what runs between the check and the handler's first line (see the module docs)."""
+    and until when (``time.monotonic()`` seconds) the row its claim stamped counts its
+    start without a :func:`confirm_start`: the claim's stamp (minus its
+    :func:`prefetch_cover`, if any) is taken after ``covered_until`` minus that cover and
+    half the rate window's margin, so a handler whose check comes before ``covered_until``
+    starts within the cover and the margin of its stamp, the other half of the margin
+    covering what runs between the check and the handler's first line (see the module
+    docs)."""
 
     keys: tuple[tuple[str, str], ...]
     covered_until: float
@@ -157,12 +177,14 @@ def claim_limited(
             if not locked:
                 return LimitedClaim([], held_elsewhere=True)
             room, next_start_in = _count(cursor, state, locked)
-            far = far_from_binding(state, room, limit + prefetch)
+            far = far_from_binding(room, limit + prefetch)
             wanted = limit + prefetch if far else limit
             jobs = _claim_within(cursor, worker_id, wanted, queues, kinds, state, room)
             if state.guard.changed:
                 return LimitedClaim([])
-            rated = _record_starts(cursor, state, room, jobs, began)
+            # Jobs past the idle slots wait in the prefetch: their rows are stamped ahead.
+            prefetched = len(jobs) > limit
+            rated = _record_starts(cursor, state, room, jobs, began, prefetching=prefetched)
     except psycopg.errors.LockNotAvailable:  # a row of the log, held past the lock timeout
         return LimitedClaim([], held_elsewhere=True)
     return LimitedClaim(
@@ -237,17 +259,13 @@ def _count(
     return room, next_start_in
 
 
-def far_from_binding(state: FlowState, room: dict[tuple[str, str], int], wanted: int) -> bool:
+def far_from_binding(room: dict[tuple[str, str], int], wanted: int) -> bool:
     """Whether a claim of ``wanted`` jobs may fill a worker's prefetch: every counted limit
-    is a concurrency limit whose room (``room``: jobs it may still start) is at least twice
-    ``wanted``, so after this claim at least as much is left for other workers' idle
-    slots. A prefetched job holds its slot while it waits for a handler thread; near a
-    limit that would idle another worker, and a rate-limited start must be stamped when
-    its handler starts, so those are claimed for idle slots only."""
-    return all(
-        _limits(state, key).rate is None and available >= 2 * wanted
-        for key, available in room.items()
-    )
+    leaves room (``room``: jobs it may still start) for at least twice ``wanted``, so after
+    this claim at least as much is left for other workers' idle slots. A prefetched job
+    holds its slot (its start, for a rate limit) while it waits for a handler thread; near
+    a limit that would idle another worker, so there jobs are claimed for idle slots only."""
+    return all(available >= 2 * wanted for available in room.values())
 
 
 def _limits(state: FlowState, key: tuple[str, str]) -> Limits:
@@ -321,11 +339,15 @@ def _record_starts(
     room: dict[tuple[str, str], int],
     jobs: list[ClaimedJob],
     began: float,
+    *,
+    prefetching: bool,
 ) -> dict[int, RatedStart]:
-    """Log the claimed jobs' starts for their rate-limited queues and kinds
-    (``sql.flow.RECORD_STARTS``, stamped after ``began``, the ``time.monotonic()`` the
-    claim began); return where each such job's start is logged."""
+    """Log the claimed jobs' starts for their rate-limited queues and kinds, a row per
+    limit (``sql.flow.RECORD_STARTS``, stamped after ``began``, the ``time.monotonic()`` the
+    claim began, and :func:`prefetch_cover` ahead when ``prefetching``: the claim may have
+    filled the prefetch); return where each such job's start is logged."""
     rated: dict[int, RatedStart] = {}
+    starts: dict[tuple[str, str], int] = {}
     for job in jobs:
         keys = tuple(
             key
@@ -335,30 +357,45 @@ def _record_starts(
         if keys:
             # Half the margin: the other half covers the moment between the check and the
             # handler's first line (the job_started signal, a thread hop for async code).
-            margin = min(_margin(_limits(state, key)) for key in keys) / 2
-            rated[job.id] = RatedStart(keys, covered_until=began + margin)
-    entries = [
-        (key, job) for job in jobs for key in (rated[job.id].keys if job.id in rated else ())
-    ]
-    if not entries:
+            covered = min(
+                _ahead(state, key, prefetching) + _margin(_limits(state, key)) / 2 for key in keys
+            )
+            rated[job.id] = RatedStart(keys, covered_until=began + covered)
+            for key in keys:
+                starts[key] = starts.get(key, 0) + 1
+    if not starts:
         return rated
-    windows = [_limits(state, key).rate for key, _ in entries]
     cursor.execute(
         sql.flow.RECORD_STARTS,
         {
-            "scopes": [scope for (scope, _), _ in entries],
-            "names": [name for (_, name), _ in entries],
-            "job_ids": [job.id for _, job in entries],
-            "attempts": [job.attempt for _, job in entries],
-            "windows": [rate_window(rate.window) for rate in windows if rate],
+            "scopes": [scope for scope, _ in starts],
+            "names": [name for _, name in starts],
+            "starts": list(starts.values()),
+            "aheads": [_ahead(state, key, prefetching) for key in starts],
+            "windows": [_window(state, key) for key in starts],
         },
     )
     return rated
 
 
-def confirm_start(job_id: int, attempt: int, keys: Sequence[tuple[str, str]]) -> None:
-    """Stamp the start of a rate-limited job's attempt for ``keys`` (its rate-limited queue
-    and kind, as :attr:`LimitedClaim.rated` gives them) with the database's clock, in a
+def _window(state: FlowState, key: tuple[str, str]) -> float:
+    """The seconds over which the rate limit of ``key`` counts starts (:func:`rate_window`)."""
+    rate = _limits(state, key).rate
+    assert rate is not None
+    return rate_window(rate.window)
+
+
+def _ahead(state: FlowState, key: tuple[str, str], prefetching: bool) -> float:
+    """Seconds ahead of the clock a claim stamps the starts of ``key``'s rate limit."""
+    rate = _limits(state, key).rate
+    assert rate is not None
+    return prefetch_cover(rate.window) if prefetching else 0.0
+
+
+def confirm_start(keys: Sequence[tuple[str, str]]) -> None:
+    """Log the start of a rate-limited job whose handler starts later than its claim's row
+    counts it (:meth:`RatedStart.needs_confirming`) for ``keys`` (its rate-limited queue and
+    kind, as :attr:`LimitedClaim.rated` gives them), stamped with the database's clock, in a
     statement of its own on this thread's Django connection to the queue database
     (``sql.flow.CONFIRM_START``). The handler thread calls it just before the handler.
 
@@ -371,8 +408,6 @@ def confirm_start(job_id: int, attempt: int, keys: Sequence[tuple[str, str]]) ->
         cursor.execute(
             sql.flow.CONFIRM_START,
             {
-                "job_id": job_id,
-                "attempt": attempt,
                 "scopes": [scope for scope, _ in keys],
                 "names": [name for _, name in keys],
             },

@@ -506,7 +506,7 @@ class WorkerProcess(models.Model):
 
 
 #: What ``rate_limit`` columns hold: ``<count>/<window>`` (see :mod:`django_jobq.rates`).
-RATE_LIMIT_PATTERN = r"^([1-9][0-9]{0,3}|10000)/([1-9][0-9]{0,5})?[smhd]$"
+RATE_LIMIT_PATTERN = r"^([1-9][0-9]{0,5}|1000000)/([1-9][0-9]{0,5})?[smhd]$"
 #: The names ``jobq_queue`` and ``jobq_kind_limit`` hold: queue and kind names as
 #: ``conf.QUEUE_NAME_RE`` and ``conf.KIND_NAME_RE`` check them (in PostgreSQL's regex syntax).
 QUEUE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
@@ -643,24 +643,24 @@ class LimitState(models.Model):
 
 
 class LimitStart(models.Model):
-    """One start counted by the rate limit of a queue or kind: an attempt of a job, when its
-    handler started (database clock; until then, when it was claimed). Written by limited
-    claims and handler threads, deleted once older than the limit's window
-    (:mod:`django_jobq.limited_claims`)."""
+    """Starts counted by the rate limit of a queue or kind: ``starts`` jobs one limited claim
+    took, stamped with the database clock (later, for a claim that may hold them in a
+    worker's prefetch for a while: see :mod:`django_jobq.limited_claims`), or one late
+    handler's start, stamped as it began. A claim writes one row per rate limit, however
+    many jobs it took, so counting a window reads a row per claim, not per start. Deleted
+    once out of the limit's window."""
 
     id = models.BigAutoField(primary_key=True)
     scope = models.CharField(max_length=5, choices=LimitState.Scope.choices)
     name = models.CharField(max_length=200)
-    job_id = models.BigIntegerField()
-    attempt = models.IntegerField()
     started_at = models.DateTimeField()
+    starts = models.IntegerField(help_text="How many starts this row counts.")
 
     class Meta:
         db_table = "jobq_limit_start"
         constraints = [
-            # One start per attempt, whichever wrote it first (its claim or its handler).
-            models.UniqueConstraint(
-                fields=["scope", "name", "job_id", "attempt"], name="jobq_limit_start_uniq"
+            models.CheckConstraint(
+                condition=models.Q(starts__gte=1), name="jobq_limit_start_starts_gte_1"
             ),
         ]
         indexes = [
@@ -669,4 +669,4 @@ class LimitStart(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.scope} {self.name}: job {self.job_id} attempt {self.attempt}"
+        return f"{self.scope} {self.name}: {self.starts} at {self.started_at}"

@@ -13,12 +13,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-#: The most starts one rate limit allows per window (a limited claim keeps that many start
-#: times per limited queue or kind).
-MAX_COUNT = 10_000
+#: The most starts one rate limit allows per window. What a limited claim reads to count
+#: them does not grow with it: a row per claim that started jobs, not per start
+#: (``jobq_limit_start``).
+MAX_COUNT = 1_000_000
 
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_RATE_RE = re.compile(r"([1-9][0-9]{0,3}|10000)/([1-9][0-9]{0,5})?([smhd])\Z")
+_RATE_RE = re.compile(r"([1-9][0-9]{0,5}|1000000)/([1-9][0-9]{0,5})?([smhd])\Z")
 
 
 @dataclass(frozen=True)

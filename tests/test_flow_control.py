@@ -268,7 +268,9 @@ def claim_limited_now(
     [
         ({"concurrency_limit": 100}, 5),  # room 100 >= 2 x 5: idle slot and prefetch
         ({"concurrency_limit": 9}, 1),  # room 9 < 2 x 5: the idle slot only
-        ({"rate_limit": "1000/s"}, 1),  # a rate-limited start is never prefetched
+        ({"rate_limit": "1000/s"}, 5),  # 1,000 starts a second left >= 2 x 5
+        ({"rate_limit": "9/s"}, 1),  # room 9 < 2 x 5: the idle slot only
+        ({"concurrency_limit": 100, "rate_limit": "9/s"}, 1),  # the nearer limit decides
     ],
 )
 def test_a_limited_claim_fills_the_prefetch_only_while_its_limits_are_far_from_binding(
@@ -319,27 +321,81 @@ def test_a_limit_row_deleted_by_hand_is_written_again_by_the_next_load(connect):
     assert len(claim_limited_now(connection_, limit=1, prefetch=0).jobs) == 1
 
 
-def test_a_rate_limited_handler_restamps_its_start_only_when_it_starts_after_the_margin(
+def test_a_rate_limited_handler_logs_its_start_only_when_it_starts_after_the_margin(
     connect, queue_cursor
 ):
-    """The claim stamps each start; a handler starting within the window's margin of its
-    claim (1 s for "1000/h") leaves the stamp, one starting later moves it to its start."""
+    """The claim logs its starts in one row; a handler starting within half the window's
+    margin of its claim (1 s for "1000/h") is counted by it, one starting later logs its
+    own start, stamped as it starts."""
     Queue.objects.create(name="tuned", rate_limit="1000/h")
     prompt, late = (record.using(queue="tuned").enqueue(label) for label in ("prompt", "late"))
     result = claim_limited_now(connect(), limit=2, prefetch=0)
     held = {job.id: HeldJob(job, rated=result.rated[job.id]) for job in result.jobs}
-    stamps = dict(LimitStart.objects.values_list("job_id", "started_at"))
-    assert set(stamps) == {prompt.pk, late.pk}
+    (claimed,) = LimitStart.objects.values_list("started_at", "starts")
+    assert claimed[1] == 2
 
     assert not result.rated[prompt.pk].needs_confirming()
     executor.execute(held[prompt.pk], lambda held: True)
+    assert LimitStart.objects.count() == 1  # no statement for a prompt start
     wait_until(result.rated[late.pk].needs_confirming, what="the margin to pass", timeout=5)
     executor.execute(held[late.pk], lambda held: True)
 
-    restamped = dict(LimitStart.objects.values_list("job_id", "started_at"))
-    assert restamped[prompt.pk] == stamps[prompt.pk]
-    assert restamped[late.pk] > stamps[late.pk]
+    logged = list(LimitStart.objects.order_by("started_at").values_list("started_at", "starts"))
+    assert logged[0] == claimed  # the claim's row still counts both, on the safe side
+    assert logged[1][0] > claimed[0] and logged[1][1] == 1  # stamped as it started
     assert Effect.objects.count() == 2
+
+
+def test_a_rate_limited_claim_that_fills_the_prefetch_counts_its_starts_ahead(connect):
+    """Far from its rate limit a claim takes jobs for the prefetch too, and logs their
+    starts in one row stamped a quarter of the window ahead of the clock: a job that waits
+    that long in the prefetch starts without a statement; near the limit, a claim takes
+    jobs for its idle slots only, stamped with the clock."""
+    Queue.objects.create(name="tuned", rate_limit="1000/h")
+    for n in range(8):
+        record.using(queue="tuned").enqueue(f"j{n}")
+    connection_ = connect()
+
+    far = claim_limited_now(connection_, limit=1, prefetch=4)
+    (row,) = LimitStart.objects.values_list("started_at", "starts")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        (now,) = cursor.fetchone()
+
+    assert len(far.jobs) == 5 and row[1] == 5
+    # A quarter of an hour, at most 10 s ahead: 10 s, less what ran since the stamp.
+    assert timedelta(seconds=9) < row[0] - now <= timedelta(seconds=10)
+    covered = [rated.covered_until - time.monotonic() for rated in far.rated.values()]
+    assert all(9 < seconds <= 10 + 0.5 for seconds in covered)  # plus half the margin
+
+    Queue.objects.filter(name="tuned").update(rate_limit="6/h")  # 5 logged: 1 left
+    near = claim_limited_now(connection_, limit=1, prefetch=4)
+    assert len(near.jobs) == 1
+    newest = LimitStart.objects.order_by("-id").values_list("started_at", "starts")[0]
+    assert newest[1] == 1 and newest[0] - now < timedelta(seconds=1)
+
+
+def test_a_rate_limit_counts_the_starts_of_every_claim_row_until_its_window_passes(connect):
+    """Rows of many starts add up: with 7 of "10/h" logged by two claims, a claim takes 3,
+    and the next one none, until the rows leave the window (``frees_in``: when the oldest
+    row whose starts reach the count does)."""
+    Queue.objects.create(name="tuned", rate_limit="10/h")
+    for n in range(12):
+        record.using(queue="tuned").enqueue(f"j{n}")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO jobq_limit_start (scope, name, started_at, starts) VALUES "
+            "('queue', 'tuned', now() - interval '50 minutes', 4),"
+            "('queue', 'tuned', now() - interval '10 minutes', 3)"
+        )
+    connection_ = connect()
+
+    assert len(claim_limited_now(connection_, limit=8).jobs) == 3
+    stopped = claim_limited_now(connection_, limit=8)
+    assert stopped.jobs == []
+    # 10 reached: one more once the 50-minute-old row (4 starts) leaves the window (1 h and
+    # its margin of 1 s): in 10 minutes and a second.
+    assert stopped.next_start_in == pytest.approx(601, abs=5)
 
 
 def starts_within(window: float) -> int:
@@ -378,8 +434,7 @@ def test_a_rate_limit_counts_a_reclaim_as_a_start(queue_cursor):
     # lapses, with no outcome.
     claimed = claim_limited_now(queue_cursor.connection, queues=None, kind=flow_step.kind)
     assert [job.id for job in claimed.jobs] == [reclaimed.pk]
-    limited_claims.confirm_start(reclaimed.pk, 1, claimed.rated[reclaimed.pk].keys)
-    flow_step.func("reclaimed")
+    flow_step.func("reclaimed")  # within the margin of its claim: the claim's row counts it
     Job.objects.filter(pk=reclaimed.pk).update(lease_deadline=timezone.now() - timedelta(seconds=1))
 
     run_burst(concurrency=2)
@@ -391,12 +446,14 @@ def test_a_rate_limit_counts_a_reclaim_as_a_start(queue_cursor):
     assert (waiting.status, waiting.attempts, waiting.last_error) == ("ready", 0, "")
 
 
-@pytest.mark.parametrize("age", [20.0, 3600.0], ids=["inside-the-window", "pruned-by-the-claim"])
-def test_a_released_job_claimed_again_counts_from_its_new_claim(age, queue_cursor):
+@pytest.mark.parametrize(
+    ("age", "counted"), [(20.0, 2), (3600.0, 1)], ids=["inside-the-window", "pruned-by-the-claim"]
+)
+def test_a_released_job_claimed_again_counts_from_its_new_claim(age, counted, queue_cursor):
     """A stopping worker hands back a limited job no thread had started, and its attempt:
-    the next claim of that same attempt logs a start from then, whether the first claim's
-    entry is still inside the window or old enough for that claim to prune it."""
-    Queue.objects.create(name="flow", rate_limit="2/30s")
+    the next claim of that same attempt logs a start from then; the first claim's row
+    still counts until it leaves the window (on the safe side), and is pruned after."""
+    Queue.objects.create(name="flow", rate_limit="3/30s")
     released = flow_step.enqueue("released")
 
     def claim() -> list[claims.ClaimedJob]:
@@ -408,9 +465,10 @@ def test_a_released_job_claimed_again_counts_from_its_new_claim(age, queue_curso
     (again,) = claim()
 
     assert (again.id, again.attempt) == (first.id, first.attempt)
-    start = LimitStart.objects.get()
+    newest = LimitStart.objects.latest("id")
     claimed_at = Job.objects.get().started_at
-    assert claimed_at is not None and start.started_at >= claimed_at
+    assert claimed_at is not None and newest.started_at >= claimed_at
+    assert sum(LimitStart.objects.values_list("starts", flat=True)) == counted
 
 
 def test_a_retry_held_back_by_a_rate_limit_keeps_its_attempt_and_logs_no_retry(caplog):

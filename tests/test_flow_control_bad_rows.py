@@ -303,8 +303,8 @@ def test_a_start_logged_ahead_of_the_clock_neither_crashes_nor_holds_a_rate_limi
     window (written by hand) is none, and the next claim's prune deletes it."""
     flow_control.set_queue_limits("flow", rate_limit="2/30s")
     execute(
-        "INSERT INTO jobq_limit_start (scope, name, job_id, attempt, started_at) "  # noqa: S608
-        f"VALUES ('queue', 'flow', 0, 1, {started_at})"
+        "INSERT INTO jobq_limit_start (scope, name, started_at, starts) "  # noqa: S608
+        f"VALUES ('queue', 'flow', {started_at}, 1000)"
     )
     flow_step.enqueue("first")
     flow_step.enqueue("second")
@@ -314,7 +314,7 @@ def test_a_start_logged_ahead_of_the_clock_neither_crashes_nor_holds_a_rate_limi
 
     assert list(Effect.objects.values_list("label", flat=True)) == ["elsewhere"]
     assert sorted(Run.objects.values_list("label", flat=True)) == ["first", "second"]
-    assert not LimitStart.objects.filter(job_id=0).exists()
+    assert not LimitStart.objects.filter(starts=1000).exists()
 
 
 def test_a_limit_row_deleted_by_hand_under_running_workers_is_written_again():

@@ -99,12 +99,12 @@ SET_LIMIT_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '20ms'"
 #: whose row it does not return has none (deleted by hand).
 WAIT_FOR_LIMIT_STATES = _LOCK_LIMIT_STATES_TEMPLATE.format(skip_locked="")
 
-#: Whether the start ``start`` (a ``jobq_limit_start`` row) is in the window of ``key``
+#: Whether the row of starts ``start`` (``jobq_limit_start``) is in the window of ``key``
 #: (``key.window_seconds``; NULL: no rate limit, never), on the clock starts are stamped
-#: with: after the window opened, and at most a window ahead of the clock (a start that a
-#: step back of the server's clock leaves ahead still counts). A start further ahead, which
-#: no worker stamped ('infinity', a row written by hand), is none: ``RECORD_STARTS`` deletes
-#: it.
+#: with: after the window opened, and at most a window ahead of the clock (a claim that may
+#: prefetch its jobs stamps them a fraction of a window ahead, and a start that a step back
+#: of the server's clock leaves ahead still counts). A row further ahead, which no worker
+#: stamped ('infinity', a row written by hand), is none: ``RECORD_STARTS`` deletes it.
 _IN_WINDOW = """(start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
               AND start.started_at
                   <= clock_timestamp() + make_interval(secs => key.window_seconds))"""
@@ -115,10 +115,11 @@ _IN_WINDOW = """(start.started_at > clock_timestamp() - make_interval(secs => ke
 #:   - ``live``: its jobs holding a live lease (running, deadline not passed). A lapsed lease
 #:     holds no slot: its job is claimable, and the claim that reclaims it counts again.
 #:     Reads the running jobs (``jobq_job_lease_idx``);
-#:   - ``recent``: its starts within the window (``_IN_WINDOW``; ``jobq_limit_start_idx``,
-#:     newest first);
-#:   - ``frees_in``: when ``recent`` has reached the count, the seconds until the oldest of
-#:     the last ``count`` starts leaves the window, when one more may start.
+#:   - ``recent``: its starts within the window (``_IN_WINDOW``; ``jobq_limit_start_idx``):
+#:     the sum of the rows' ``starts``, a row per claim (or late start), however many jobs;
+#:   - ``frees_in``: when ``recent`` has reached the count, the seconds until one more may
+#:     start: until the newest row whose starts, added to those of the rows newer than it,
+#:     reach the count leaves the window.
 #: A new statement, so under READ COMMITTED it sees every claim and start committed before
 #: the lock was taken. Clock: ``clock_timestamp()``, as the starts are stamped.
 _COUNT_LIMITED_TEMPLATE = """
@@ -127,59 +128,56 @@ SELECT key.scope, key.name,
         WHERE job.status = 'running' AND job.lease_deadline >= now()
           AND CASE key.scope WHEN 'queue' THEN job.queue = key.name
                              ELSE job.kind = key.name END) AS live,
-       (SELECT count(*) FROM jobq_limit_start AS start
+       (SELECT COALESCE(sum(start.starts), 0) FROM jobq_limit_start AS start
         WHERE start.scope = key.scope AND start.name = key.name
           AND {in_window}) AS recent,
-       (SELECT EXTRACT(EPOCH FROM start.started_at + make_interval(secs => key.window_seconds)
+       (SELECT EXTRACT(EPOCH FROM newest.started_at + make_interval(secs => key.window_seconds)
                                   - clock_timestamp())::float8
-        FROM jobq_limit_start AS start
-        WHERE start.scope = key.scope AND start.name = key.name
-          AND {in_window}
-        ORDER BY start.started_at DESC
-        OFFSET key.count - 1
+        FROM (SELECT start.id, start.started_at,
+                     sum(start.starts) OVER (ORDER BY start.started_at DESC, start.id DESC
+                                             ROWS UNBOUNDED PRECEDING) AS up_to_here
+              FROM jobq_limit_start AS start
+              WHERE start.scope = key.scope AND start.name = key.name
+                AND {in_window}) AS newest
+        WHERE newest.up_to_here >= key.count
+        ORDER BY newest.started_at DESC, newest.id DESC
         LIMIT 1) AS frees_in
 FROM unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[],
             %(counts)s::integer[]) AS key(scope, name, window_seconds, count)
 """
 COUNT_LIMITED = _COUNT_LIMITED_TEMPLATE.format(in_window=_IN_WINDOW)
 
-#: The last statement before the commit: log the starts of this claim for the rate-limited
-#: keys, one zipped element per start (``%(scopes)s``, ``%(names)s``, ``%(job_ids)s``,
-#: ``%(attempts)s``), stamped ``clock_timestamp()`` (after the claim's leases: never earlier
-#: than the claim), and delete each key's starts not in its window (``_IN_WINDOW``,
-#: ``%(windows)s`` seconds, repeated per element): the log holds at most a window of starts.
-#: An entry the attempt has already is an earlier claim's of the same attempt, handed back
-#: unstarted (a release gives the attempt back, ``sql.leases``): it is stamped anew, since
-#: the start is this claim's (no handler stamps an attempt before its claim commits), and
-#: stays one entry whether or not the prune deletes the old one (DO NOTHING would let the
-#: prune remove the start). ``CONFIRM_START`` moves each to its handler's start.
+#: The last statement before the commit: log the starts of this claim, one row per
+#: rate-limited key (zipped ``%(scopes)s``, ``%(names)s``, ``%(starts)s`` jobs claimed under
+#: it, ``%(aheads)s`` seconds and ``%(windows)s`` seconds), stamped ``clock_timestamp()``
+#: (after the claim's leases: never earlier than the claim) plus its ahead: 0 for jobs
+#: claimed for idle handler threads, which start at once; a fraction of the window for a
+#: claim that may hold them in the prefetch, so that the row counts every start within
+#: that long of the claim (``django_jobq.limited_claims``). Deletes each key's rows not in
+#: its window (``_IN_WINDOW``): the log holds at most a window of rows.
 _RECORD_STARTS_TEMPLATE = """
 WITH pruned AS (
     DELETE FROM jobq_limit_start AS start
-    USING (SELECT DISTINCT scope, name, window_seconds
-           FROM unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[])
-               AS key(scope, name, window_seconds)) AS key
+    USING unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[])
+        AS key(scope, name, window_seconds)
     WHERE start.scope = key.scope AND start.name = key.name
       AND NOT {in_window}
 )
-INSERT INTO jobq_limit_start (scope, name, job_id, attempt, started_at)
-SELECT scope, name, job_id, attempt, clock_timestamp()
-FROM unnest(%(scopes)s::text[], %(names)s::text[], %(job_ids)s::bigint[],
-            %(attempts)s::integer[]) AS started(scope, name, job_id, attempt)
-ON CONFLICT (scope, name, job_id, attempt) DO UPDATE SET started_at = EXCLUDED.started_at
+INSERT INTO jobq_limit_start (scope, name, started_at, starts)
+SELECT scope, name, clock_timestamp() + make_interval(secs => ahead), starts
+FROM unnest(%(scopes)s::text[], %(names)s::text[], %(starts)s::integer[],
+            %(aheads)s::float8[]) AS claimed(scope, name, starts, ahead)
 """
 RECORD_STARTS = _RECORD_STARTS_TEMPLATE.format(in_window=_IN_WINDOW)
 
-#: A rate-limited job's handler is about to start: stamp its start (``%(job_id)s``,
-#: ``%(attempt)s``) for its rate-limited queue and kind (zipped ``%(scopes)s``, ``%(names)s``)
-#: with ``clock_timestamp()``, written if the claim's entry is gone. Run on the handler's
-#: thread and committed before the handler starts: the log holds when the handlers started,
-#: not when they were claimed, so a handler that started late behind its claim still counts
-#: from its start (docs/flow-control.md, "Rate limits"). One row each, by its unique index:
-#: it waits for no limited claim.
+#: A rate-limited job's handler starts later than its claim's row counts it: log its start
+#: for its rate-limited queue and kind (zipped ``%(scopes)s``, ``%(names)s``), stamped
+#: ``clock_timestamp()``, one row each. Run on the handler's thread and committed before the
+#: handler starts, so a handler that started late behind its claim still counts from its
+#: start (docs/flow-control.md, "Rate limits"); its claim's row still counts it too, on the
+#: safe side. Inserts only: it waits for no limited claim.
 CONFIRM_START = """
-INSERT INTO jobq_limit_start (scope, name, job_id, attempt, started_at)
-SELECT key.scope, key.name, %(job_id)s, %(attempt)s, clock_timestamp()
+INSERT INTO jobq_limit_start (scope, name, started_at, starts)
+SELECT key.scope, key.name, clock_timestamp(), 1
 FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS key(scope, name)
-ON CONFLICT (scope, name, job_id, attempt) DO UPDATE SET started_at = EXCLUDED.started_at
 """

@@ -86,7 +86,7 @@ def _limit_options(parser: ArgumentParser) -> None:
         default=flow_control.UNCHANGED,
         metavar="COUNT/WINDOW|none",
         help="The most jobs started per window across the fleet: 100/s, 600/m, 5/10s "
-        "(count 1 to 10000; window s, m, h or d, optionally with a whole number before "
+        "(count 1 to 1000000; window s, m, h or d, optionally with a whole number before "
         "it); none: no override. Omitted: unchanged.",
     )
 

@@ -86,20 +86,23 @@ SELECT key.scope, key.name,
         WHERE job.status = 'running' AND job.lease_deadline >= now()
           AND CASE key.scope WHEN 'queue' THEN job.queue = key.name
                              ELSE job.kind = key.name END) AS live,
-       (SELECT count(*) FROM jobq_limit_start AS start
+       (SELECT COALESCE(sum(start.starts), 0) FROM jobq_limit_start AS start
         WHERE start.scope = key.scope AND start.name = key.name
           AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
               AND start.started_at
                   <= clock_timestamp() + make_interval(secs => key.window_seconds))) AS recent,
-       (SELECT EXTRACT(EPOCH FROM start.started_at + make_interval(secs => key.window_seconds)
+       (SELECT EXTRACT(EPOCH FROM newest.started_at + make_interval(secs => key.window_seconds)
                                   - clock_timestamp())::float8
-        FROM jobq_limit_start AS start
-        WHERE start.scope = key.scope AND start.name = key.name
-          AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+        FROM (SELECT start.id, start.started_at,
+                     sum(start.starts) OVER (ORDER BY start.started_at DESC, start.id DESC
+                                             ROWS UNBOUNDED PRECEDING) AS up_to_here
+              FROM jobq_limit_start AS start
+              WHERE start.scope = key.scope AND start.name = key.name
+                AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
               AND start.started_at
-                  <= clock_timestamp() + make_interval(secs => key.window_seconds))
-        ORDER BY start.started_at DESC
-        OFFSET key.count - 1
+                  <= clock_timestamp() + make_interval(secs => key.window_seconds))) AS newest
+        WHERE newest.up_to_here >= key.count
+        ORDER BY newest.started_at DESC, newest.id DESC
         LIMIT 1) AS frees_in
 FROM unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[],
             %(counts)s::integer[]) AS key(scope, name, window_seconds, count)
@@ -107,22 +110,19 @@ FROM unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[],
 -- name: RECORD_STARTS
 WITH pruned AS (
     DELETE FROM jobq_limit_start AS start
-    USING (SELECT DISTINCT scope, name, window_seconds
-           FROM unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[])
-               AS key(scope, name, window_seconds)) AS key
+    USING unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[])
+        AS key(scope, name, window_seconds)
     WHERE start.scope = key.scope AND start.name = key.name
       AND NOT (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
               AND start.started_at
                   <= clock_timestamp() + make_interval(secs => key.window_seconds))
 )
-INSERT INTO jobq_limit_start (scope, name, job_id, attempt, started_at)
-SELECT scope, name, job_id, attempt, clock_timestamp()
-FROM unnest(%(scopes)s::text[], %(names)s::text[], %(job_ids)s::bigint[],
-            %(attempts)s::integer[]) AS started(scope, name, job_id, attempt)
-ON CONFLICT (scope, name, job_id, attempt) DO UPDATE SET started_at = EXCLUDED.started_at
+INSERT INTO jobq_limit_start (scope, name, started_at, starts)
+SELECT scope, name, clock_timestamp() + make_interval(secs => ahead), starts
+FROM unnest(%(scopes)s::text[], %(names)s::text[], %(starts)s::integer[],
+            %(aheads)s::float8[]) AS claimed(scope, name, starts, ahead)
 
 -- name: CONFIRM_START
-INSERT INTO jobq_limit_start (scope, name, job_id, attempt, started_at)
-SELECT key.scope, key.name, %(job_id)s, %(attempt)s, clock_timestamp()
+INSERT INTO jobq_limit_start (scope, name, started_at, starts)
+SELECT key.scope, key.name, clock_timestamp(), 1
 FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS key(scope, name)
-ON CONFLICT (scope, name, job_id, attempt) DO UPDATE SET started_at = EXCLUDED.started_at
