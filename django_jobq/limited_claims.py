@@ -104,6 +104,8 @@ class RatedStart:
 
     keys: tuple[tuple[str, str], ...]
     covered_until: float
+    #: The ids of the rows (``jobq_limit_start``) its claim logged its start in, one per key.
+    rows: tuple[int, ...] = ()
 
     def needs_confirming(self) -> bool:
         """Whether the handler, starting now, must stamp its start (:func:`confirm_start`)."""
@@ -117,9 +119,9 @@ class LimitedClaim:
     past ``sql.flow.SET_LIMIT_LOCK_TIMEOUT`` (try again soon); ``next_start_in``: seconds
     until a rate limit that stopped this claim lets a job start again (``None``: none did);
     ``rated``: per job id, where its start is logged (:class:`RatedStart`);
-    ``far_from_binding``: every limit it counted was a concurrency limit far from binding,
-    so it could fill the prefetch too (a worker with no idle slot may claim again for its
-    prefetch)."""
+    ``far_from_binding``: every limit it counted was far from binding
+    (:func:`far_from_binding`), so it could fill the prefetch too (a worker with no idle
+    slot may claim again for its prefetch)."""
 
     jobs: list[ClaimedJob]
     held_elsewhere: bool = False
@@ -147,7 +149,7 @@ def claim_limited(
         worker_id: recorded on the claimed jobs.
         limit: the most jobs to claim (the worker's idle handler slots).
         prefetch: how many more it may claim into its prefetch, taken only when every
-            limit counted is a concurrency limit far from binding (:func:`far_from_binding`).
+            limit counted is far from binding (:func:`far_from_binding`).
         queues: the queues the worker serves (``None``: every queue).
         kinds: the kinds it has.
         state: what it loaded of flow control; if the claim finds it out of date, it
@@ -177,7 +179,7 @@ def claim_limited(
             if not locked:
                 return LimitedClaim([], held_elsewhere=True)
             room, next_start_in = _count(cursor, state, locked)
-            far = far_from_binding(room, limit + prefetch)
+            far = far_from_binding(state, room, limit + prefetch)
             wanted = limit + prefetch if far else limit
             jobs = _claim_within(cursor, worker_id, wanted, queues, kinds, state, room)
             if state.guard.changed:
@@ -259,13 +261,26 @@ def _count(
     return room, next_start_in
 
 
-def far_from_binding(room: dict[tuple[str, str], int], wanted: int) -> bool:
+def far_from_binding(state: FlowState, room: dict[tuple[str, str], int], wanted: int) -> bool:
     """Whether a claim of ``wanted`` jobs may fill a worker's prefetch: every counted limit
     leaves room (``room``: jobs it may still start) for at least twice ``wanted``, so after
-    this claim at least as much is left for other workers' idle slots. A prefetched job
-    holds its slot (its start, for a rate limit) while it waits for a handler thread; near
-    a limit that would idle another worker, so there jobs are claimed for idle slots only."""
-    return all(available >= 2 * wanted for available in room.values())
+    this claim at least as much is left for other workers' idle slots, and a rate limit at
+    least half its count too: less than half its window's starts are used. A prefetched
+    job holds its slot (its start, for a rate limit) while it waits for a handler thread,
+    and a prefetching claim's starts count a little longer (:func:`prefetch_cover`); near a
+    limit that would idle another worker, or lower the rate a busy queue reaches, so there
+    jobs are claimed for idle slots only. (A rate limit's room comes back only as its
+    window slides: a queue with a backlog uses it all, and is never far from it.)"""
+    return all(
+        available >= 2 * wanted and 2 * available >= _rate_count(state, key)
+        for key, available in room.items()
+    )
+
+
+def _rate_count(state: FlowState, key: tuple[str, str]) -> int:
+    """The starts per window the rate limit of ``key`` allows (0: it has none)."""
+    rate = _limits(state, key).rate
+    return 0 if rate is None else rate.count
 
 
 def _limits(state: FlowState, key: tuple[str, str]) -> Limits:
@@ -346,7 +361,7 @@ def _record_starts(
     limit (``sql.flow.RECORD_STARTS``, stamped after ``began``, the ``time.monotonic()`` the
     claim began, and :func:`prefetch_cover` ahead when ``prefetching``: the claim may have
     filled the prefetch); return where each such job's start is logged."""
-    rated: dict[int, RatedStart] = {}
+    keyed: dict[int, tuple[tuple[str, str], ...]] = {}
     starts: dict[tuple[str, str], int] = {}
     for job in jobs:
         keys = tuple(
@@ -355,16 +370,11 @@ def _record_starts(
             if key in room and _limits(state, key).rate is not None
         )
         if keys:
-            # Half the margin: the other half covers the moment between the check and the
-            # handler's first line (the job_started signal, a thread hop for async code).
-            covered = min(
-                _ahead(state, key, prefetching) + _margin(_limits(state, key)) / 2 for key in keys
-            )
-            rated[job.id] = RatedStart(keys, covered_until=began + covered)
+            keyed[job.id] = keys
             for key in keys:
                 starts[key] = starts.get(key, 0) + 1
     if not starts:
-        return rated
+        return {}
     cursor.execute(
         sql.flow.RECORD_STARTS,
         {
@@ -375,6 +385,17 @@ def _record_starts(
             "windows": [_window(state, key) for key in starts],
         },
     )
+    rows = {(scope, name): row_id for row_id, scope, name in cursor.fetchall()}
+    rated: dict[int, RatedStart] = {}
+    for job_id, keys in keyed.items():
+        # Half the margin: the other half covers the moment between the check and the
+        # handler's first line (the job_started signal, a thread hop for async code).
+        covered = min(
+            _ahead(state, key, prefetching) + _margin(_limits(state, key)) / 2 for key in keys
+        )
+        rated[job_id] = RatedStart(
+            keys, covered_until=began + covered, rows=tuple(rows[key] for key in keys)
+        )
     return rated
 
 
@@ -392,12 +413,13 @@ def _ahead(state: FlowState, key: tuple[str, str], prefetching: bool) -> float:
     return prefetch_cover(rate.window) if prefetching else 0.0
 
 
-def confirm_start(keys: Sequence[tuple[str, str]]) -> None:
-    """Log the start of a rate-limited job whose handler starts later than its claim's row
-    counts it (:meth:`RatedStart.needs_confirming`) for ``keys`` (its rate-limited queue and
-    kind, as :attr:`LimitedClaim.rated` gives them), stamped with the database's clock, in a
-    statement of its own on this thread's Django connection to the queue database
-    (``sql.flow.CONFIRM_START``). The handler thread calls it just before the handler.
+def confirm_start(start: RatedStart) -> None:
+    """Move the start of a rate-limited job whose handler starts later than its claim's
+    row counts it (:meth:`RatedStart.needs_confirming`; ``start`` as
+    :attr:`LimitedClaim.rated` gives it) out of its claim's rows into rows of its own,
+    stamped with the database's clock, in a statement of its own on this thread's Django
+    connection to the queue database (``sql.flow.CONFIRM_START``). The handler thread calls
+    it just before the handler.
 
     Raises:
         django.db.Error: the statement failed (the attempt fails like a handler that raised).
@@ -408,7 +430,8 @@ def confirm_start(keys: Sequence[tuple[str, str]]) -> None:
         cursor.execute(
             sql.flow.CONFIRM_START,
             {
-                "scopes": [scope for scope, _ in keys],
-                "names": [name for _, name in keys],
+                "rows": list(start.rows),
+                "scopes": [scope for scope, _ in start.keys],
+                "names": [name for _, name in start.keys],
             },
         )

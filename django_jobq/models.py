@@ -647,8 +647,9 @@ class LimitStart(models.Model):
     took, stamped with the database clock (later, for a claim that may hold them in a
     worker's prefetch for a while: see :mod:`django_jobq.limited_claims`), or one late
     handler's start, stamped as it began. A claim writes one row per rate limit, however
-    many jobs it took, so counting a window reads a row per claim, not per start. Deleted
-    once out of the limit's window."""
+    many jobs it took, so counting a window reads a row per claim, not per start; a late
+    start moves out of its claim's row into one of its own. Deleted once out of the limit's
+    window."""
 
     id = models.BigAutoField(primary_key=True)
     scope = models.CharField(max_length=5, choices=LimitState.Scope.choices)
@@ -660,7 +661,7 @@ class LimitStart(models.Model):
         db_table = "jobq_limit_start"
         constraints = [
             models.CheckConstraint(
-                condition=models.Q(starts__gte=1), name="jobq_limit_start_starts_gte_1"
+                condition=models.Q(starts__gte=0), name="jobq_limit_start_starts_gte_0"
             ),
         ]
         indexes = [

@@ -58,7 +58,7 @@ class Migration(migrations.Migration):
         migrations.AddConstraint(
             model_name="limitstart",
             constraint=models.CheckConstraint(
-                condition=models.Q(("starts__gte", 1)), name="jobq_limit_start_starts_gte_1"
+                condition=models.Q(("starts__gte", 0)), name="jobq_limit_start_starts_gte_0"
             ),
         ),
         *_new_grammar("queue", "jobq_queue"),

@@ -154,7 +154,8 @@ COUNT_LIMITED = _COUNT_LIMITED_TEMPLATE.format(in_window=_IN_WINDOW)
 #: claimed for idle handler threads, which start at once; a fraction of the window for a
 #: claim that may hold them in the prefetch, so that the row counts every start within
 #: that long of the claim (``django_jobq.limited_claims``). Deletes each key's rows not in
-#: its window (``_IN_WINDOW``): the log holds at most a window of rows.
+#: its window (``_IN_WINDOW``): the log holds at most a window of rows. Returns each new
+#: row's ``id``, ``scope`` and ``name``, for ``CONFIRM_START``.
 _RECORD_STARTS_TEMPLATE = """
 WITH pruned AS (
     DELETE FROM jobq_limit_start AS start
@@ -167,16 +168,24 @@ INSERT INTO jobq_limit_start (scope, name, started_at, starts)
 SELECT scope, name, clock_timestamp() + make_interval(secs => ahead), starts
 FROM unnest(%(scopes)s::text[], %(names)s::text[], %(starts)s::integer[],
             %(aheads)s::float8[]) AS claimed(scope, name, starts, ahead)
+RETURNING id, scope, name
 """
 RECORD_STARTS = _RECORD_STARTS_TEMPLATE.format(in_window=_IN_WINDOW)
 
-#: A rate-limited job's handler starts later than its claim's row counts it: log its start
-#: for its rate-limited queue and kind (zipped ``%(scopes)s``, ``%(names)s``), stamped
-#: ``clock_timestamp()``, one row each. Run on the handler's thread and committed before the
-#: handler starts, so a handler that started late behind its claim still counts from its
-#: start (docs/flow-control.md, "Rate limits"); its claim's row still counts it too, on the
-#: safe side. Inserts only: it waits for no limited claim.
+#: A rate-limited job's handler starts later than its claim's row counts it: move its start
+#: out of its claim's rows (``%(rows)s``, their ids; one start fewer each) into rows of its
+#: own for its rate-limited queue and kind (zipped ``%(scopes)s``, ``%(names)s``), stamped
+#: ``clock_timestamp()``. One statement, so every count sees the start in one row or the
+#: other. Run on the handler's thread and committed before the handler starts, so a handler
+#: that started late behind its claim still counts from its start (docs/flow-control.md,
+#: "Rate limits"). A claim's row already pruned (out of its window) is left alone. Waits
+#: only for another late start of the same claim (the row's lock, one statement), never for
+#: a limited claim.
 CONFIRM_START = """
+WITH moved AS (
+    UPDATE jobq_limit_start SET starts = starts - 1
+    WHERE id = ANY(%(rows)s::bigint[]) AND starts > 0
+)
 INSERT INTO jobq_limit_start (scope, name, started_at, starts)
 SELECT key.scope, key.name, clock_timestamp(), 1
 FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS key(scope, name)

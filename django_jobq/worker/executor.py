@@ -322,7 +322,7 @@ def _execute(
     try:
         arguments = _arguments(held, definition, extend)
         if held.rated is not None and held.rated.needs_confirming():  # late behind its claim
-            limited_claims.confirm_start(held.rated.keys)
+            limited_claims.confirm_start(held.rated)
         returned = definition.func(*arguments, **held.job.payload)
     except BaseException as exc:  # any failure of user code is the job's outcome
         return _verdict_on_exception(held, definition, exc, time.monotonic() - started, attempt)
@@ -348,7 +348,7 @@ async def _execute_async(
                 arguments = _arguments(held, definition, extend)
                 if held.rated is not None and held.rated.needs_confirming():  # late
                     await sync_to_async(limited_claims.confirm_start, thread_sensitive=True)(
-                        held.rated.keys
+                        held.rated
                     )
                 returned = await _within_max_runtime(
                     definition.func(*arguments, **held.job.payload), definition.max_runtime

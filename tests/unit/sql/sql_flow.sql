@@ -121,8 +121,13 @@ INSERT INTO jobq_limit_start (scope, name, started_at, starts)
 SELECT scope, name, clock_timestamp() + make_interval(secs => ahead), starts
 FROM unnest(%(scopes)s::text[], %(names)s::text[], %(starts)s::integer[],
             %(aheads)s::float8[]) AS claimed(scope, name, starts, ahead)
+RETURNING id, scope, name
 
 -- name: CONFIRM_START
+WITH moved AS (
+    UPDATE jobq_limit_start SET starts = starts - 1
+    WHERE id = ANY(%(rows)s::bigint[]) AND starts > 0
+)
 INSERT INTO jobq_limit_start (scope, name, started_at, starts)
 SELECT key.scope, key.name, clock_timestamp(), 1
 FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS key(scope, name)
