@@ -299,6 +299,116 @@ def test_the_worker_marks_a_claims_tasks_running_in_one_statement_for_the_runner
     assert [task_results.take_started(job.lease) for job in jobs] == [None] * 3  # taken once
 
 
+TASK_KINDS = [tasks.record.module_path, tasks.flaky.module_path]
+
+
+def test_a_claim_of_a_worker_that_serves_tasks_starts_them_in_the_claims_statement(
+    queue_cursor, monkeypatch
+):
+    first, second = tasks.record.enqueue("one"), tasks.record.enqueue("two")
+    plain = enqueue("tests.testapp.jobs.record", {"label": "plain"})
+    jobs = claims.claim(queue_cursor, worker_id="w", limit=3, task_kinds=TASK_KINDS)
+    task_jobs = [job for job in jobs if job.id != plain.pk]
+
+    # Committed with the claim: another connection reads them RUNNING at once.
+    for result in (first, second):
+        result.refresh()
+        assert result.status == TaskResultStatus.RUNNING
+        assert result.worker_ids == ["w"]
+        assert result.started_at is not None and result.started_at == result.last_attempted_at
+    (plain_job,) = [job for job in jobs if job.id == plain.pk]
+    assert plain_job.started_task is None
+    assert all(job.started_task is not None for job in task_jobs)
+
+    def no_statement(*args: Any) -> Any:
+        raise AssertionError("the claim started every task: no statement of their own")
+
+    monkeypatch.setattr(task_results, "_start", no_statement)
+    task_results.start_claimed(queue_cursor, jobs)
+    for job in task_jobs:
+        taken = task_results.take_started(job.lease)
+        assert taken is not None
+        stored, surely_held = taken
+        assert surely_held
+        row = StoredTaskResult.objects.get(job_id=job.id)
+        for field in StoredTaskResult._meta.concrete_fields:
+            assert getattr(stored, field.attname) == getattr(row, field.attname), field.attname
+
+
+def test_the_claims_walk_starts_the_tasks_it_claims_too(queue_cursor):
+    # Jobs of a kind this claimer does not serve fill the front: the walk claims the task.
+    for n in range(4):
+        enqueue("tests.testapp.jobs.record", {"label": f"not served {n}"})
+    result = tasks.record.enqueue("behind")
+    (job,) = claims.claim(
+        queue_cursor,
+        worker_id="w",
+        limit=1,
+        kinds=[tasks.record.module_path],
+        task_kinds=[tasks.record.module_path],
+    )
+
+    assert job.started_task is not None and job.started_task["id"] == result.id
+    result.refresh()
+    assert result.status == TaskResultStatus.RUNNING and result.worker_ids == ["w"]
+
+
+def test_a_task_started_by_its_claim_is_ready_again_when_released(queue_cursor):
+    result = tasks.record.enqueue("released")
+    (job,) = claims.claim(queue_cursor, worker_id="w", limit=1, task_kinds=TASK_KINDS)
+    task_results.start_claimed(queue_cursor, [job])
+    released = task_results.release(queue_cursor, [job.lease])
+
+    assert released == {job.id}
+    assert task_results.take_started(job.lease) is None
+    result.refresh()
+    assert result.status == TaskResultStatus.READY
+    assert result.worker_ids == [] and result.started_at is None
+    assert Job.objects.get().status == "ready"
+
+
+def test_a_claim_starts_no_task_that_must_not_run(queue_cursor):
+    result = tasks.record.enqueue("expired")
+    queue_cursor.execute("UPDATE jobq_job SET expires_at = now() - interval '1 second'")
+    (job,) = claims.claim(queue_cursor, worker_id="w", limit=1, task_kinds=TASK_KINDS)
+
+    assert job.expired and job.started_task is None
+    task_results.start_claimed(queue_cursor, [job])
+    assert task_results.take_started(job.lease) is None
+    result.refresh()
+    assert result.status == TaskResultStatus.READY and result.worker_ids == []
+
+
+def test_a_task_whose_result_row_is_missing_is_started_after_its_claim(queue_cursor):
+    result = tasks.record.enqueue("missing")
+    StoredTaskResult.objects.filter(id=result.id).delete()
+    (job,) = claims.claim(queue_cursor, worker_id="w", limit=1, task_kinds=TASK_KINDS)
+
+    assert job.started_task is None  # the claim only updates results: it inserts none
+    task_results.start_claimed(queue_cursor, [job])  # the start of old inserts it
+    taken = task_results.take_started(job.lease)
+    assert taken is not None and taken[0].status == "RUNNING"
+    assert StoredTaskResult.objects.get(id=result.id).worker_ids == ["w"]
+
+
+def test_a_worker_that_serves_tasks_starts_them_without_a_statement_of_their_own(monkeypatch):
+    results = [tasks.record.enqueue(f"task {n}") for n in range(3)]
+    starts: list[object] = []
+    start = task_results._start
+
+    def counted(*args: Any) -> Any:
+        starts.append(args)
+        return start(*args)
+
+    monkeypatch.setattr(task_results, "_start", counted)
+    run_burst(queues=["tasks"], concurrency=2)
+
+    assert starts == []  # the claims started them
+    for result in results:
+        result.refresh()
+        assert result.status == TaskResultStatus.SUCCESSFUL and len(result.worker_ids) == 1
+
+
 def test_a_start_at_the_claim_is_fenced(queue_cursor):
     result = tasks.record.enqueue("late")
     (job,) = claims.claim(queue_cursor, worker_id="w", limit=1)

@@ -133,7 +133,8 @@ SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_prio
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
            AS pickup_latency,
-       claimed.poison, claimed.trace_context, claimed.ordering_key, claimed.abort_requested
+       claimed.poison, claimed.trace_context, claimed.ordering_key,
+       claimed.abort_requested
 FROM (
     SELECT (SELECT count(*) FROM front) = %(front)s AS front_full,
            EXISTS (SELECT FROM front WHERE NOT served) AS front_unserved,
@@ -271,7 +272,8 @@ SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_prio
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
            AS pickup_latency,
-       claimed.poison, claimed.trace_context, claimed.ordering_key, claimed.abort_requested
+       claimed.poison, claimed.trace_context, claimed.ordering_key,
+       claimed.abort_requested
 FROM (
     SELECT (SELECT count(*) FROM front) = %(front)s AS front_full,
            EXISTS (SELECT FROM front WHERE NOT served) AS front_unserved,
@@ -409,7 +411,8 @@ SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_prio
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
            AS pickup_latency,
-       claimed.poison, claimed.trace_context, claimed.ordering_key, claimed.abort_requested
+       claimed.poison, claimed.trace_context, claimed.ordering_key,
+       claimed.abort_requested
 FROM (
     SELECT (SELECT count(*) FROM front) = %(front)s AS front_full,
            EXISTS (SELECT FROM front WHERE NOT served) AS front_unserved,
@@ -547,7 +550,8 @@ SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_prio
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
            AS pickup_latency,
-       claimed.poison, claimed.trace_context, claimed.ordering_key, claimed.abort_requested
+       claimed.poison, claimed.trace_context, claimed.ordering_key,
+       claimed.abort_requested
 FROM (
     SELECT (SELECT count(*) FROM front) = %(front)s AS front_full,
            EXISTS (SELECT FROM front WHERE NOT served) AS front_unserved,
@@ -759,7 +763,8 @@ SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload,
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
            AS pickup_latency,
-       claimed.poison, claimed.trace_context, claimed.ordering_key, claimed.abort_requested
+       claimed.poison, claimed.trace_context, claimed.ordering_key,
+       claimed.abort_requested
 FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
 
 -- name: CLAIM_JOBS_WALK_QUEUES
@@ -945,7 +950,8 @@ SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload,
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
            AS pickup_latency,
-       claimed.poison, claimed.trace_context, claimed.ordering_key, claimed.abort_requested
+       claimed.poison, claimed.trace_context, claimed.ordering_key,
+       claimed.abort_requested
 FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
 
 -- name: CLAIM_JOBS_WALK_QUEUES_BUT
@@ -1131,7 +1137,8 @@ SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload,
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
            AS pickup_latency,
-       claimed.poison, claimed.trace_context, claimed.ordering_key, claimed.abort_requested
+       claimed.poison, claimed.trace_context, claimed.ordering_key,
+       claimed.abort_requested
 FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
 
 -- name: CLAIM_JOBS_WALK_ANY_QUEUE
@@ -1317,8 +1324,1449 @@ SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload,
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
            AS pickup_latency,
-       claimed.poison, claimed.trace_context, claimed.ordering_key, claimed.abort_requested
+       claimed.poison, claimed.trace_context, claimed.ordering_key,
+       claimed.abort_requested
 FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
+
+-- name: CLAIM_JOBS_ONE_QUEUE_STARTING_TASKS
+WITH flow AS MATERIALIZED (
+    SELECT (SELECT md5(COALESCE(string_agg(line, ',' ORDER BY line), ''))
+     FROM (SELECT concat_ws(' ', 'queue', quote_nullable(name),
+                            quote_nullable(EXTRACT(EPOCH FROM paused_at)),
+                            quote_nullable(EXTRACT(EPOCH FROM paused_until)),
+                            quote_nullable(concurrency_limit), quote_nullable(rate_limit))
+               AS line
+           FROM jobq_queue
+           UNION ALL
+           SELECT concat_ws(' ', 'kind', quote_nullable(kind),
+                            quote_nullable(concurrency_limit), quote_nullable(rate_limit))
+           FROM jobq_kind_limit) AS settings) AS digest
+), lapsed AS MATERIALIZED (
+    SELECT id, lease_deadline FROM jobq_job
+    WHERE status = 'running' AND lease_deadline < now()
+      AND lease_deadline >= COALESCE(%(lapsed_from)s, '-infinity'::timestamptz) AND queue = %(queue)s
+      AND kind = ANY(%(kinds)s::text[])
+    ORDER BY lease_deadline
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), front AS MATERIALIZED (
+    SELECT * FROM (
+        (SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
+         WHERE status = 'ready' AND run_at <= now() AND queue = %(queue)s
+           AND priority > %(above)s::bigint
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(front)s)
+        UNION ALL
+        SELECT candidate.* FROM unnest(%(level_priorities)s::integer[],
+                                       %(level_after_run_ats)s::timestamptz[],
+                                       %(level_after_ids)s::bigint[])
+            AS level(priority, after_run_at, after_id)
+        CROSS JOIN LATERAL (
+            SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served
+            FROM jobq_job
+            WHERE status = 'ready' AND run_at <= now() AND queue = %(queue)s
+              AND priority = level.priority
+              AND (run_at, id) > (COALESCE(level.after_run_at, '-infinity'::timestamptz),
+                                  level.after_id)
+            ORDER BY priority DESC, run_at, id
+            LIMIT %(front)s
+        ) AS candidate
+        UNION ALL
+        (SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
+         WHERE status = 'ready' AND run_at <= now() AND queue = %(queue)s
+           AND priority < %(below)s::bigint
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(front)s)
+    ) AS candidates
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(front)s
+), fast AS MATERIALIZED (
+    SELECT id FROM jobq_job AS job
+    WHERE id = ANY(ARRAY(SELECT id FROM front WHERE served)) AND (status = 'ready') IS TRUE
+      AND (job.ordering_key IS NULL OR ((
+        SELECT lane.id FROM jobq_job AS lane
+        WHERE lane.ordering_key = job.ordering_key AND lane.status = 'running') IS NULL
+    AND job.id = (
+        SELECT first.id FROM jobq_job AS first
+        WHERE first.ordering_key = job.ordering_key AND first.status <> 'running'
+        ORDER BY first.ordering_key, first.id
+        LIMIT 1)))
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE jobq_job AS job
+    SET status = 'running',
+        attempts = job.attempts + (job.attempts < 2147483647)::integer,
+        worker_id = %(worker_id)s,
+        started_at = now(),
+        lease_deadline = now() + LEAST(GREATEST(job.visibility_timeout, interval '0.001 seconds'), interval '3650 days')
+    WHERE job.id = ANY(ARRAY(SELECT id FROM lapsed UNION ALL SELECT id FROM fast))
+      AND (%(flow_digest)s::text IS NULL OR (SELECT digest FROM flow) = %(flow_digest)s)
+    RETURNING job.id, job.queue, job.kind, job.payload::text AS payload, job.priority,
+              LEAST(GREATEST(job.run_at, '0001-01-02 00:00:00+00'::timestamptz),
+                    '9999-12-30 00:00:00+00'::timestamptz) AS run_at,
+              job.attempts,
+              job.max_attempts,
+              LEAST(GREATEST(job.visibility_timeout, interval '0.001 seconds'), interval '3650 days') AS visibility_timeout,
+              job.lease_deadline,
+              COALESCE(job.expires_at <= now(), false) AS expired,
+              GREATEST(job.run_at, job.created_at) AS waiting_since,
+              CASE
+                  WHEN NOT isfinite(job.run_at) THEN 'run_at is ' || job.run_at
+                  WHEN NOT isfinite(job.created_at) THEN 'created_at is ' || job.created_at
+                  WHEN NOT isfinite(job.expires_at) THEN 'expires_at is ' || job.expires_at
+                  WHEN job.visibility_timeout
+                      NOT BETWEEN interval '0.001 seconds' AND interval '3650 days'
+                      THEN 'visibility_timeout is ' || job.visibility_timeout
+                           || ', not 1 ms to 10 years'
+                  WHEN job.attempts = 2147483647 AND job.max_attempts = 2147483647
+                      THEN 'attempts is 2147483647, the integer maximum: the attempt number (the '
+                           || 'fencing token) cannot advance'
+              END AS poison,
+              job.trace_context::text AS trace_context,
+              job.ordering_key,
+              job.abort_requested_at IS NOT NULL AS abort_requested
+), started AS (
+    UPDATE jobq_task_result AS result
+    SET status = 'RUNNING',
+        job_id = claimed.id,
+        started_at = COALESCE(result.started_at, now()),
+        last_attempted_at = now(),
+        finished_at = NULL,
+        worker_ids = result.worker_ids || jsonb_build_array(%(worker_id)s::text)
+    FROM claimed
+    WHERE claimed.kind = ANY(%(task_kinds)s::text[])
+      AND claimed.poison IS NULL AND NOT claimed.expired
+      AND claimed.attempts <= claimed.max_attempts
+      AND result.id = claimed.payload::jsonb ->> 'result_id'
+      AND result.task_path = claimed.kind
+    RETURNING result.job_id, to_jsonb(result.*) AS task_result
+)
+SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_priorities,
+       flag.position_run_ats, flag.position_ids, (SELECT digest FROM flow) AS flow_digest,
+       claimed.id, claimed.queue, claimed.kind, claimed.payload, claimed.priority,
+       claimed.run_at, claimed.attempts, claimed.max_attempts, claimed.visibility_timeout,
+       claimed.lease_deadline, claimed.expired,
+       lapsed.id IS NOT NULL AS reclaimed,
+       (EXTRACT(EPOCH FROM now())
+        - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
+           AS pickup_latency,
+       claimed.poison, claimed.trace_context, claimed.ordering_key,
+       claimed.abort_requested,
+       started.task_result
+FROM (
+    SELECT (SELECT count(*) FROM front) = %(front)s AS front_full,
+           EXISTS (SELECT FROM front WHERE NOT served) AS front_unserved,
+           now() AS claimed_at,
+           array_agg(position.priority ORDER BY position.priority DESC)
+               AS position_priorities,
+           array_agg(position.run_at ORDER BY position.priority DESC) AS position_run_ats,
+           array_agg(position.id ORDER BY position.priority DESC) AS position_ids
+    FROM (
+        SELECT DISTINCT ON (seen.priority) seen.priority,
+               CASE WHEN seen.run_at BETWEEN '0001-01-02 00:00:00+00'::timestamptz
+                                       AND '9999-12-30 00:00:00+00'::timestamptz
+                   THEN seen.run_at END AS run_at,
+               CASE WHEN seen.passed THEN seen.id ELSE seen.id - 1 END AS id
+        FROM (
+            SELECT front.*,
+                   (SELECT count(*) FROM fast) < %(limit)s - (SELECT count(*) FROM lapsed)
+                   OR front.id IN (SELECT id FROM fast) AS passed
+            FROM front
+        ) AS seen
+        ORDER BY seen.priority DESC, seen.passed DESC,
+                 CASE WHEN seen.passed THEN seen.run_at END DESC,
+                 CASE WHEN seen.passed THEN seen.id END DESC,
+                 seen.run_at, seen.id
+    ) AS position
+) AS flag
+LEFT JOIN (claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
+    LEFT JOIN started ON started.job_id = claimed.id) ON true
+
+-- name: CLAIM_JOBS_WALK_ONE_QUEUE_STARTING_TASKS
+WITH RECURSIVE flow AS MATERIALIZED (
+    SELECT (SELECT md5(COALESCE(string_agg(line, ',' ORDER BY line), ''))
+     FROM (SELECT concat_ws(' ', 'queue', quote_nullable(name),
+                            quote_nullable(EXTRACT(EPOCH FROM paused_at)),
+                            quote_nullable(EXTRACT(EPOCH FROM paused_until)),
+                            quote_nullable(concurrency_limit), quote_nullable(rate_limit))
+               AS line
+           FROM jobq_queue
+           UNION ALL
+           SELECT concat_ws(' ', 'kind', quote_nullable(kind),
+                            quote_nullable(concurrency_limit), quote_nullable(rate_limit))
+           FROM jobq_kind_limit) AS settings) AS digest
+), lapsed AS MATERIALIZED (
+    SELECT id, lease_deadline FROM jobq_job
+    WHERE status = 'running' AND lease_deadline < now()
+      AND lease_deadline >= COALESCE(%(lapsed_from)s, '-infinity'::timestamptz) AND queue = %(queue)s
+      AND kind = ANY(%(kinds)s::text[])
+    ORDER BY lease_deadline
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), front AS MATERIALIZED (
+    SELECT * FROM (
+        (SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
+         WHERE status = 'ready' AND run_at <= now() AND queue = %(queue)s
+           AND priority > %(above)s::bigint
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(front)s)
+        UNION ALL
+        SELECT candidate.* FROM unnest(%(level_priorities)s::integer[],
+                                       %(level_after_run_ats)s::timestamptz[],
+                                       %(level_after_ids)s::bigint[])
+            AS level(priority, after_run_at, after_id)
+        CROSS JOIN LATERAL (
+            SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served
+            FROM jobq_job
+            WHERE status = 'ready' AND run_at <= now() AND queue = %(queue)s
+              AND priority = level.priority
+              AND (run_at, id) > (COALESCE(level.after_run_at, '-infinity'::timestamptz),
+                                  level.after_id)
+            ORDER BY priority DESC, run_at, id
+            LIMIT %(front)s
+        ) AS candidate
+        UNION ALL
+        (SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
+         WHERE status = 'ready' AND run_at <= now() AND queue = %(queue)s
+           AND priority < %(below)s::bigint
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(front)s)
+    ) AS candidates
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(front)s
+), fast AS MATERIALIZED (
+    SELECT id FROM jobq_job AS job
+    WHERE id = ANY(ARRAY(SELECT id FROM front WHERE served)) AND (status = 'ready') IS TRUE
+      AND (job.ordering_key IS NULL OR ((
+        SELECT lane.id FROM jobq_job AS lane
+        WHERE lane.ordering_key = job.ordering_key AND lane.status = 'running') IS NULL
+    AND job.id = (
+        SELECT first.id FROM jobq_job AS first
+        WHERE first.ordering_key = job.ordering_key AND first.status <> 'running'
+        ORDER BY first.ordering_key, first.id
+        LIMIT 1)))
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    FOR UPDATE SKIP LOCKED
+), settled AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM fast) = %(limit)s - (SELECT count(*) FROM lapsed)
+           OR (SELECT count(*) FROM front) < %(front)s AS done
+), pairs AS (
+    (SELECT queue, kind, priority, run_at, id FROM jobq_job
+     WHERE status = 'ready' AND queue = %(queue)s
+     ORDER BY queue, kind, priority DESC, run_at, id
+     LIMIT 1)
+    UNION ALL
+    SELECT next.*
+    FROM pairs, LATERAL (
+        (SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+         WHERE job.status = 'ready' AND job.queue = pairs.queue AND job.kind > pairs.kind
+         ORDER BY job.queue, job.kind, job.priority DESC, job.run_at, job.id
+         LIMIT 1)
+        UNION ALL
+        (SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+         WHERE job.status = 'ready' AND job.queue > pairs.queue AND queue = %(queue)s
+         ORDER BY job.queue, job.kind, job.priority DESC, job.run_at, job.id
+         LIMIT 1)
+        LIMIT 1
+    ) AS next
+), firsts AS MATERIALIZED (
+    SELECT first.queue, first.kind, first.priority, first.run_at, first.id FROM pairs
+    CROSS JOIN LATERAL (
+        SELECT pairs.queue, pairs.kind, pairs.priority, pairs.run_at, pairs.id
+        WHERE pairs.run_at <= now()
+        UNION ALL
+        (SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+         WHERE pairs.run_at > now() AND job.status = 'ready' AND job.queue = pairs.queue
+           AND job.kind = pairs.kind AND job.run_at <= now()
+         ORDER BY job.priority DESC, job.run_at, job.id
+         LIMIT 1)
+    ) AS first
+    WHERE pairs.kind = ANY(%(kinds)s::text[])
+    ORDER BY first.priority DESC, first.run_at, first.id
+    LIMIT %(limit)s
+), heads AS MATERIALIZED (
+    SELECT head.* FROM firsts
+    CROSS JOIN LATERAL (
+        SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+        WHERE job.status = 'ready' AND job.queue = firsts.queue AND job.kind = firsts.kind
+          AND job.run_at <= now()
+        ORDER BY job.priority DESC, job.run_at, job.id
+        LIMIT %(limit)s
+    ) AS head
+    ORDER BY head.priority DESC, head.run_at, head.id
+    LIMIT %(limit)s
+), shares AS (
+    SELECT queue, kind, count(*) AS share FROM (
+        SELECT queue, kind FROM heads
+        ORDER BY priority DESC, run_at, id
+        LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    ) AS candidates
+    GROUP BY queue, kind
+), walked AS MATERIALIZED (
+    SELECT locked.id FROM shares
+    CROSS JOIN LATERAL (
+        SELECT job.id FROM jobq_job AS job
+        WHERE job.status = 'ready' AND job.queue = shares.queue AND job.kind = shares.kind
+          AND job.run_at <= now() AND (job.ordering_key IS NULL OR ((
+        SELECT lane.id FROM jobq_job AS lane
+        WHERE lane.ordering_key = job.ordering_key AND lane.status = 'running') IS NULL
+    AND job.id = (
+        SELECT first.id FROM jobq_job AS first
+        WHERE first.ordering_key = job.ordering_key AND first.status <> 'running'
+        ORDER BY first.ordering_key, first.id
+        LIMIT 1)))
+        ORDER BY job.priority DESC, job.run_at, job.id
+        LIMIT shares.share
+        FOR UPDATE OF job SKIP LOCKED
+    ) AS locked
+), ready AS MATERIALIZED (
+    SELECT id FROM fast WHERE (SELECT done FROM settled)
+    UNION ALL
+    SELECT id FROM walked WHERE NOT (SELECT done FROM settled)
+), claimed AS (
+    UPDATE jobq_job AS job
+    SET status = 'running',
+        attempts = job.attempts + (job.attempts < 2147483647)::integer,
+        worker_id = %(worker_id)s,
+        started_at = now(),
+        lease_deadline = now() + LEAST(GREATEST(job.visibility_timeout, interval '0.001 seconds'), interval '3650 days')
+    WHERE job.id = ANY(ARRAY(SELECT id FROM lapsed UNION ALL SELECT id FROM ready))
+      AND (%(flow_digest)s::text IS NULL OR (SELECT digest FROM flow) = %(flow_digest)s)
+    RETURNING job.id, job.queue, job.kind, job.payload::text AS payload, job.priority,
+              LEAST(GREATEST(job.run_at, '0001-01-02 00:00:00+00'::timestamptz),
+                    '9999-12-30 00:00:00+00'::timestamptz) AS run_at,
+              job.attempts,
+              job.max_attempts,
+              LEAST(GREATEST(job.visibility_timeout, interval '0.001 seconds'), interval '3650 days') AS visibility_timeout,
+              job.lease_deadline,
+              COALESCE(job.expires_at <= now(), false) AS expired,
+              GREATEST(job.run_at, job.created_at) AS waiting_since,
+              CASE
+                  WHEN NOT isfinite(job.run_at) THEN 'run_at is ' || job.run_at
+                  WHEN NOT isfinite(job.created_at) THEN 'created_at is ' || job.created_at
+                  WHEN NOT isfinite(job.expires_at) THEN 'expires_at is ' || job.expires_at
+                  WHEN job.visibility_timeout
+                      NOT BETWEEN interval '0.001 seconds' AND interval '3650 days'
+                      THEN 'visibility_timeout is ' || job.visibility_timeout
+                           || ', not 1 ms to 10 years'
+                  WHEN job.attempts = 2147483647 AND job.max_attempts = 2147483647
+                      THEN 'attempts is 2147483647, the integer maximum: the attempt number (the '
+                           || 'fencing token) cannot advance'
+              END AS poison,
+              job.trace_context::text AS trace_context,
+              job.ordering_key,
+              job.abort_requested_at IS NOT NULL AS abort_requested
+), started AS (
+    UPDATE jobq_task_result AS result
+    SET status = 'RUNNING',
+        job_id = claimed.id,
+        started_at = COALESCE(result.started_at, now()),
+        last_attempted_at = now(),
+        finished_at = NULL,
+        worker_ids = result.worker_ids || jsonb_build_array(%(worker_id)s::text)
+    FROM claimed
+    WHERE claimed.kind = ANY(%(task_kinds)s::text[])
+      AND claimed.poison IS NULL AND NOT claimed.expired
+      AND claimed.attempts <= claimed.max_attempts
+      AND result.id = claimed.payload::jsonb ->> 'result_id'
+      AND result.task_path = claimed.kind
+    RETURNING result.job_id, to_jsonb(result.*) AS task_result
+)
+SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload,
+       claimed.priority, claimed.run_at, claimed.attempts, claimed.max_attempts,
+       claimed.visibility_timeout, claimed.lease_deadline, claimed.expired,
+       lapsed.id IS NOT NULL AS reclaimed,
+       (EXTRACT(EPOCH FROM now())
+        - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
+           AS pickup_latency,
+       claimed.poison, claimed.trace_context, claimed.ordering_key,
+       claimed.abort_requested,
+       started.task_result
+FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
+    LEFT JOIN started ON started.job_id = claimed.id
+
+-- name: CLAIM_JOBS_QUEUES_STARTING_TASKS
+WITH flow AS MATERIALIZED (
+    SELECT (SELECT md5(COALESCE(string_agg(line, ',' ORDER BY line), ''))
+     FROM (SELECT concat_ws(' ', 'queue', quote_nullable(name),
+                            quote_nullable(EXTRACT(EPOCH FROM paused_at)),
+                            quote_nullable(EXTRACT(EPOCH FROM paused_until)),
+                            quote_nullable(concurrency_limit), quote_nullable(rate_limit))
+               AS line
+           FROM jobq_queue
+           UNION ALL
+           SELECT concat_ws(' ', 'kind', quote_nullable(kind),
+                            quote_nullable(concurrency_limit), quote_nullable(rate_limit))
+           FROM jobq_kind_limit) AS settings) AS digest
+), lapsed AS MATERIALIZED (
+    SELECT id, lease_deadline FROM jobq_job
+    WHERE status = 'running' AND lease_deadline < now()
+      AND lease_deadline >= COALESCE(%(lapsed_from)s, '-infinity'::timestamptz) AND queue = ANY(%(queues)s::text[])
+      AND kind = ANY(%(kinds)s::text[])
+    ORDER BY lease_deadline
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), front AS MATERIALIZED (
+    SELECT * FROM (
+        (SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
+         WHERE status = 'ready' AND run_at <= now() AND queue = ANY(%(queues)s::text[])
+           AND priority > %(above)s::bigint
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(front)s)
+        UNION ALL
+        SELECT candidate.* FROM unnest(%(level_priorities)s::integer[],
+                                       %(level_after_run_ats)s::timestamptz[],
+                                       %(level_after_ids)s::bigint[])
+            AS level(priority, after_run_at, after_id)
+        CROSS JOIN LATERAL (
+            SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served
+            FROM jobq_job
+            WHERE status = 'ready' AND run_at <= now() AND queue = ANY(%(queues)s::text[])
+              AND priority = level.priority
+              AND (run_at, id) > (COALESCE(level.after_run_at, '-infinity'::timestamptz),
+                                  level.after_id)
+            ORDER BY priority DESC, run_at, id
+            LIMIT %(front)s
+        ) AS candidate
+        UNION ALL
+        (SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
+         WHERE status = 'ready' AND run_at <= now() AND queue = ANY(%(queues)s::text[])
+           AND priority < %(below)s::bigint
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(front)s)
+    ) AS candidates
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(front)s
+), fast AS MATERIALIZED (
+    SELECT id FROM jobq_job AS job
+    WHERE id = ANY(ARRAY(SELECT id FROM front WHERE served)) AND (status = 'ready') IS TRUE
+      AND (job.ordering_key IS NULL OR ((
+        SELECT lane.id FROM jobq_job AS lane
+        WHERE lane.ordering_key = job.ordering_key AND lane.status = 'running') IS NULL
+    AND job.id = (
+        SELECT first.id FROM jobq_job AS first
+        WHERE first.ordering_key = job.ordering_key AND first.status <> 'running'
+        ORDER BY first.ordering_key, first.id
+        LIMIT 1)))
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE jobq_job AS job
+    SET status = 'running',
+        attempts = job.attempts + (job.attempts < 2147483647)::integer,
+        worker_id = %(worker_id)s,
+        started_at = now(),
+        lease_deadline = now() + LEAST(GREATEST(job.visibility_timeout, interval '0.001 seconds'), interval '3650 days')
+    WHERE job.id = ANY(ARRAY(SELECT id FROM lapsed UNION ALL SELECT id FROM fast))
+      AND (%(flow_digest)s::text IS NULL OR (SELECT digest FROM flow) = %(flow_digest)s)
+    RETURNING job.id, job.queue, job.kind, job.payload::text AS payload, job.priority,
+              LEAST(GREATEST(job.run_at, '0001-01-02 00:00:00+00'::timestamptz),
+                    '9999-12-30 00:00:00+00'::timestamptz) AS run_at,
+              job.attempts,
+              job.max_attempts,
+              LEAST(GREATEST(job.visibility_timeout, interval '0.001 seconds'), interval '3650 days') AS visibility_timeout,
+              job.lease_deadline,
+              COALESCE(job.expires_at <= now(), false) AS expired,
+              GREATEST(job.run_at, job.created_at) AS waiting_since,
+              CASE
+                  WHEN NOT isfinite(job.run_at) THEN 'run_at is ' || job.run_at
+                  WHEN NOT isfinite(job.created_at) THEN 'created_at is ' || job.created_at
+                  WHEN NOT isfinite(job.expires_at) THEN 'expires_at is ' || job.expires_at
+                  WHEN job.visibility_timeout
+                      NOT BETWEEN interval '0.001 seconds' AND interval '3650 days'
+                      THEN 'visibility_timeout is ' || job.visibility_timeout
+                           || ', not 1 ms to 10 years'
+                  WHEN job.attempts = 2147483647 AND job.max_attempts = 2147483647
+                      THEN 'attempts is 2147483647, the integer maximum: the attempt number (the '
+                           || 'fencing token) cannot advance'
+              END AS poison,
+              job.trace_context::text AS trace_context,
+              job.ordering_key,
+              job.abort_requested_at IS NOT NULL AS abort_requested
+), started AS (
+    UPDATE jobq_task_result AS result
+    SET status = 'RUNNING',
+        job_id = claimed.id,
+        started_at = COALESCE(result.started_at, now()),
+        last_attempted_at = now(),
+        finished_at = NULL,
+        worker_ids = result.worker_ids || jsonb_build_array(%(worker_id)s::text)
+    FROM claimed
+    WHERE claimed.kind = ANY(%(task_kinds)s::text[])
+      AND claimed.poison IS NULL AND NOT claimed.expired
+      AND claimed.attempts <= claimed.max_attempts
+      AND result.id = claimed.payload::jsonb ->> 'result_id'
+      AND result.task_path = claimed.kind
+    RETURNING result.job_id, to_jsonb(result.*) AS task_result
+)
+SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_priorities,
+       flag.position_run_ats, flag.position_ids, (SELECT digest FROM flow) AS flow_digest,
+       claimed.id, claimed.queue, claimed.kind, claimed.payload, claimed.priority,
+       claimed.run_at, claimed.attempts, claimed.max_attempts, claimed.visibility_timeout,
+       claimed.lease_deadline, claimed.expired,
+       lapsed.id IS NOT NULL AS reclaimed,
+       (EXTRACT(EPOCH FROM now())
+        - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
+           AS pickup_latency,
+       claimed.poison, claimed.trace_context, claimed.ordering_key,
+       claimed.abort_requested,
+       started.task_result
+FROM (
+    SELECT (SELECT count(*) FROM front) = %(front)s AS front_full,
+           EXISTS (SELECT FROM front WHERE NOT served) AS front_unserved,
+           now() AS claimed_at,
+           array_agg(position.priority ORDER BY position.priority DESC)
+               AS position_priorities,
+           array_agg(position.run_at ORDER BY position.priority DESC) AS position_run_ats,
+           array_agg(position.id ORDER BY position.priority DESC) AS position_ids
+    FROM (
+        SELECT DISTINCT ON (seen.priority) seen.priority,
+               CASE WHEN seen.run_at BETWEEN '0001-01-02 00:00:00+00'::timestamptz
+                                       AND '9999-12-30 00:00:00+00'::timestamptz
+                   THEN seen.run_at END AS run_at,
+               CASE WHEN seen.passed THEN seen.id ELSE seen.id - 1 END AS id
+        FROM (
+            SELECT front.*,
+                   (SELECT count(*) FROM fast) < %(limit)s - (SELECT count(*) FROM lapsed)
+                   OR front.id IN (SELECT id FROM fast) AS passed
+            FROM front
+        ) AS seen
+        ORDER BY seen.priority DESC, seen.passed DESC,
+                 CASE WHEN seen.passed THEN seen.run_at END DESC,
+                 CASE WHEN seen.passed THEN seen.id END DESC,
+                 seen.run_at, seen.id
+    ) AS position
+) AS flag
+LEFT JOIN (claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
+    LEFT JOIN started ON started.job_id = claimed.id) ON true
+
+-- name: CLAIM_JOBS_WALK_QUEUES_STARTING_TASKS
+WITH RECURSIVE flow AS MATERIALIZED (
+    SELECT (SELECT md5(COALESCE(string_agg(line, ',' ORDER BY line), ''))
+     FROM (SELECT concat_ws(' ', 'queue', quote_nullable(name),
+                            quote_nullable(EXTRACT(EPOCH FROM paused_at)),
+                            quote_nullable(EXTRACT(EPOCH FROM paused_until)),
+                            quote_nullable(concurrency_limit), quote_nullable(rate_limit))
+               AS line
+           FROM jobq_queue
+           UNION ALL
+           SELECT concat_ws(' ', 'kind', quote_nullable(kind),
+                            quote_nullable(concurrency_limit), quote_nullable(rate_limit))
+           FROM jobq_kind_limit) AS settings) AS digest
+), lapsed AS MATERIALIZED (
+    SELECT id, lease_deadline FROM jobq_job
+    WHERE status = 'running' AND lease_deadline < now()
+      AND lease_deadline >= COALESCE(%(lapsed_from)s, '-infinity'::timestamptz) AND queue = ANY(%(queues)s::text[])
+      AND kind = ANY(%(kinds)s::text[])
+    ORDER BY lease_deadline
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), front AS MATERIALIZED (
+    SELECT * FROM (
+        (SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
+         WHERE status = 'ready' AND run_at <= now() AND queue = ANY(%(queues)s::text[])
+           AND priority > %(above)s::bigint
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(front)s)
+        UNION ALL
+        SELECT candidate.* FROM unnest(%(level_priorities)s::integer[],
+                                       %(level_after_run_ats)s::timestamptz[],
+                                       %(level_after_ids)s::bigint[])
+            AS level(priority, after_run_at, after_id)
+        CROSS JOIN LATERAL (
+            SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served
+            FROM jobq_job
+            WHERE status = 'ready' AND run_at <= now() AND queue = ANY(%(queues)s::text[])
+              AND priority = level.priority
+              AND (run_at, id) > (COALESCE(level.after_run_at, '-infinity'::timestamptz),
+                                  level.after_id)
+            ORDER BY priority DESC, run_at, id
+            LIMIT %(front)s
+        ) AS candidate
+        UNION ALL
+        (SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
+         WHERE status = 'ready' AND run_at <= now() AND queue = ANY(%(queues)s::text[])
+           AND priority < %(below)s::bigint
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(front)s)
+    ) AS candidates
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(front)s
+), fast AS MATERIALIZED (
+    SELECT id FROM jobq_job AS job
+    WHERE id = ANY(ARRAY(SELECT id FROM front WHERE served)) AND (status = 'ready') IS TRUE
+      AND (job.ordering_key IS NULL OR ((
+        SELECT lane.id FROM jobq_job AS lane
+        WHERE lane.ordering_key = job.ordering_key AND lane.status = 'running') IS NULL
+    AND job.id = (
+        SELECT first.id FROM jobq_job AS first
+        WHERE first.ordering_key = job.ordering_key AND first.status <> 'running'
+        ORDER BY first.ordering_key, first.id
+        LIMIT 1)))
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    FOR UPDATE SKIP LOCKED
+), settled AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM fast) = %(limit)s - (SELECT count(*) FROM lapsed)
+           OR (SELECT count(*) FROM front) < %(front)s AS done
+), pairs AS (
+    (SELECT queue, kind, priority, run_at, id FROM jobq_job
+     WHERE status = 'ready' AND queue = ANY(%(queues)s::text[])
+     ORDER BY queue, kind, priority DESC, run_at, id
+     LIMIT 1)
+    UNION ALL
+    SELECT next.*
+    FROM pairs, LATERAL (
+        (SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+         WHERE job.status = 'ready' AND job.queue = pairs.queue AND job.kind > pairs.kind
+         ORDER BY job.queue, job.kind, job.priority DESC, job.run_at, job.id
+         LIMIT 1)
+        UNION ALL
+        (SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+         WHERE job.status = 'ready' AND job.queue > pairs.queue AND queue = ANY(%(queues)s::text[])
+         ORDER BY job.queue, job.kind, job.priority DESC, job.run_at, job.id
+         LIMIT 1)
+        LIMIT 1
+    ) AS next
+), firsts AS MATERIALIZED (
+    SELECT first.queue, first.kind, first.priority, first.run_at, first.id FROM pairs
+    CROSS JOIN LATERAL (
+        SELECT pairs.queue, pairs.kind, pairs.priority, pairs.run_at, pairs.id
+        WHERE pairs.run_at <= now()
+        UNION ALL
+        (SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+         WHERE pairs.run_at > now() AND job.status = 'ready' AND job.queue = pairs.queue
+           AND job.kind = pairs.kind AND job.run_at <= now()
+         ORDER BY job.priority DESC, job.run_at, job.id
+         LIMIT 1)
+    ) AS first
+    WHERE pairs.kind = ANY(%(kinds)s::text[])
+    ORDER BY first.priority DESC, first.run_at, first.id
+    LIMIT %(limit)s
+), heads AS MATERIALIZED (
+    SELECT head.* FROM firsts
+    CROSS JOIN LATERAL (
+        SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+        WHERE job.status = 'ready' AND job.queue = firsts.queue AND job.kind = firsts.kind
+          AND job.run_at <= now()
+        ORDER BY job.priority DESC, job.run_at, job.id
+        LIMIT %(limit)s
+    ) AS head
+    ORDER BY head.priority DESC, head.run_at, head.id
+    LIMIT %(limit)s
+), shares AS (
+    SELECT queue, kind, count(*) AS share FROM (
+        SELECT queue, kind FROM heads
+        ORDER BY priority DESC, run_at, id
+        LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    ) AS candidates
+    GROUP BY queue, kind
+), walked AS MATERIALIZED (
+    SELECT locked.id FROM shares
+    CROSS JOIN LATERAL (
+        SELECT job.id FROM jobq_job AS job
+        WHERE job.status = 'ready' AND job.queue = shares.queue AND job.kind = shares.kind
+          AND job.run_at <= now() AND (job.ordering_key IS NULL OR ((
+        SELECT lane.id FROM jobq_job AS lane
+        WHERE lane.ordering_key = job.ordering_key AND lane.status = 'running') IS NULL
+    AND job.id = (
+        SELECT first.id FROM jobq_job AS first
+        WHERE first.ordering_key = job.ordering_key AND first.status <> 'running'
+        ORDER BY first.ordering_key, first.id
+        LIMIT 1)))
+        ORDER BY job.priority DESC, job.run_at, job.id
+        LIMIT shares.share
+        FOR UPDATE OF job SKIP LOCKED
+    ) AS locked
+), ready AS MATERIALIZED (
+    SELECT id FROM fast WHERE (SELECT done FROM settled)
+    UNION ALL
+    SELECT id FROM walked WHERE NOT (SELECT done FROM settled)
+), claimed AS (
+    UPDATE jobq_job AS job
+    SET status = 'running',
+        attempts = job.attempts + (job.attempts < 2147483647)::integer,
+        worker_id = %(worker_id)s,
+        started_at = now(),
+        lease_deadline = now() + LEAST(GREATEST(job.visibility_timeout, interval '0.001 seconds'), interval '3650 days')
+    WHERE job.id = ANY(ARRAY(SELECT id FROM lapsed UNION ALL SELECT id FROM ready))
+      AND (%(flow_digest)s::text IS NULL OR (SELECT digest FROM flow) = %(flow_digest)s)
+    RETURNING job.id, job.queue, job.kind, job.payload::text AS payload, job.priority,
+              LEAST(GREATEST(job.run_at, '0001-01-02 00:00:00+00'::timestamptz),
+                    '9999-12-30 00:00:00+00'::timestamptz) AS run_at,
+              job.attempts,
+              job.max_attempts,
+              LEAST(GREATEST(job.visibility_timeout, interval '0.001 seconds'), interval '3650 days') AS visibility_timeout,
+              job.lease_deadline,
+              COALESCE(job.expires_at <= now(), false) AS expired,
+              GREATEST(job.run_at, job.created_at) AS waiting_since,
+              CASE
+                  WHEN NOT isfinite(job.run_at) THEN 'run_at is ' || job.run_at
+                  WHEN NOT isfinite(job.created_at) THEN 'created_at is ' || job.created_at
+                  WHEN NOT isfinite(job.expires_at) THEN 'expires_at is ' || job.expires_at
+                  WHEN job.visibility_timeout
+                      NOT BETWEEN interval '0.001 seconds' AND interval '3650 days'
+                      THEN 'visibility_timeout is ' || job.visibility_timeout
+                           || ', not 1 ms to 10 years'
+                  WHEN job.attempts = 2147483647 AND job.max_attempts = 2147483647
+                      THEN 'attempts is 2147483647, the integer maximum: the attempt number (the '
+                           || 'fencing token) cannot advance'
+              END AS poison,
+              job.trace_context::text AS trace_context,
+              job.ordering_key,
+              job.abort_requested_at IS NOT NULL AS abort_requested
+), started AS (
+    UPDATE jobq_task_result AS result
+    SET status = 'RUNNING',
+        job_id = claimed.id,
+        started_at = COALESCE(result.started_at, now()),
+        last_attempted_at = now(),
+        finished_at = NULL,
+        worker_ids = result.worker_ids || jsonb_build_array(%(worker_id)s::text)
+    FROM claimed
+    WHERE claimed.kind = ANY(%(task_kinds)s::text[])
+      AND claimed.poison IS NULL AND NOT claimed.expired
+      AND claimed.attempts <= claimed.max_attempts
+      AND result.id = claimed.payload::jsonb ->> 'result_id'
+      AND result.task_path = claimed.kind
+    RETURNING result.job_id, to_jsonb(result.*) AS task_result
+)
+SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload,
+       claimed.priority, claimed.run_at, claimed.attempts, claimed.max_attempts,
+       claimed.visibility_timeout, claimed.lease_deadline, claimed.expired,
+       lapsed.id IS NOT NULL AS reclaimed,
+       (EXTRACT(EPOCH FROM now())
+        - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
+           AS pickup_latency,
+       claimed.poison, claimed.trace_context, claimed.ordering_key,
+       claimed.abort_requested,
+       started.task_result
+FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
+    LEFT JOIN started ON started.job_id = claimed.id
+
+-- name: CLAIM_JOBS_QUEUES_BUT_STARTING_TASKS
+WITH flow AS MATERIALIZED (
+    SELECT (SELECT md5(COALESCE(string_agg(line, ',' ORDER BY line), ''))
+     FROM (SELECT concat_ws(' ', 'queue', quote_nullable(name),
+                            quote_nullable(EXTRACT(EPOCH FROM paused_at)),
+                            quote_nullable(EXTRACT(EPOCH FROM paused_until)),
+                            quote_nullable(concurrency_limit), quote_nullable(rate_limit))
+               AS line
+           FROM jobq_queue
+           UNION ALL
+           SELECT concat_ws(' ', 'kind', quote_nullable(kind),
+                            quote_nullable(concurrency_limit), quote_nullable(rate_limit))
+           FROM jobq_kind_limit) AS settings) AS digest
+), lapsed AS MATERIALIZED (
+    SELECT id, lease_deadline FROM jobq_job
+    WHERE status = 'running' AND lease_deadline < now()
+      AND lease_deadline >= COALESCE(%(lapsed_from)s, '-infinity'::timestamptz) AND queue <> ALL(%(excluded_queues)s::text[])
+      AND kind = ANY(%(kinds)s::text[])
+    ORDER BY lease_deadline
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), front AS MATERIALIZED (
+    SELECT * FROM (
+        (SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
+         WHERE status = 'ready' AND run_at <= now() AND queue <> ALL(%(excluded_queues)s::text[])
+           AND priority > %(above)s::bigint
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(front)s)
+        UNION ALL
+        SELECT candidate.* FROM unnest(%(level_priorities)s::integer[],
+                                       %(level_after_run_ats)s::timestamptz[],
+                                       %(level_after_ids)s::bigint[])
+            AS level(priority, after_run_at, after_id)
+        CROSS JOIN LATERAL (
+            SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served
+            FROM jobq_job
+            WHERE status = 'ready' AND run_at <= now() AND queue <> ALL(%(excluded_queues)s::text[])
+              AND priority = level.priority
+              AND (run_at, id) > (COALESCE(level.after_run_at, '-infinity'::timestamptz),
+                                  level.after_id)
+            ORDER BY priority DESC, run_at, id
+            LIMIT %(front)s
+        ) AS candidate
+        UNION ALL
+        (SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
+         WHERE status = 'ready' AND run_at <= now() AND queue <> ALL(%(excluded_queues)s::text[])
+           AND priority < %(below)s::bigint
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(front)s)
+    ) AS candidates
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(front)s
+), fast AS MATERIALIZED (
+    SELECT id FROM jobq_job AS job
+    WHERE id = ANY(ARRAY(SELECT id FROM front WHERE served)) AND (status = 'ready') IS TRUE
+      AND (job.ordering_key IS NULL OR ((
+        SELECT lane.id FROM jobq_job AS lane
+        WHERE lane.ordering_key = job.ordering_key AND lane.status = 'running') IS NULL
+    AND job.id = (
+        SELECT first.id FROM jobq_job AS first
+        WHERE first.ordering_key = job.ordering_key AND first.status <> 'running'
+        ORDER BY first.ordering_key, first.id
+        LIMIT 1)))
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE jobq_job AS job
+    SET status = 'running',
+        attempts = job.attempts + (job.attempts < 2147483647)::integer,
+        worker_id = %(worker_id)s,
+        started_at = now(),
+        lease_deadline = now() + LEAST(GREATEST(job.visibility_timeout, interval '0.001 seconds'), interval '3650 days')
+    WHERE job.id = ANY(ARRAY(SELECT id FROM lapsed UNION ALL SELECT id FROM fast))
+      AND (%(flow_digest)s::text IS NULL OR (SELECT digest FROM flow) = %(flow_digest)s)
+    RETURNING job.id, job.queue, job.kind, job.payload::text AS payload, job.priority,
+              LEAST(GREATEST(job.run_at, '0001-01-02 00:00:00+00'::timestamptz),
+                    '9999-12-30 00:00:00+00'::timestamptz) AS run_at,
+              job.attempts,
+              job.max_attempts,
+              LEAST(GREATEST(job.visibility_timeout, interval '0.001 seconds'), interval '3650 days') AS visibility_timeout,
+              job.lease_deadline,
+              COALESCE(job.expires_at <= now(), false) AS expired,
+              GREATEST(job.run_at, job.created_at) AS waiting_since,
+              CASE
+                  WHEN NOT isfinite(job.run_at) THEN 'run_at is ' || job.run_at
+                  WHEN NOT isfinite(job.created_at) THEN 'created_at is ' || job.created_at
+                  WHEN NOT isfinite(job.expires_at) THEN 'expires_at is ' || job.expires_at
+                  WHEN job.visibility_timeout
+                      NOT BETWEEN interval '0.001 seconds' AND interval '3650 days'
+                      THEN 'visibility_timeout is ' || job.visibility_timeout
+                           || ', not 1 ms to 10 years'
+                  WHEN job.attempts = 2147483647 AND job.max_attempts = 2147483647
+                      THEN 'attempts is 2147483647, the integer maximum: the attempt number (the '
+                           || 'fencing token) cannot advance'
+              END AS poison,
+              job.trace_context::text AS trace_context,
+              job.ordering_key,
+              job.abort_requested_at IS NOT NULL AS abort_requested
+), started AS (
+    UPDATE jobq_task_result AS result
+    SET status = 'RUNNING',
+        job_id = claimed.id,
+        started_at = COALESCE(result.started_at, now()),
+        last_attempted_at = now(),
+        finished_at = NULL,
+        worker_ids = result.worker_ids || jsonb_build_array(%(worker_id)s::text)
+    FROM claimed
+    WHERE claimed.kind = ANY(%(task_kinds)s::text[])
+      AND claimed.poison IS NULL AND NOT claimed.expired
+      AND claimed.attempts <= claimed.max_attempts
+      AND result.id = claimed.payload::jsonb ->> 'result_id'
+      AND result.task_path = claimed.kind
+    RETURNING result.job_id, to_jsonb(result.*) AS task_result
+)
+SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_priorities,
+       flag.position_run_ats, flag.position_ids, (SELECT digest FROM flow) AS flow_digest,
+       claimed.id, claimed.queue, claimed.kind, claimed.payload, claimed.priority,
+       claimed.run_at, claimed.attempts, claimed.max_attempts, claimed.visibility_timeout,
+       claimed.lease_deadline, claimed.expired,
+       lapsed.id IS NOT NULL AS reclaimed,
+       (EXTRACT(EPOCH FROM now())
+        - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
+           AS pickup_latency,
+       claimed.poison, claimed.trace_context, claimed.ordering_key,
+       claimed.abort_requested,
+       started.task_result
+FROM (
+    SELECT (SELECT count(*) FROM front) = %(front)s AS front_full,
+           EXISTS (SELECT FROM front WHERE NOT served) AS front_unserved,
+           now() AS claimed_at,
+           array_agg(position.priority ORDER BY position.priority DESC)
+               AS position_priorities,
+           array_agg(position.run_at ORDER BY position.priority DESC) AS position_run_ats,
+           array_agg(position.id ORDER BY position.priority DESC) AS position_ids
+    FROM (
+        SELECT DISTINCT ON (seen.priority) seen.priority,
+               CASE WHEN seen.run_at BETWEEN '0001-01-02 00:00:00+00'::timestamptz
+                                       AND '9999-12-30 00:00:00+00'::timestamptz
+                   THEN seen.run_at END AS run_at,
+               CASE WHEN seen.passed THEN seen.id ELSE seen.id - 1 END AS id
+        FROM (
+            SELECT front.*,
+                   (SELECT count(*) FROM fast) < %(limit)s - (SELECT count(*) FROM lapsed)
+                   OR front.id IN (SELECT id FROM fast) AS passed
+            FROM front
+        ) AS seen
+        ORDER BY seen.priority DESC, seen.passed DESC,
+                 CASE WHEN seen.passed THEN seen.run_at END DESC,
+                 CASE WHEN seen.passed THEN seen.id END DESC,
+                 seen.run_at, seen.id
+    ) AS position
+) AS flag
+LEFT JOIN (claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
+    LEFT JOIN started ON started.job_id = claimed.id) ON true
+
+-- name: CLAIM_JOBS_WALK_QUEUES_BUT_STARTING_TASKS
+WITH RECURSIVE flow AS MATERIALIZED (
+    SELECT (SELECT md5(COALESCE(string_agg(line, ',' ORDER BY line), ''))
+     FROM (SELECT concat_ws(' ', 'queue', quote_nullable(name),
+                            quote_nullable(EXTRACT(EPOCH FROM paused_at)),
+                            quote_nullable(EXTRACT(EPOCH FROM paused_until)),
+                            quote_nullable(concurrency_limit), quote_nullable(rate_limit))
+               AS line
+           FROM jobq_queue
+           UNION ALL
+           SELECT concat_ws(' ', 'kind', quote_nullable(kind),
+                            quote_nullable(concurrency_limit), quote_nullable(rate_limit))
+           FROM jobq_kind_limit) AS settings) AS digest
+), lapsed AS MATERIALIZED (
+    SELECT id, lease_deadline FROM jobq_job
+    WHERE status = 'running' AND lease_deadline < now()
+      AND lease_deadline >= COALESCE(%(lapsed_from)s, '-infinity'::timestamptz) AND queue <> ALL(%(excluded_queues)s::text[])
+      AND kind = ANY(%(kinds)s::text[])
+    ORDER BY lease_deadline
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), front AS MATERIALIZED (
+    SELECT * FROM (
+        (SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
+         WHERE status = 'ready' AND run_at <= now() AND queue <> ALL(%(excluded_queues)s::text[])
+           AND priority > %(above)s::bigint
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(front)s)
+        UNION ALL
+        SELECT candidate.* FROM unnest(%(level_priorities)s::integer[],
+                                       %(level_after_run_ats)s::timestamptz[],
+                                       %(level_after_ids)s::bigint[])
+            AS level(priority, after_run_at, after_id)
+        CROSS JOIN LATERAL (
+            SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served
+            FROM jobq_job
+            WHERE status = 'ready' AND run_at <= now() AND queue <> ALL(%(excluded_queues)s::text[])
+              AND priority = level.priority
+              AND (run_at, id) > (COALESCE(level.after_run_at, '-infinity'::timestamptz),
+                                  level.after_id)
+            ORDER BY priority DESC, run_at, id
+            LIMIT %(front)s
+        ) AS candidate
+        UNION ALL
+        (SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
+         WHERE status = 'ready' AND run_at <= now() AND queue <> ALL(%(excluded_queues)s::text[])
+           AND priority < %(below)s::bigint
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(front)s)
+    ) AS candidates
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(front)s
+), fast AS MATERIALIZED (
+    SELECT id FROM jobq_job AS job
+    WHERE id = ANY(ARRAY(SELECT id FROM front WHERE served)) AND (status = 'ready') IS TRUE
+      AND (job.ordering_key IS NULL OR ((
+        SELECT lane.id FROM jobq_job AS lane
+        WHERE lane.ordering_key = job.ordering_key AND lane.status = 'running') IS NULL
+    AND job.id = (
+        SELECT first.id FROM jobq_job AS first
+        WHERE first.ordering_key = job.ordering_key AND first.status <> 'running'
+        ORDER BY first.ordering_key, first.id
+        LIMIT 1)))
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    FOR UPDATE SKIP LOCKED
+), settled AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM fast) = %(limit)s - (SELECT count(*) FROM lapsed)
+           OR (SELECT count(*) FROM front) < %(front)s AS done
+), pairs AS (
+    (SELECT queue, kind, priority, run_at, id FROM jobq_job
+     WHERE status = 'ready' AND queue <> ALL(%(excluded_queues)s::text[])
+     ORDER BY queue, kind, priority DESC, run_at, id
+     LIMIT 1)
+    UNION ALL
+    SELECT next.*
+    FROM pairs, LATERAL (
+        (SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+         WHERE job.status = 'ready' AND job.queue = pairs.queue AND job.kind > pairs.kind
+         ORDER BY job.queue, job.kind, job.priority DESC, job.run_at, job.id
+         LIMIT 1)
+        UNION ALL
+        (SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+         WHERE job.status = 'ready' AND job.queue > pairs.queue AND queue <> ALL(%(excluded_queues)s::text[])
+         ORDER BY job.queue, job.kind, job.priority DESC, job.run_at, job.id
+         LIMIT 1)
+        LIMIT 1
+    ) AS next
+), firsts AS MATERIALIZED (
+    SELECT first.queue, first.kind, first.priority, first.run_at, first.id FROM pairs
+    CROSS JOIN LATERAL (
+        SELECT pairs.queue, pairs.kind, pairs.priority, pairs.run_at, pairs.id
+        WHERE pairs.run_at <= now()
+        UNION ALL
+        (SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+         WHERE pairs.run_at > now() AND job.status = 'ready' AND job.queue = pairs.queue
+           AND job.kind = pairs.kind AND job.run_at <= now()
+         ORDER BY job.priority DESC, job.run_at, job.id
+         LIMIT 1)
+    ) AS first
+    WHERE pairs.kind = ANY(%(kinds)s::text[])
+    ORDER BY first.priority DESC, first.run_at, first.id
+    LIMIT %(limit)s
+), heads AS MATERIALIZED (
+    SELECT head.* FROM firsts
+    CROSS JOIN LATERAL (
+        SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+        WHERE job.status = 'ready' AND job.queue = firsts.queue AND job.kind = firsts.kind
+          AND job.run_at <= now()
+        ORDER BY job.priority DESC, job.run_at, job.id
+        LIMIT %(limit)s
+    ) AS head
+    ORDER BY head.priority DESC, head.run_at, head.id
+    LIMIT %(limit)s
+), shares AS (
+    SELECT queue, kind, count(*) AS share FROM (
+        SELECT queue, kind FROM heads
+        ORDER BY priority DESC, run_at, id
+        LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    ) AS candidates
+    GROUP BY queue, kind
+), walked AS MATERIALIZED (
+    SELECT locked.id FROM shares
+    CROSS JOIN LATERAL (
+        SELECT job.id FROM jobq_job AS job
+        WHERE job.status = 'ready' AND job.queue = shares.queue AND job.kind = shares.kind
+          AND job.run_at <= now() AND (job.ordering_key IS NULL OR ((
+        SELECT lane.id FROM jobq_job AS lane
+        WHERE lane.ordering_key = job.ordering_key AND lane.status = 'running') IS NULL
+    AND job.id = (
+        SELECT first.id FROM jobq_job AS first
+        WHERE first.ordering_key = job.ordering_key AND first.status <> 'running'
+        ORDER BY first.ordering_key, first.id
+        LIMIT 1)))
+        ORDER BY job.priority DESC, job.run_at, job.id
+        LIMIT shares.share
+        FOR UPDATE OF job SKIP LOCKED
+    ) AS locked
+), ready AS MATERIALIZED (
+    SELECT id FROM fast WHERE (SELECT done FROM settled)
+    UNION ALL
+    SELECT id FROM walked WHERE NOT (SELECT done FROM settled)
+), claimed AS (
+    UPDATE jobq_job AS job
+    SET status = 'running',
+        attempts = job.attempts + (job.attempts < 2147483647)::integer,
+        worker_id = %(worker_id)s,
+        started_at = now(),
+        lease_deadline = now() + LEAST(GREATEST(job.visibility_timeout, interval '0.001 seconds'), interval '3650 days')
+    WHERE job.id = ANY(ARRAY(SELECT id FROM lapsed UNION ALL SELECT id FROM ready))
+      AND (%(flow_digest)s::text IS NULL OR (SELECT digest FROM flow) = %(flow_digest)s)
+    RETURNING job.id, job.queue, job.kind, job.payload::text AS payload, job.priority,
+              LEAST(GREATEST(job.run_at, '0001-01-02 00:00:00+00'::timestamptz),
+                    '9999-12-30 00:00:00+00'::timestamptz) AS run_at,
+              job.attempts,
+              job.max_attempts,
+              LEAST(GREATEST(job.visibility_timeout, interval '0.001 seconds'), interval '3650 days') AS visibility_timeout,
+              job.lease_deadline,
+              COALESCE(job.expires_at <= now(), false) AS expired,
+              GREATEST(job.run_at, job.created_at) AS waiting_since,
+              CASE
+                  WHEN NOT isfinite(job.run_at) THEN 'run_at is ' || job.run_at
+                  WHEN NOT isfinite(job.created_at) THEN 'created_at is ' || job.created_at
+                  WHEN NOT isfinite(job.expires_at) THEN 'expires_at is ' || job.expires_at
+                  WHEN job.visibility_timeout
+                      NOT BETWEEN interval '0.001 seconds' AND interval '3650 days'
+                      THEN 'visibility_timeout is ' || job.visibility_timeout
+                           || ', not 1 ms to 10 years'
+                  WHEN job.attempts = 2147483647 AND job.max_attempts = 2147483647
+                      THEN 'attempts is 2147483647, the integer maximum: the attempt number (the '
+                           || 'fencing token) cannot advance'
+              END AS poison,
+              job.trace_context::text AS trace_context,
+              job.ordering_key,
+              job.abort_requested_at IS NOT NULL AS abort_requested
+), started AS (
+    UPDATE jobq_task_result AS result
+    SET status = 'RUNNING',
+        job_id = claimed.id,
+        started_at = COALESCE(result.started_at, now()),
+        last_attempted_at = now(),
+        finished_at = NULL,
+        worker_ids = result.worker_ids || jsonb_build_array(%(worker_id)s::text)
+    FROM claimed
+    WHERE claimed.kind = ANY(%(task_kinds)s::text[])
+      AND claimed.poison IS NULL AND NOT claimed.expired
+      AND claimed.attempts <= claimed.max_attempts
+      AND result.id = claimed.payload::jsonb ->> 'result_id'
+      AND result.task_path = claimed.kind
+    RETURNING result.job_id, to_jsonb(result.*) AS task_result
+)
+SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload,
+       claimed.priority, claimed.run_at, claimed.attempts, claimed.max_attempts,
+       claimed.visibility_timeout, claimed.lease_deadline, claimed.expired,
+       lapsed.id IS NOT NULL AS reclaimed,
+       (EXTRACT(EPOCH FROM now())
+        - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
+           AS pickup_latency,
+       claimed.poison, claimed.trace_context, claimed.ordering_key,
+       claimed.abort_requested,
+       started.task_result
+FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
+    LEFT JOIN started ON started.job_id = claimed.id
+
+-- name: CLAIM_JOBS_ANY_QUEUE_STARTING_TASKS
+WITH flow AS MATERIALIZED (
+    SELECT (SELECT md5(COALESCE(string_agg(line, ',' ORDER BY line), ''))
+     FROM (SELECT concat_ws(' ', 'queue', quote_nullable(name),
+                            quote_nullable(EXTRACT(EPOCH FROM paused_at)),
+                            quote_nullable(EXTRACT(EPOCH FROM paused_until)),
+                            quote_nullable(concurrency_limit), quote_nullable(rate_limit))
+               AS line
+           FROM jobq_queue
+           UNION ALL
+           SELECT concat_ws(' ', 'kind', quote_nullable(kind),
+                            quote_nullable(concurrency_limit), quote_nullable(rate_limit))
+           FROM jobq_kind_limit) AS settings) AS digest
+), lapsed AS MATERIALIZED (
+    SELECT id, lease_deadline FROM jobq_job
+    WHERE status = 'running' AND lease_deadline < now()
+      AND lease_deadline >= COALESCE(%(lapsed_from)s, '-infinity'::timestamptz)
+      AND kind = ANY(%(kinds)s::text[])
+    ORDER BY lease_deadline
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), front AS MATERIALIZED (
+    SELECT * FROM (
+        (SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
+         WHERE status = 'ready' AND run_at <= now()
+           AND priority > %(above)s::bigint
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(front)s)
+        UNION ALL
+        SELECT candidate.* FROM unnest(%(level_priorities)s::integer[],
+                                       %(level_after_run_ats)s::timestamptz[],
+                                       %(level_after_ids)s::bigint[])
+            AS level(priority, after_run_at, after_id)
+        CROSS JOIN LATERAL (
+            SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served
+            FROM jobq_job
+            WHERE status = 'ready' AND run_at <= now()
+              AND priority = level.priority
+              AND (run_at, id) > (COALESCE(level.after_run_at, '-infinity'::timestamptz),
+                                  level.after_id)
+            ORDER BY priority DESC, run_at, id
+            LIMIT %(front)s
+        ) AS candidate
+        UNION ALL
+        (SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
+         WHERE status = 'ready' AND run_at <= now()
+           AND priority < %(below)s::bigint
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(front)s)
+    ) AS candidates
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(front)s
+), fast AS MATERIALIZED (
+    SELECT id FROM jobq_job AS job
+    WHERE id = ANY(ARRAY(SELECT id FROM front WHERE served)) AND (status = 'ready') IS TRUE
+      AND (job.ordering_key IS NULL OR ((
+        SELECT lane.id FROM jobq_job AS lane
+        WHERE lane.ordering_key = job.ordering_key AND lane.status = 'running') IS NULL
+    AND job.id = (
+        SELECT first.id FROM jobq_job AS first
+        WHERE first.ordering_key = job.ordering_key AND first.status <> 'running'
+        ORDER BY first.ordering_key, first.id
+        LIMIT 1)))
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE jobq_job AS job
+    SET status = 'running',
+        attempts = job.attempts + (job.attempts < 2147483647)::integer,
+        worker_id = %(worker_id)s,
+        started_at = now(),
+        lease_deadline = now() + LEAST(GREATEST(job.visibility_timeout, interval '0.001 seconds'), interval '3650 days')
+    WHERE job.id = ANY(ARRAY(SELECT id FROM lapsed UNION ALL SELECT id FROM fast))
+      AND (%(flow_digest)s::text IS NULL OR (SELECT digest FROM flow) = %(flow_digest)s)
+    RETURNING job.id, job.queue, job.kind, job.payload::text AS payload, job.priority,
+              LEAST(GREATEST(job.run_at, '0001-01-02 00:00:00+00'::timestamptz),
+                    '9999-12-30 00:00:00+00'::timestamptz) AS run_at,
+              job.attempts,
+              job.max_attempts,
+              LEAST(GREATEST(job.visibility_timeout, interval '0.001 seconds'), interval '3650 days') AS visibility_timeout,
+              job.lease_deadline,
+              COALESCE(job.expires_at <= now(), false) AS expired,
+              GREATEST(job.run_at, job.created_at) AS waiting_since,
+              CASE
+                  WHEN NOT isfinite(job.run_at) THEN 'run_at is ' || job.run_at
+                  WHEN NOT isfinite(job.created_at) THEN 'created_at is ' || job.created_at
+                  WHEN NOT isfinite(job.expires_at) THEN 'expires_at is ' || job.expires_at
+                  WHEN job.visibility_timeout
+                      NOT BETWEEN interval '0.001 seconds' AND interval '3650 days'
+                      THEN 'visibility_timeout is ' || job.visibility_timeout
+                           || ', not 1 ms to 10 years'
+                  WHEN job.attempts = 2147483647 AND job.max_attempts = 2147483647
+                      THEN 'attempts is 2147483647, the integer maximum: the attempt number (the '
+                           || 'fencing token) cannot advance'
+              END AS poison,
+              job.trace_context::text AS trace_context,
+              job.ordering_key,
+              job.abort_requested_at IS NOT NULL AS abort_requested
+), started AS (
+    UPDATE jobq_task_result AS result
+    SET status = 'RUNNING',
+        job_id = claimed.id,
+        started_at = COALESCE(result.started_at, now()),
+        last_attempted_at = now(),
+        finished_at = NULL,
+        worker_ids = result.worker_ids || jsonb_build_array(%(worker_id)s::text)
+    FROM claimed
+    WHERE claimed.kind = ANY(%(task_kinds)s::text[])
+      AND claimed.poison IS NULL AND NOT claimed.expired
+      AND claimed.attempts <= claimed.max_attempts
+      AND result.id = claimed.payload::jsonb ->> 'result_id'
+      AND result.task_path = claimed.kind
+    RETURNING result.job_id, to_jsonb(result.*) AS task_result
+)
+SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_priorities,
+       flag.position_run_ats, flag.position_ids, (SELECT digest FROM flow) AS flow_digest,
+       claimed.id, claimed.queue, claimed.kind, claimed.payload, claimed.priority,
+       claimed.run_at, claimed.attempts, claimed.max_attempts, claimed.visibility_timeout,
+       claimed.lease_deadline, claimed.expired,
+       lapsed.id IS NOT NULL AS reclaimed,
+       (EXTRACT(EPOCH FROM now())
+        - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
+           AS pickup_latency,
+       claimed.poison, claimed.trace_context, claimed.ordering_key,
+       claimed.abort_requested,
+       started.task_result
+FROM (
+    SELECT (SELECT count(*) FROM front) = %(front)s AS front_full,
+           EXISTS (SELECT FROM front WHERE NOT served) AS front_unserved,
+           now() AS claimed_at,
+           array_agg(position.priority ORDER BY position.priority DESC)
+               AS position_priorities,
+           array_agg(position.run_at ORDER BY position.priority DESC) AS position_run_ats,
+           array_agg(position.id ORDER BY position.priority DESC) AS position_ids
+    FROM (
+        SELECT DISTINCT ON (seen.priority) seen.priority,
+               CASE WHEN seen.run_at BETWEEN '0001-01-02 00:00:00+00'::timestamptz
+                                       AND '9999-12-30 00:00:00+00'::timestamptz
+                   THEN seen.run_at END AS run_at,
+               CASE WHEN seen.passed THEN seen.id ELSE seen.id - 1 END AS id
+        FROM (
+            SELECT front.*,
+                   (SELECT count(*) FROM fast) < %(limit)s - (SELECT count(*) FROM lapsed)
+                   OR front.id IN (SELECT id FROM fast) AS passed
+            FROM front
+        ) AS seen
+        ORDER BY seen.priority DESC, seen.passed DESC,
+                 CASE WHEN seen.passed THEN seen.run_at END DESC,
+                 CASE WHEN seen.passed THEN seen.id END DESC,
+                 seen.run_at, seen.id
+    ) AS position
+) AS flag
+LEFT JOIN (claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
+    LEFT JOIN started ON started.job_id = claimed.id) ON true
+
+-- name: CLAIM_JOBS_WALK_ANY_QUEUE_STARTING_TASKS
+WITH RECURSIVE flow AS MATERIALIZED (
+    SELECT (SELECT md5(COALESCE(string_agg(line, ',' ORDER BY line), ''))
+     FROM (SELECT concat_ws(' ', 'queue', quote_nullable(name),
+                            quote_nullable(EXTRACT(EPOCH FROM paused_at)),
+                            quote_nullable(EXTRACT(EPOCH FROM paused_until)),
+                            quote_nullable(concurrency_limit), quote_nullable(rate_limit))
+               AS line
+           FROM jobq_queue
+           UNION ALL
+           SELECT concat_ws(' ', 'kind', quote_nullable(kind),
+                            quote_nullable(concurrency_limit), quote_nullable(rate_limit))
+           FROM jobq_kind_limit) AS settings) AS digest
+), lapsed AS MATERIALIZED (
+    SELECT id, lease_deadline FROM jobq_job
+    WHERE status = 'running' AND lease_deadline < now()
+      AND lease_deadline >= COALESCE(%(lapsed_from)s, '-infinity'::timestamptz)
+      AND kind = ANY(%(kinds)s::text[])
+    ORDER BY lease_deadline
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), front AS MATERIALIZED (
+    SELECT * FROM (
+        (SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
+         WHERE status = 'ready' AND run_at <= now()
+           AND priority > %(above)s::bigint
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(front)s)
+        UNION ALL
+        SELECT candidate.* FROM unnest(%(level_priorities)s::integer[],
+                                       %(level_after_run_ats)s::timestamptz[],
+                                       %(level_after_ids)s::bigint[])
+            AS level(priority, after_run_at, after_id)
+        CROSS JOIN LATERAL (
+            SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served
+            FROM jobq_job
+            WHERE status = 'ready' AND run_at <= now()
+              AND priority = level.priority
+              AND (run_at, id) > (COALESCE(level.after_run_at, '-infinity'::timestamptz),
+                                  level.after_id)
+            ORDER BY priority DESC, run_at, id
+            LIMIT %(front)s
+        ) AS candidate
+        UNION ALL
+        (SELECT id, priority, run_at, kind = ANY(%(kinds)s::text[]) AS served FROM jobq_job
+         WHERE status = 'ready' AND run_at <= now()
+           AND priority < %(below)s::bigint
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(front)s)
+    ) AS candidates
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(front)s
+), fast AS MATERIALIZED (
+    SELECT id FROM jobq_job AS job
+    WHERE id = ANY(ARRAY(SELECT id FROM front WHERE served)) AND (status = 'ready') IS TRUE
+      AND (job.ordering_key IS NULL OR ((
+        SELECT lane.id FROM jobq_job AS lane
+        WHERE lane.ordering_key = job.ordering_key AND lane.status = 'running') IS NULL
+    AND job.id = (
+        SELECT first.id FROM jobq_job AS first
+        WHERE first.ordering_key = job.ordering_key AND first.status <> 'running'
+        ORDER BY first.ordering_key, first.id
+        LIMIT 1)))
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    FOR UPDATE SKIP LOCKED
+), settled AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM fast) = %(limit)s - (SELECT count(*) FROM lapsed)
+           OR (SELECT count(*) FROM front) < %(front)s AS done
+), pairs AS (
+    (SELECT queue, kind, priority, run_at, id FROM jobq_job
+     WHERE status = 'ready'
+     ORDER BY queue, kind, priority DESC, run_at, id
+     LIMIT 1)
+    UNION ALL
+    SELECT next.*
+    FROM pairs, LATERAL (
+        (SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+         WHERE job.status = 'ready' AND job.queue = pairs.queue AND job.kind > pairs.kind
+         ORDER BY job.queue, job.kind, job.priority DESC, job.run_at, job.id
+         LIMIT 1)
+        UNION ALL
+        (SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+         WHERE job.status = 'ready' AND job.queue > pairs.queue
+         ORDER BY job.queue, job.kind, job.priority DESC, job.run_at, job.id
+         LIMIT 1)
+        LIMIT 1
+    ) AS next
+), firsts AS MATERIALIZED (
+    SELECT first.queue, first.kind, first.priority, first.run_at, first.id FROM pairs
+    CROSS JOIN LATERAL (
+        SELECT pairs.queue, pairs.kind, pairs.priority, pairs.run_at, pairs.id
+        WHERE pairs.run_at <= now()
+        UNION ALL
+        (SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+         WHERE pairs.run_at > now() AND job.status = 'ready' AND job.queue = pairs.queue
+           AND job.kind = pairs.kind AND job.run_at <= now()
+         ORDER BY job.priority DESC, job.run_at, job.id
+         LIMIT 1)
+    ) AS first
+    WHERE pairs.kind = ANY(%(kinds)s::text[])
+    ORDER BY first.priority DESC, first.run_at, first.id
+    LIMIT %(limit)s
+), heads AS MATERIALIZED (
+    SELECT head.* FROM firsts
+    CROSS JOIN LATERAL (
+        SELECT job.queue, job.kind, job.priority, job.run_at, job.id FROM jobq_job AS job
+        WHERE job.status = 'ready' AND job.queue = firsts.queue AND job.kind = firsts.kind
+          AND job.run_at <= now()
+        ORDER BY job.priority DESC, job.run_at, job.id
+        LIMIT %(limit)s
+    ) AS head
+    ORDER BY head.priority DESC, head.run_at, head.id
+    LIMIT %(limit)s
+), shares AS (
+    SELECT queue, kind, count(*) AS share FROM (
+        SELECT queue, kind FROM heads
+        ORDER BY priority DESC, run_at, id
+        LIMIT %(limit)s - (SELECT count(*) FROM lapsed)
+    ) AS candidates
+    GROUP BY queue, kind
+), walked AS MATERIALIZED (
+    SELECT locked.id FROM shares
+    CROSS JOIN LATERAL (
+        SELECT job.id FROM jobq_job AS job
+        WHERE job.status = 'ready' AND job.queue = shares.queue AND job.kind = shares.kind
+          AND job.run_at <= now() AND (job.ordering_key IS NULL OR ((
+        SELECT lane.id FROM jobq_job AS lane
+        WHERE lane.ordering_key = job.ordering_key AND lane.status = 'running') IS NULL
+    AND job.id = (
+        SELECT first.id FROM jobq_job AS first
+        WHERE first.ordering_key = job.ordering_key AND first.status <> 'running'
+        ORDER BY first.ordering_key, first.id
+        LIMIT 1)))
+        ORDER BY job.priority DESC, job.run_at, job.id
+        LIMIT shares.share
+        FOR UPDATE OF job SKIP LOCKED
+    ) AS locked
+), ready AS MATERIALIZED (
+    SELECT id FROM fast WHERE (SELECT done FROM settled)
+    UNION ALL
+    SELECT id FROM walked WHERE NOT (SELECT done FROM settled)
+), claimed AS (
+    UPDATE jobq_job AS job
+    SET status = 'running',
+        attempts = job.attempts + (job.attempts < 2147483647)::integer,
+        worker_id = %(worker_id)s,
+        started_at = now(),
+        lease_deadline = now() + LEAST(GREATEST(job.visibility_timeout, interval '0.001 seconds'), interval '3650 days')
+    WHERE job.id = ANY(ARRAY(SELECT id FROM lapsed UNION ALL SELECT id FROM ready))
+      AND (%(flow_digest)s::text IS NULL OR (SELECT digest FROM flow) = %(flow_digest)s)
+    RETURNING job.id, job.queue, job.kind, job.payload::text AS payload, job.priority,
+              LEAST(GREATEST(job.run_at, '0001-01-02 00:00:00+00'::timestamptz),
+                    '9999-12-30 00:00:00+00'::timestamptz) AS run_at,
+              job.attempts,
+              job.max_attempts,
+              LEAST(GREATEST(job.visibility_timeout, interval '0.001 seconds'), interval '3650 days') AS visibility_timeout,
+              job.lease_deadline,
+              COALESCE(job.expires_at <= now(), false) AS expired,
+              GREATEST(job.run_at, job.created_at) AS waiting_since,
+              CASE
+                  WHEN NOT isfinite(job.run_at) THEN 'run_at is ' || job.run_at
+                  WHEN NOT isfinite(job.created_at) THEN 'created_at is ' || job.created_at
+                  WHEN NOT isfinite(job.expires_at) THEN 'expires_at is ' || job.expires_at
+                  WHEN job.visibility_timeout
+                      NOT BETWEEN interval '0.001 seconds' AND interval '3650 days'
+                      THEN 'visibility_timeout is ' || job.visibility_timeout
+                           || ', not 1 ms to 10 years'
+                  WHEN job.attempts = 2147483647 AND job.max_attempts = 2147483647
+                      THEN 'attempts is 2147483647, the integer maximum: the attempt number (the '
+                           || 'fencing token) cannot advance'
+              END AS poison,
+              job.trace_context::text AS trace_context,
+              job.ordering_key,
+              job.abort_requested_at IS NOT NULL AS abort_requested
+), started AS (
+    UPDATE jobq_task_result AS result
+    SET status = 'RUNNING',
+        job_id = claimed.id,
+        started_at = COALESCE(result.started_at, now()),
+        last_attempted_at = now(),
+        finished_at = NULL,
+        worker_ids = result.worker_ids || jsonb_build_array(%(worker_id)s::text)
+    FROM claimed
+    WHERE claimed.kind = ANY(%(task_kinds)s::text[])
+      AND claimed.poison IS NULL AND NOT claimed.expired
+      AND claimed.attempts <= claimed.max_attempts
+      AND result.id = claimed.payload::jsonb ->> 'result_id'
+      AND result.task_path = claimed.kind
+    RETURNING result.job_id, to_jsonb(result.*) AS task_result
+)
+SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload,
+       claimed.priority, claimed.run_at, claimed.attempts, claimed.max_attempts,
+       claimed.visibility_timeout, claimed.lease_deadline, claimed.expired,
+       lapsed.id IS NOT NULL AS reclaimed,
+       (EXTRACT(EPOCH FROM now())
+        - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
+           AS pickup_latency,
+       claimed.poison, claimed.trace_context, claimed.ordering_key,
+       claimed.abort_requested,
+       started.task_result
+FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
+    LEFT JOIN started ON started.job_id = claimed.id
 
 -- name: PROBE_CLAIM_POSITIONS_ONE_QUEUE
 SELECT ready.priority AS priority,
