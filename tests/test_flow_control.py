@@ -26,6 +26,7 @@ from django_jobq import (
     job,
     leases,
     limited_claims,
+    signals,
     sql,
 )
 from django_jobq.models import DeadLetter, Job, KindLimit, LimitStart, Queue
@@ -702,3 +703,39 @@ def test_two_ready_jobs_of_one_lane_are_never_leased_together(queue_cursor):
     claimed = claims.claim(queue_cursor, worker_id="w", limit=10)
     assert [job.id for job in claimed] == [first.pk]
     assert claims.claim(queue_cursor, worker_id="w", limit=10) == []  # its lane is busy
+
+
+def test_a_job_of_an_unlimited_queue_is_handed_on_before_the_limited_claim_after_its_claim(
+    workers, monkeypatch
+):
+    """A worker that also serves a quiet limited queue claims its limited jobs after the
+    plain claim, and hands the plain claim's jobs on first: the limited claim's
+    statements add nothing to their pickup."""
+    Queue.objects.create(name="tuned", concurrency_limit=5)  # limited, and no job in it
+    started = threading.Event()
+    calls: list[bool | None] = []  # per limited claim: was the plain job's handler started?
+    claim_limited = limited_claims.claim_limited
+
+    def claim_limited_and_see(*args: Any, **kwargs: Any) -> limited_claims.LimitedClaim:
+        claimed = Job.objects.filter(status="running").exists()  # the plain job was claimed
+        connection.close()  # the main loop's thread: Django's connection is this test's
+        calls.append(started.wait(timeout=2) if claimed else None)
+        return claim_limited(*args, **kwargs)
+
+    def job_started(sender: Any, **kwargs: Any) -> None:
+        started.set()
+
+    monkeypatch.setattr(limited_claims, "claim_limited", claim_limited_and_see)
+    signals.job_started.connect(job_started)
+    try:
+        workers(concurrency=2)
+        # Two turns: the first one's limited claim found nothing, so the second one's (and
+        # every next one's) comes after the plain claim.
+        wait_until(lambda: len(calls) >= 2, what="the worker's first limited claims")
+        record.enqueue("unlimited")
+        wait_until(lambda: Effect.objects.filter(label="unlimited").exists(), what="the job")
+    finally:
+        signals.job_started.disconnect(job_started)
+
+    after_the_claim = [seen for seen in calls if seen is not None]
+    assert after_the_claim and all(after_the_claim)

@@ -533,13 +533,15 @@ class Worker:
         flow = self._flow_state(cursor)
         flow.guard.checked = False
         # Limited jobs, for idle handler slots (and the prefetch, far from their limits):
-        # before the plain claim while some may be waiting, else after it (a quiet limited
-        # queue then adds nothing to the pickup of the others).
+        # before the plain claim while some may be waiting, else after it, once the plain
+        # claim's jobs are handed on (a quiet limited queue then adds nothing to the pickup
+        # of the others). Each claim's jobs are handed on as soon as it returns.
         limited_first = self._limited_pending
-        limited = self._claim_limited(connection, flow, taken=0) if limited_first else []
+        limited = self._claim_limited(connection, flow) if limited_first else []
+        start_failed = self._hand_on(cursor, limited)
         # Refill the prefetch only once half a batch of room is free: small claims would
         # cost a statement (and a commit) for a job or two.
-        room = self._capacity - self._outstanding - len(limited)
+        room = self._capacity - self._outstanding
         limit = min(self.batch_size, room) if room >= self._refill_at else 0
         self._claim_was_short = limit < self.batch_size
         queues, excluded = self._open_queues(flow)
@@ -564,10 +566,46 @@ class Worker:
             flow=flow.guard,
             task_kinds=self._task_kinds,
         )
-        if not limited_first and not flow.guard.changed:
-            limited = self._claim_limited(connection, flow, taken=len(plain))
+        start_failed = self._hand_on(cursor, plain) or start_failed
+        if not limited_first and not flow.guard.changed and start_failed is None:
+            limited = self._claim_limited(connection, flow)
+            start_failed = self._hand_on(cursor, limited)
+        if start_failed is not None:
+            raise start_failed
+        if flow.stale:
+            return 0.0  # the pauses or limits changed: read them, and claim again at once
+        if limit and len(plain) == limit and self._outstanding < self._capacity:
+            return 0.0  # more may be waiting: claim again at once
         jobs = limited + plain
-        if jobs and crash_points.reach is not None:
+        if limit and not jobs and self._positions.is_set():
+            # The claim read from this process's positions: before waiting (or stopping),
+            # look from the start once the probe is due, and claim again if it found a job.
+            if self.burst or self._positions.seconds_until_probe() == 0:
+                if self._probe(cursor):
+                    return 0.0
+            else:
+                return min(self._idle_timeout(cursor), self._positions.seconds_until_probe())
+        if not jobs and self._outstanding == 0 and self.burst:
+            if not self._any_running(cursor):
+                return None
+            # Only other workers' jobs are left: look again soon (their acks notify nobody).
+            return min(self._idle_timeout(cursor), BURST_RECHECK_INTERVAL)
+        # Wait for an outcome to free room, a notification, or the poll interval; when the
+        # claim took every due job, at most until the next one falls due (or a limited
+        # claim may be tried again).
+        if len(plain) < limit or not limit:
+            return self._idle_timeout(cursor)
+        return min(self.poll_interval, max(0.0, self._limited_retry_at - time.monotonic()))
+
+    def _hand_on(
+        self, cursor: psycopg.Cursor[Any], jobs: list[claims.ClaimedJob]
+    ) -> psycopg.Error | None:
+        """Hand a claim's ``jobs`` to the handler threads (or the event loop), and record at
+        once those that must not run; return the error of the tasks' start if it failed
+        (the jobs are handed on all the same: the caller then lets the loop reconnect)."""
+        if not jobs:
+            return None
+        if crash_points.reach is not None:
             crash_points.reach("after_claim")
         self._observer.claimed(jobs)
         try:
@@ -591,31 +629,7 @@ class Worker:
                 self._report(refused)
         self._outstanding += len(jobs)
         self._claimed += len(jobs)
-        if start_failed is not None:
-            raise start_failed
-        if flow.stale:
-            return 0.0  # the pauses or limits changed: read them, and claim again at once
-        if limit and len(jobs) - len(limited) == limit and self._outstanding < self._capacity:
-            return 0.0  # more may be waiting: claim again at once
-        if limit and not jobs and self._positions.is_set():
-            # The claim read from this process's positions: before waiting (or stopping),
-            # look from the start once the probe is due, and claim again if it found a job.
-            if self.burst or self._positions.seconds_until_probe() == 0:
-                if self._probe(cursor):
-                    return 0.0
-            else:
-                return min(self._idle_timeout(cursor), self._positions.seconds_until_probe())
-        if not jobs and self._outstanding == 0 and self.burst:
-            if not self._any_running(cursor):
-                return None
-            # Only other workers' jobs are left: look again soon (their acks notify nobody).
-            return min(self._idle_timeout(cursor), BURST_RECHECK_INTERVAL)
-        # Wait for an outcome to free room, a notification, or the poll interval; when the
-        # claim took every due job, at most until the next one falls due (or a limited
-        # claim may be tried again).
-        if len(jobs) - len(limited) < limit or not limit:
-            return self._idle_timeout(cursor)
-        return min(self.poll_interval, max(0.0, self._limited_retry_at - time.monotonic()))
+        return start_failed
 
     def _flow_state(self, cursor: psycopg.Cursor[Any]) -> flow_state.FlowState:
         """What this worker knows of pauses and limits, loaded again when out of date (the
@@ -634,15 +648,15 @@ class Worker:
         return [queue for queue in self.queues if queue not in excluded], frozenset()
 
     def _claim_limited(
-        self, connection: psycopg.Connection[Any], flow: flow_state.FlowState, *, taken: int
+        self, connection: psycopg.Connection[Any], flow: flow_state.FlowState
     ) -> list[claims.ClaimedJob]:
-        """Claim jobs of limited queues and kinds for the idle handler slots (those left
-        after ``taken`` jobs just claimed; :mod:`django_jobq.limited_claims`), and for the
-        prefetch too while the limits are far from binding; note whether limited jobs may
-        still wait (then the next turn claims them first), and when to try again if a
-        limit's row was held by another worker or a rate limit stopped the claim."""
-        idle = max(0, self._slots - self._outstanding - taken)
-        room = self._capacity - self._outstanding - taken
+        """Claim jobs of limited queues and kinds for the idle handler slots
+        (:mod:`django_jobq.limited_claims`), and for the prefetch too while the limits are
+        far from binding; note whether limited jobs may still wait (then the next turn
+        claims them first), and when to try again if a limit's row was held by another
+        worker or a rate limit stopped the claim."""
+        idle = max(0, self._slots - self._outstanding)
+        room = self._capacity - self._outstanding
         prefetch = room - idle if room >= self._refill_at else 0
         if self._stopping.is_set():
             return []
