@@ -175,6 +175,13 @@ def parse_args(argv: Sequence[str], *, resolve: bool = True) -> argparse.Namespa
         "control: docs/flow-control.md)",
     )
     parser.add_argument(
+        "--limited-queue",
+        metavar="JSON",
+        help="django-jobq only: every worker also serves an empty queue 'bench-limited' with "
+        "these JOBQ['QUEUES'] limits, e.g. '{\"CONCURRENCY_LIMIT\": 5}' (what serving a "
+        "limited queue costs the pickup of an unlimited one)",
+    )
+    parser.add_argument(
         "--sustained-rates",
         type=rates,
         help="offered jobs/s, 'max' for an unpaced producer (default 2000,max; quick 2000)",

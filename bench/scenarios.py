@@ -91,6 +91,7 @@ class Bench:
         """The system ``name``, its database created and its schema installed on first use."""
         if name not in self.systems:
             system = SYSTEMS[name](self.args.server_url)
+            system.also_serves_limited = bool(self.args.limited_queue)
             system.prepare()
             with system.connect() as conn:
                 claims.create_probe_table(conn)
@@ -138,6 +139,8 @@ class Bench:
                 env["JOBQ_BENCH_TRACE"] = "1"  # django-jobq's workers (benchsite.pickup_trace)
             if self.args.queue_limits:
                 env["JOBQ_BENCH_QUEUE_LIMITS"] = self.args.queue_limits  # benchsite.settings
+            if self.args.limited_queue:
+                env["JOBQ_BENCH_LIMITED_QUEUE"] = self.args.limited_queue  # benchsite.settings
             group = WorkerGroup(
                 system.worker_commands(config),
                 env=env,

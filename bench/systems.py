@@ -33,6 +33,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
 MANAGE = REPO_DIR / "testproject" / "manage.py"
 QUEUE = "bench"
+#: The queue ``--limited-queue`` gives limits, served by django-jobq's workers and left empty.
+LIMITED_QUEUE = "bench-limited"
 #: django-tasks-db's worker sleeps this long (seconds) after finding no task. Its default
 #: is 1 s; 0.1 s is a fast setting that still does not busy-poll (0 would).
 TASKSDB_INTERVAL = 0.1
@@ -91,6 +93,9 @@ class System:
     database: str
     #: The producer's system name (benchsite.produce) and the settings' JOBQ_BENCH_SYSTEM.
     settings_system: str = ""
+    #: django-jobq's workers also serve the empty limited queue ``LIMITED_QUEUE``
+    #: (``--limited-queue``).
+    also_serves_limited: bool = False
 
     def __init__(self, server_url: str) -> None:
         self.url = database_url(server_url, self.database)
@@ -230,6 +235,8 @@ class Jobq(Django):
         )
         if config.batch_size:
             command += ["--batch-size", str(config.batch_size)]
+        if self.also_serves_limited:
+            command += ["--queue", LIMITED_QUEUE]
         if config.processes > 1 and jobq_worker_has_processes_option():
             return [[*command, "--processes", str(config.processes)]]
         return [command for _ in range(config.processes)]

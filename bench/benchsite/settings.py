@@ -6,7 +6,9 @@ Chosen by two environment variables, which bench/run.py sets for each subprocess
   or ``tasks`` (both Django Tasks backends, for the "tasks" scenario);
 - ``JOBQ_BENCH_DATABASE_URL``: the system's own benchmark database;
 - ``JOBQ_BENCH_QUEUE_LIMITS`` (optional, ``--queue-limits``): the bench queue's
-  ``JOBQ['QUEUES']`` limits, as JSON.
+  ``JOBQ['QUEUES']`` limits, as JSON;
+- ``JOBQ_BENCH_LIMITED_QUEUE`` (optional, ``--limited-queue``): the limits, as JSON, of the
+  queue ``bench-limited``, which the workers serve too and nothing fills.
 
 Both systems get what a production deployment would have: ``DEBUG = False`` (no query log,
 no autoreloader) and persistent connections (``CONN_MAX_AGE = 60``; with Django's default 0,
@@ -42,9 +44,11 @@ _APPS = {
 }
 INSTALLED_APPS = _APPS[SYSTEM]
 
-JOBQ = {"DATABASE": "default", "DEFAULT_QUEUE": "bench"}
+JOBQ = {"DATABASE": "default", "DEFAULT_QUEUE": "bench", "QUEUES": {}}
 if os.environ.get("JOBQ_BENCH_QUEUE_LIMITS"):
-    JOBQ["QUEUES"] = {"bench": json.loads(os.environ["JOBQ_BENCH_QUEUE_LIMITS"])}
+    JOBQ["QUEUES"]["bench"] = json.loads(os.environ["JOBQ_BENCH_QUEUE_LIMITS"])
+if os.environ.get("JOBQ_BENCH_LIMITED_QUEUE"):
+    JOBQ["QUEUES"]["bench-limited"] = json.loads(os.environ["JOBQ_BENCH_LIMITED_QUEUE"])
 
 _TASKS_DB = {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["bench"]}
 TASKS = {
