@@ -19,10 +19,10 @@ limited claim takes their jobs in one transaction:
 
 The logs count starts, not claims: the row a claim writes counts its jobs' starts for as
 long as they may begin after it (:class:`RatedStart`); a rate-limited job whose handler
-starts later than that logs its own start, stamped with the moment it starts
-(:func:`confirm_start`, ``sql.flow.CONFIRM_START``), before it runs, so a handler that
-starts late behind its claim (a busy machine, a long wait in the prefetch) still counts
-from its start. A prompt start costs no statement.
+starts later than that moves its start out of that row into one of its own, stamped with
+the moment it starts (:func:`confirm_start`, ``sql.flow.CONFIRM_START``), before it runs,
+so a handler that starts late behind its claim (a busy machine, a long wait in the
+prefetch) still counts from its start. A prompt start costs no statement.
 
 So the limits are exact: never more jobs of a limited queue or kind running at once than its
 concurrency limit, never more started in any window than its rate limit, whichever worker
