@@ -63,10 +63,6 @@ class ClaimedJob:
     ``ordering_key`` is the job's lane (``None``: in none; docs/flow-control.md);
     ``abort_requested`` is true when an operator had asked a running attempt of it to stop
     before this claim (a reclaim of an aborted job: it must not run).
-
-    ``started_task`` is, for a Django task's job whose claim also started its result
-    (``task_kinds`` of :func:`claim`), that result's row as the claim left it (RUNNING), its
-    columns as JSON values (``sql.tasks.TASK_STARTS_AT_CLAIM``); else ``None``.
     """
 
     id: int
@@ -86,7 +82,6 @@ class ClaimedJob:
     trace_context: str | None = None
     ordering_key: str | None = None
     abort_requested: bool = False
-    started_task: dict[str, Any] | None = None
 
     @property
     def lease(self) -> Lease:
@@ -114,7 +109,6 @@ def claim(
     positions: ClaimPositions | None = None,
     excluded_queues: Collection[str] = (),
     flow: FlowGuard | None = None,
-    task_kinds: Collection[str] = (),
 ) -> list[ClaimedJob]:
     """Lease up to ``limit`` due jobs, highest priority first, then oldest ``run_at``, then id.
 
@@ -135,10 +129,6 @@ def claim(
             changed since (and sets ``flow.changed``). ``None``: no flow control: pauses and
             limits are the caller's business (the worker's claims honour them,
             :mod:`django_jobq.limited_claims`).
-        task_kinds: the kinds among ``kinds`` that are Django tasks' (a worker that serves
-            tasks passes them): the claim statement then also starts their results
-            (``sql.claims.CLAIM_JOBS_*_STARTING_TASKS``; ``ClaimedJob.started_task``), in
-            the claim's transaction. Empty: the plain statements, which write no result.
 
     A ready job in a lane (``ordering_key``) is claimed only while no job of its lane runs.
 
@@ -169,9 +159,6 @@ def claim(
     if limit <= 0:
         return []
     statements, params = _queue_params(queues, kinds, excluded_queues)
-    if task_kinds:
-        statements = _STARTING_TASKS[statements]
-        params["task_kinds"] = list(task_kinds)
     params["worker_id"] = worker_id
     params["flow_digest"] = None if flow is None else flow.digest
     jobs: list[ClaimedJob] = []
@@ -271,31 +258,6 @@ _QUEUES_BUT = _ClaimStatements(
     sql.claims.PROBE_CLAIM_POSITIONS_QUEUES_BUT,
 )
 
-#: Each queue mode's statements for a worker that serves Django tasks: the claims that also
-#: start the tasks they lease (the probe leases nothing: the same).
-_STARTING_TASKS = {
-    _ANY_QUEUE: _ClaimStatements(
-        sql.claims.CLAIM_JOBS_ANY_QUEUE_STARTING_TASKS,
-        sql.claims.CLAIM_JOBS_WALK_ANY_QUEUE_STARTING_TASKS,
-        sql.claims.PROBE_CLAIM_POSITIONS_ANY_QUEUE,
-    ),
-    _ONE_QUEUE: _ClaimStatements(
-        sql.claims.CLAIM_JOBS_ONE_QUEUE_STARTING_TASKS,
-        sql.claims.CLAIM_JOBS_WALK_ONE_QUEUE_STARTING_TASKS,
-        sql.claims.PROBE_CLAIM_POSITIONS_ONE_QUEUE,
-    ),
-    _QUEUES: _ClaimStatements(
-        sql.claims.CLAIM_JOBS_QUEUES_STARTING_TASKS,
-        sql.claims.CLAIM_JOBS_WALK_QUEUES_STARTING_TASKS,
-        sql.claims.PROBE_CLAIM_POSITIONS_QUEUES,
-    ),
-    _QUEUES_BUT: _ClaimStatements(
-        sql.claims.CLAIM_JOBS_QUEUES_BUT_STARTING_TASKS,
-        sql.claims.CLAIM_JOBS_WALK_QUEUES_BUT_STARTING_TASKS,
-        sql.claims.PROBE_CLAIM_POSITIONS_QUEUES_BUT,
-    ),
-}
-
 
 #: How many times one claim reads a front (``sql.claims.CLAIM_JOBS_*``) when other claimers hold the
 #: rest of the one before.
@@ -393,7 +355,6 @@ def _claimed_job(
     trace_context: str | None,
     ordering_key: str | None = None,
     abort_requested: bool = False,
-    task_result: dict[str, Any] | None = None,
 ) -> ClaimedJob:
     """One row of ``sql.claims.CLAIM_JOBS_WALK_*`` (or the job columns of a row of
     ``sql.claims.CLAIM_JOBS_*``) as a job, its payload decoded; never raises for the row's
@@ -420,7 +381,6 @@ def _claimed_job(
         trace_context=trace_context,
         ordering_key=ordering_key,
         abort_requested=abort_requested,
-        started_task=task_result,
     )
 
 

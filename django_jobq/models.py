@@ -402,31 +402,6 @@ def _stored_task_result_columns() -> frozenset[str]:
     return frozenset(field.attname for field in StoredTaskResult._meta.concrete_fields)
 
 
-def stored_task_result_from_json(columns: dict[str, Any]) -> StoredTaskResult:
-    """A :class:`StoredTaskResult` from a result row as a JSON object (``to_jsonb(result.*)``:
-    a claim that started it, ``sql.tasks.TASK_STARTS_AT_CLAIM``): as
-    :func:`stored_task_result`, its times parsed from their ISO 8601 text (an infinite time,
-    which no statement of django-jobq writes, reads as ``None``)."""
-    parsed = dict(columns)
-    for name in _stored_task_result_times():
-        value = parsed.get(name)
-        if isinstance(value, str):
-            try:
-                parsed[name] = datetime.fromisoformat(value)
-            except ValueError:
-                parsed[name] = None
-    return stored_task_result(**parsed)
-
-
-@functools.cache
-def _stored_task_result_times() -> frozenset[str]:
-    return frozenset(
-        field.attname
-        for field in StoredTaskResult._meta.concrete_fields
-        if isinstance(field, models.DateTimeField)
-    )
-
-
 class OutcomeRollup(models.Model):
     """The outcomes of one kind on one queue in one minute (database clock), as counts and a
     histogram of handler durations.

@@ -6,10 +6,8 @@ is the task's module path and whose payload is ``{"result_id", "backend", "args"
 runs it like any other job (leases, heartbeats, retries, dead letters). What differs is
 recorded here:
 
-- :func:`start_claimed` keeps the results of a claim's tasks, which the claim statement
-  itself marked RUNNING (``sql.tasks.TASK_STARTS_AT_CLAIM``), and marks RUNNING in one
-  statement (fenced) those it did not start, for the task runner to take
-  (:func:`take_started`);
+- :func:`start_claimed` marks the results of a claim's tasks RUNNING as the worker claims
+  their jobs, in one statement (fenced), for the task runner to take (:func:`take_started`);
   :func:`start_attempt` marks one RUNNING as its attempt starts, where no worker claimed it
   (a test's ``run_jobs``); :func:`release` undoes the start of jobs released unrun;
 - :class:`TaskOutcomes` is the hook of the outcome recorder (:mod:`django_jobq.outcomes`):
@@ -51,7 +49,7 @@ from . import db, leases, registry, sql, text
 from .claims import ClaimedJob
 from .conf import get_settings
 from .leases import Lease, Written
-from .models import StoredTaskResult, stored_task_result, stored_task_result_from_json
+from .models import StoredTaskResult, stored_task_result
 from .outcomes import Action, Outcome
 
 #: The ``TASKS`` backend path of django-jobq's backend (:mod:`django_jobq.tasks_backend`).
@@ -134,49 +132,34 @@ _started: dict[Lease, tuple[StoredTaskResult, float]] = {}
 
 
 def start_claimed(cursor: psycopg.Cursor[Any], jobs: Sequence[ClaimedJob]) -> None:
-    """Keep for the task runner (:func:`take_started`) the results of the claimed ``jobs``
-    that are tasks' jobs and will run (not poison rows, expired or past their attempts:
-    those are dead-lettered unrun), marked RUNNING with the worker's id appended. Called by
-    the worker right after a claim, before the jobs are handed on.
+    """Mark RUNNING, in one statement on the worker's connection ``cursor``, the results of
+    the claimed ``jobs`` that are tasks' jobs and will run (not poison rows, expired or past
+    their attempts: those are dead-lettered unrun), appending the worker's id; keep them for
+    the task runner (:func:`take_started`). Called by the worker right after a claim: one
+    statement per claim instead of one per task on its handler thread. A no-op (no
+    statement) when no job is a task's.
 
-    A worker that serves tasks claims with statements that start them
-    (``claims.claim(task_kinds=...)``): their results arrive with the claim
-    (``ClaimedJob.started_task``), committed with it, and cost nothing here. The others (a
-    limited claim's tasks, a task whose result row is missing or is another task's) are
-    started here, in one statement on the worker's connection ``cursor``
-    (``sql.tasks.START_TASK_ATTEMPTS``, which inserts a missing result). A no-op (no
-    statement) when the claim started every task it leased, or leased none.
-
-    That statement's commit does not wait for the disk (see ``sql.tasks.START_TASK_ATTEMPTS``):
-    this write only informs (status, start time, worker id), and a durable commit per claim
-    would slow the claims. Only a crash of the database server can lose it, and then only the
-    last such writes; every outcome is written durably.
+    Its commit does not wait for the disk (see ``sql.tasks.START_TASK_ATTEMPTS``): this write
+    only informs (status, start time, worker id), and a durable commit per claim would slow
+    the claims. Only a crash of the database server can lose it, and then only the last such
+    writes; every outcome is written durably.
 
     Raises:
-        psycopg.Error: the statement failed; it wrote nothing (the results the claim
-            started are kept all the same).
+        psycopg.Error: the statement failed; nothing was written.
     """
-    now = time.monotonic()
-    starting: list[Lease] = []
-    for job in jobs:
-        if job.started_task is not None:
-            _keep(job, stored_task_result_from_json(job.started_task), now)
-        elif handler(job.kind) is not None and not (
-            job.poison or job.expired or job.attempts_exhausted
-        ):
-            starting.append(job.lease)
+    starting = [
+        job.lease
+        for job in jobs
+        if handler(job.kind) is not None
+        and not (job.poison or job.expired or job.attempts_exhausted)
+    ]
     if starting:
         started = _start(cursor, starting)
         now = time.monotonic()
         for job in jobs:
             if job.lease in started:
-                _keep(job, started[job.lease], now)
-
-
-def _keep(job: ClaimedJob, result: StoredTaskResult, now: float) -> None:
-    """Keep ``result``, just started for ``job``, for its runner; its lease surely holds for
-    a third of the job's visibility timeout from ``now`` (the heartbeater's interval)."""
-    _started[job.lease] = (result, now + job.visibility_timeout.total_seconds() / 3)
+                surely_held_until = now + job.visibility_timeout.total_seconds() / 3
+                _started[job.lease] = (started[job.lease], surely_held_until)
 
 
 def _start(cursor: psycopg.Cursor[Any], starting: Sequence[Lease]) -> dict[Lease, StoredTaskResult]:

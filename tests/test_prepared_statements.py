@@ -112,9 +112,8 @@ def test_a_migration_that_changes_a_prepared_claims_columns_costs_a_reconnect_no
 def test_a_migration_of_the_task_results_costs_a_reconnect_not_the_claimed_jobs(
     main_connections, caplog
 ):
-    # The task's ack returns result.*: after the migration its prepared plan fails (the claim
-    # returns its started results as jsonb, a type no migration changes). The claimed jobs
-    # (tasks and plain ones) still run at once.
+    # The tasks' start right after the claim returns result.*: after the claim committed,
+    # its prepared plan fails. The claimed jobs (tasks and plain ones) still run at once.
     caplog.set_level(logging.WARNING, logger="django_jobq.worker")
     with Running(
         worker_id="results-migrated", queues=["default", "tasks"], concurrency=2

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from .flow import FLOW_DIGEST
 from .leases import LEASE_LENGTH
-from .tasks import TASK_JOIN_AT_CLAIM, TASK_RESULT_AT_CLAIM, TASK_STARTS_AT_CLAIM
 
 # The queue filters of the statements' variants: one queue, several, every queue but some
 # (paused or limited ones, see below), or every queue ("").
@@ -245,7 +244,7 @@ WITH flow AS MATERIALIZED (
               job.trace_context::text AS trace_context,
               job.ordering_key,
               job.abort_requested_at IS NOT NULL AS abort_requested
-){task_starts}
+)
 SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_priorities,
        flag.position_run_ats, flag.position_ids, (SELECT digest FROM flow) AS flow_digest,
        claimed.id, claimed.queue, claimed.kind, claimed.payload, claimed.priority,
@@ -255,8 +254,7 @@ SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_prio
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
            AS pickup_latency,
-       claimed.poison, claimed.trace_context, claimed.ordering_key,
-       claimed.abort_requested{task_result}
+       claimed.poison, claimed.trace_context, claimed.ordering_key, claimed.abort_requested
 FROM (
     SELECT (SELECT count(*) FROM front) = %(front)s AS front_full,
            EXISTS (SELECT FROM front WHERE NOT served) AS front_unserved,
@@ -283,7 +281,7 @@ FROM (
                  seen.run_at, seen.id
     ) AS position
 ) AS flag
-LEFT JOIN (claimed LEFT JOIN lapsed ON lapsed.id = claimed.id{task_join}) ON true
+LEFT JOIN (claimed LEFT JOIN lapsed ON lapsed.id = claimed.id) ON true
 """
 
 # The claim's second statement, the walk, run by ``claims.claim`` only when the first one
@@ -466,7 +464,7 @@ WITH RECURSIVE flow AS MATERIALIZED (
               job.trace_context::text AS trace_context,
               job.ordering_key,
               job.abort_requested_at IS NOT NULL AS abort_requested
-){task_starts}
+)
 SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload,
        claimed.priority, claimed.run_at, claimed.attempts, claimed.max_attempts,
        claimed.visibility_timeout, claimed.lease_deadline, claimed.expired,
@@ -474,9 +472,8 @@ SELECT claimed.id, claimed.queue, claimed.kind, claimed.payload,
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
            AS pickup_latency,
-       claimed.poison, claimed.trace_context, claimed.ordering_key,
-       claimed.abort_requested{task_result}
-FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id{task_join}
+       claimed.poison, claimed.trace_context, claimed.ordering_key, claimed.abort_requested
+FROM claimed LEFT JOIN lapsed ON lapsed.id = claimed.id
 """
 
 #: The claim's first statement reads this many times ``limit`` jobs at the front of the queue.
@@ -489,9 +486,6 @@ CLAIM_JOBS_ONE_QUEUE = _CLAIM_FRONT_TEMPLATE.format(
     poison_reason=POISON_REASON,
     flow_digest=FLOW_DIGEST,
     lane_is_free=LANE_IS_FREE,
-    task_starts="",
-    task_result="",
-    task_join="",
 )
 #: The same from several queues (``%(queues)s``).
 CLAIM_JOBS_QUEUES = _CLAIM_FRONT_TEMPLATE.format(
@@ -500,9 +494,6 @@ CLAIM_JOBS_QUEUES = _CLAIM_FRONT_TEMPLATE.format(
     poison_reason=POISON_REASON,
     flow_digest=FLOW_DIGEST,
     lane_is_free=LANE_IS_FREE,
-    task_starts="",
-    task_result="",
-    task_join="",
 )
 #: The same from every queue but ``%(excluded_queues)s``.
 CLAIM_JOBS_QUEUES_BUT = _CLAIM_FRONT_TEMPLATE.format(
@@ -511,9 +502,6 @@ CLAIM_JOBS_QUEUES_BUT = _CLAIM_FRONT_TEMPLATE.format(
     poison_reason=POISON_REASON,
     flow_digest=FLOW_DIGEST,
     lane_is_free=LANE_IS_FREE,
-    task_starts="",
-    task_result="",
-    task_join="",
 )
 #: The same from every queue.
 CLAIM_JOBS_ANY_QUEUE = _CLAIM_FRONT_TEMPLATE.format(
@@ -522,9 +510,6 @@ CLAIM_JOBS_ANY_QUEUE = _CLAIM_FRONT_TEMPLATE.format(
     poison_reason=POISON_REASON,
     flow_digest=FLOW_DIGEST,
     lane_is_free=LANE_IS_FREE,
-    task_starts="",
-    task_result="",
-    task_join="",
 )
 #: The walk from one queue (see above; ``%(queue)s``).
 CLAIM_JOBS_WALK_ONE_QUEUE = _CLAIM_WALK_TEMPLATE.format(
@@ -533,9 +518,6 @@ CLAIM_JOBS_WALK_ONE_QUEUE = _CLAIM_WALK_TEMPLATE.format(
     poison_reason=POISON_REASON,
     flow_digest=FLOW_DIGEST,
     lane_is_free=LANE_IS_FREE,
-    task_starts="",
-    task_result="",
-    task_join="",
 )
 #: The walk from several queues (``%(queues)s``): ``pairs`` seeks only into the named queues.
 CLAIM_JOBS_WALK_QUEUES = _CLAIM_WALK_TEMPLATE.format(
@@ -544,9 +526,6 @@ CLAIM_JOBS_WALK_QUEUES = _CLAIM_WALK_TEMPLATE.format(
     poison_reason=POISON_REASON,
     flow_digest=FLOW_DIGEST,
     lane_is_free=LANE_IS_FREE,
-    task_starts="",
-    task_result="",
-    task_join="",
 )
 #: The walk from every queue but ``%(excluded_queues)s``.
 CLAIM_JOBS_WALK_QUEUES_BUT = _CLAIM_WALK_TEMPLATE.format(
@@ -555,9 +534,6 @@ CLAIM_JOBS_WALK_QUEUES_BUT = _CLAIM_WALK_TEMPLATE.format(
     poison_reason=POISON_REASON,
     flow_digest=FLOW_DIGEST,
     lane_is_free=LANE_IS_FREE,
-    task_starts="",
-    task_result="",
-    task_join="",
 )
 #: The walk from every queue: ``pairs`` walks every queue's kinds.
 CLAIM_JOBS_WALK_ANY_QUEUE = _CLAIM_WALK_TEMPLATE.format(
@@ -566,106 +542,6 @@ CLAIM_JOBS_WALK_ANY_QUEUE = _CLAIM_WALK_TEMPLATE.format(
     poison_reason=POISON_REASON,
     flow_digest=FLOW_DIGEST,
     lane_is_free=LANE_IS_FREE,
-    task_starts="",
-    task_result="",
-    task_join="",
-)
-
-# -- the claims of a worker that serves Django tasks ------------------------------------------
-#
-# The same statements, each also marking RUNNING the results of the Django tasks it claims
-# (``sql.tasks.TASK_STARTS_AT_CLAIM``: ``%(task_kinds)s`` names the kinds that are tasks), and
-# returning each one's result as a last column, ``task_result`` (jsonb; NULL for a plain job
-# or a task whose claim started no result). A worker uses them when it serves tasks: a
-# task's start then costs no statement of its own between the claim and the handoff.
-
-#: The claim's first statement ``CLAIM_JOBS_ONE_QUEUE``, starting the tasks it claims.
-CLAIM_JOBS_ONE_QUEUE_STARTING_TASKS = _CLAIM_FRONT_TEMPLATE.format(
-    queue_filter=_ONE_QUEUE,
-    lease_length=LEASE_LENGTH,
-    poison_reason=POISON_REASON,
-    flow_digest=FLOW_DIGEST,
-    lane_is_free=LANE_IS_FREE,
-    task_starts=TASK_STARTS_AT_CLAIM,
-    task_result=TASK_RESULT_AT_CLAIM,
-    task_join=TASK_JOIN_AT_CLAIM,
-)
-#: The walk ``CLAIM_JOBS_WALK_ONE_QUEUE``, starting the tasks it claims.
-CLAIM_JOBS_WALK_ONE_QUEUE_STARTING_TASKS = _CLAIM_WALK_TEMPLATE.format(
-    queue_filter=_ONE_QUEUE,
-    lease_length=LEASE_LENGTH,
-    poison_reason=POISON_REASON,
-    flow_digest=FLOW_DIGEST,
-    lane_is_free=LANE_IS_FREE,
-    task_starts=TASK_STARTS_AT_CLAIM,
-    task_result=TASK_RESULT_AT_CLAIM,
-    task_join=TASK_JOIN_AT_CLAIM,
-)
-#: The claim's first statement ``CLAIM_JOBS_QUEUES``, starting the tasks it claims.
-CLAIM_JOBS_QUEUES_STARTING_TASKS = _CLAIM_FRONT_TEMPLATE.format(
-    queue_filter=_QUEUES,
-    lease_length=LEASE_LENGTH,
-    poison_reason=POISON_REASON,
-    flow_digest=FLOW_DIGEST,
-    lane_is_free=LANE_IS_FREE,
-    task_starts=TASK_STARTS_AT_CLAIM,
-    task_result=TASK_RESULT_AT_CLAIM,
-    task_join=TASK_JOIN_AT_CLAIM,
-)
-#: The walk ``CLAIM_JOBS_WALK_QUEUES``, starting the tasks it claims.
-CLAIM_JOBS_WALK_QUEUES_STARTING_TASKS = _CLAIM_WALK_TEMPLATE.format(
-    queue_filter=_QUEUES,
-    lease_length=LEASE_LENGTH,
-    poison_reason=POISON_REASON,
-    flow_digest=FLOW_DIGEST,
-    lane_is_free=LANE_IS_FREE,
-    task_starts=TASK_STARTS_AT_CLAIM,
-    task_result=TASK_RESULT_AT_CLAIM,
-    task_join=TASK_JOIN_AT_CLAIM,
-)
-#: The claim's first statement ``CLAIM_JOBS_QUEUES_BUT``, starting the tasks it claims.
-CLAIM_JOBS_QUEUES_BUT_STARTING_TASKS = _CLAIM_FRONT_TEMPLATE.format(
-    queue_filter=_QUEUES_BUT,
-    lease_length=LEASE_LENGTH,
-    poison_reason=POISON_REASON,
-    flow_digest=FLOW_DIGEST,
-    lane_is_free=LANE_IS_FREE,
-    task_starts=TASK_STARTS_AT_CLAIM,
-    task_result=TASK_RESULT_AT_CLAIM,
-    task_join=TASK_JOIN_AT_CLAIM,
-)
-#: The walk ``CLAIM_JOBS_WALK_QUEUES_BUT``, starting the tasks it claims.
-CLAIM_JOBS_WALK_QUEUES_BUT_STARTING_TASKS = _CLAIM_WALK_TEMPLATE.format(
-    queue_filter=_QUEUES_BUT,
-    lease_length=LEASE_LENGTH,
-    poison_reason=POISON_REASON,
-    flow_digest=FLOW_DIGEST,
-    lane_is_free=LANE_IS_FREE,
-    task_starts=TASK_STARTS_AT_CLAIM,
-    task_result=TASK_RESULT_AT_CLAIM,
-    task_join=TASK_JOIN_AT_CLAIM,
-)
-#: The claim's first statement ``CLAIM_JOBS_ANY_QUEUE``, starting the tasks it claims.
-CLAIM_JOBS_ANY_QUEUE_STARTING_TASKS = _CLAIM_FRONT_TEMPLATE.format(
-    queue_filter="",
-    lease_length=LEASE_LENGTH,
-    poison_reason=POISON_REASON,
-    flow_digest=FLOW_DIGEST,
-    lane_is_free=LANE_IS_FREE,
-    task_starts=TASK_STARTS_AT_CLAIM,
-    task_result=TASK_RESULT_AT_CLAIM,
-    task_join=TASK_JOIN_AT_CLAIM,
-)
-#: The walk ``CLAIM_JOBS_WALK_ANY_QUEUE``, starting the tasks it claims.
-CLAIM_JOBS_WALK_ANY_QUEUE_STARTING_TASKS = _CLAIM_WALK_TEMPLATE.format(
-    queue_filter="",
-    lease_length=LEASE_LENGTH,
-    poison_reason=POISON_REASON,
-    flow_digest=FLOW_DIGEST,
-    lane_is_free=LANE_IS_FREE,
-    task_starts=TASK_STARTS_AT_CLAIM,
-    task_result=TASK_RESULT_AT_CLAIM,
-    task_join=TASK_JOIN_AT_CLAIM,
 )
 
 # -- the probe of the claim positions -------------------------------------------------------

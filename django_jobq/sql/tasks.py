@@ -3,10 +3,9 @@
 A task's job has the task's module path as its kind and the payload
 ``{"result_id", "backend", "args", "kwargs"}``; its result is the ``jobq_task_result`` row
 with that id (and ``task_path`` = the kind). The statements that record a job's outcome
-(:mod:`django_jobq.sql.outcomes`) also write its result, and a worker's claim starts it
-(the fragments below, ``sql.claims.CLAIM_JOBS_*_STARTING_TASKS``); these are the others:
-the enqueue, attempts' starts where no claim started them, and the results of jobs
-dead-lettered by a statement of their own.
+(:mod:`django_jobq.sql.outcomes`) also write its result; these are the others: the
+enqueue, attempts' starts, and the results of jobs dead-lettered by a statement of
+their own.
 """
 
 from __future__ import annotations
@@ -33,10 +32,9 @@ INSERT_TASK_JOBS = INSERT_JOBS_TEMPLATE.format(
 
 #: Attempts of tasks start: each result becomes RUNNING, records the start and appends the
 #: worker id the claim wrote on the job; ``%(ids)s`` and ``%(attempts)s`` are zipped leases
-#: (a worker starts in one statement, right after a claim, the tasks that claim did not start:
-#: a limited claim's, or those whose result row is missing; a test's ``run_jobs`` one task
-#: at a time). Inserts the result if it is missing. Fenced: a lease the attempt no longer
-#: holds gets no row (and no write). Returns the results' rows.
+#: (the worker starts a whole claim's tasks in one statement, right after the claim; a test's
+#: ``run_jobs`` one task at a time). Fenced: a lease the attempt no longer holds gets no row
+#: (and no write). Returns the results' rows.
 #: ``commit_mode`` lets the transaction commit without waiting for its WAL to reach the disk
 #: (``set_config(..., true)``: this transaction only, the whole statement when autocommit):
 #: visible at once, lost only if the database server crashes within a fraction of a second.
@@ -68,51 +66,6 @@ SET status = 'RUNNING',
 RETURNING result.*
 """
 START_TASK_ATTEMPTS = _START_TASK_ATTEMPTS_TEMPLATE.format(fenced=FENCED)
-
-# -- a claim that starts its tasks ------------------------------------------------------------
-#
-# A worker that serves Django tasks claims with ``sql.claims.CLAIM_JOBS_*_STARTING_TASKS``:
-# the claim statement itself marks RUNNING the results of the tasks it leases, so a task's
-# pickup costs no round trip more than a plain job's. These are the three fragments a claim
-# template is filled with; the plain claims are filled with empty ones.
-
-#: The claim's CTE ``started`` (after ``claimed``): each claimed job of a kind in
-#: ``%(task_kinds)s`` that will run (no poison row, not expired, not past its attempts; the
-#: worker dead-letters those unrun) and whose payload names an existing result of its task
-#: (``result_id`` and ``task_path`` = the kind) has that result made RUNNING, as
-#: ``START_TASK_ATTEMPTS`` would: ``job_id``, the first start kept, ``last_attempted_at``
-#: now, ``finished_at`` cleared, the claiming worker's id appended. Fenced by construction: it
-#: writes only for the attempts this statement's claim started, in the claim's transaction
-#: (durable, as the claim; atomic with it: no claim without its starts, no start without its
-#: claim). An UPDATE, never an INSERT: no payload can make it fail on a constraint (and so
-#: fail the claim); a task whose result row is missing or not its task's is left to
-#: ``START_TASK_ATTEMPTS`` (``task_results.start_claimed``), which inserts it as before.
-#: Returns each result as one jsonb object (``to_jsonb``): the claim's row type does not
-#: depend on ``jobq_task_result``'s columns, so a migration that adds or retypes one costs
-#: the prepared claim no "cached plan must not change result type".
-TASK_STARTS_AT_CLAIM = """, started AS (
-    UPDATE jobq_task_result AS result
-    SET status = 'RUNNING',
-        job_id = claimed.id,
-        started_at = COALESCE(result.started_at, now()),
-        last_attempted_at = now(),
-        finished_at = NULL,
-        worker_ids = result.worker_ids || jsonb_build_array(%(worker_id)s::text)
-    FROM claimed
-    WHERE claimed.kind = ANY(%(task_kinds)s::text[])
-      AND claimed.poison IS NULL AND NOT claimed.expired
-      AND claimed.attempts <= claimed.max_attempts
-      AND result.id = claimed.payload::jsonb ->> 'result_id'
-      AND result.task_path = claimed.kind
-    RETURNING result.job_id, to_jsonb(result.*) AS task_result
-)"""
-#: The claim's output column of ``TASK_STARTS_AT_CLAIM``: the started result (jsonb), NULL
-#: for a job whose claim started no result.
-TASK_RESULT_AT_CLAIM = """,
-       started.task_result"""
-#: The join that gives each claimed job its started result.
-TASK_JOIN_AT_CLAIM = """
-    LEFT JOIN started ON started.job_id = claimed.id"""
 
 #: Fail the results of tasks' jobs that were dead-lettered without running (as unknown
 #: kinds, by a statement of their own): each ``(result_id, task_path, task_error)`` whose

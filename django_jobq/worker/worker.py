@@ -286,8 +286,6 @@ class Worker:
         )
         task_results.discover()
         self.kinds = registry.claimable_kinds()
-        # The kinds that are Django tasks': the claim starts their results itself.
-        self._task_kinds = [kind for kind in self.kinds if task_results.handler(kind) is not None]
         self.serves_async = any(_is_async_kind(kind) for kind in self.kinds)
         self.async_concurrency = async_concurrency or settings.ASYNC_CONCURRENCY
         self._async = AsyncExecutor(
@@ -564,7 +562,6 @@ class Worker:
             positions=self._positions,
             excluded_queues=excluded,
             flow=flow.guard,
-            task_kinds=self._task_kinds,
         )
         start_failed = self._hand_on(cursor, plain) or start_failed
         if not limited_first and not flow.guard.changed and start_failed is None:
@@ -609,9 +606,7 @@ class Worker:
             crash_points.reach("after_claim")
         self._observer.claimed(jobs)
         try:
-            # Before a handler thread can take one: keeps the tasks' results the claim started,
-            # starts those it did not (a limited claim's: a statement of its own).
-            task_results.start_claimed(cursor, jobs)
+            task_results.start_claimed(cursor, jobs)  # before a handler thread can take one
         except psycopg.Error as exc:
             # The jobs are leased whatever happened to this informative write: hand them on
             # (each task's runner then starts it itself), then let the loop reconnect.

@@ -69,31 +69,6 @@ SET status = 'RUNNING',
     worker_ids = result.worker_ids || EXCLUDED.worker_ids
 RETURNING result.*
 
--- name: TASK_STARTS_AT_CLAIM
-, started AS (
-    UPDATE jobq_task_result AS result
-    SET status = 'RUNNING',
-        job_id = claimed.id,
-        started_at = COALESCE(result.started_at, now()),
-        last_attempted_at = now(),
-        finished_at = NULL,
-        worker_ids = result.worker_ids || jsonb_build_array(%(worker_id)s::text)
-    FROM claimed
-    WHERE claimed.kind = ANY(%(task_kinds)s::text[])
-      AND claimed.poison IS NULL AND NOT claimed.expired
-      AND claimed.attempts <= claimed.max_attempts
-      AND result.id = claimed.payload::jsonb ->> 'result_id'
-      AND result.task_path = claimed.kind
-    RETURNING result.job_id, to_jsonb(result.*) AS task_result
-)
-
--- name: TASK_RESULT_AT_CLAIM
-,
-       started.task_result
-
--- name: TASK_JOIN_AT_CLAIM
-LEFT JOIN started ON started.job_id = claimed.id
-
 -- name: FAIL_UNRUN_TASK_RESULTS
 UPDATE jobq_task_result AS result
 SET status = 'FAILED',
