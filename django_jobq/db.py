@@ -229,6 +229,16 @@ def prepares_by_choice(alias: str | None = None) -> bool:
     return "prepare_threshold" in options
 
 
+def is_connection_fault(exc: psycopg.Error) -> bool:
+    """Whether ``exc`` is a failure of the moment rather than of a job's data: the connection
+    was lost, or the statement was cancelled (``statement_timeout``, ``lock_timeout``),
+    deadlocked or hit a serialization failure (psycopg raises all of them as
+    ``OperationalError``), or a prepared statement was made stale by a migration
+    (:func:`plan_changed_result_type`): it did not run. The worker reconnects, and runs
+    the statement again."""
+    return isinstance(exc, psycopg.OperationalError) or plan_changed_result_type(exc)
+
+
 def plan_changed_result_type(exc: BaseException) -> bool:
     """Whether ``exc`` is PostgreSQL's refusal to run a prepared statement whose result
     columns changed since it was prepared ("cached plan must not change result type",

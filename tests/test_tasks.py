@@ -5,6 +5,7 @@ venv) and on Django 6.1's own ``django.tasks`` (scripts/test's second stage). Th
 are in tests/testapp/tasks.py, written against the standard API. See docs/tasks.md.
 """
 
+import json
 import re
 import signal
 import subprocess
@@ -701,3 +702,42 @@ def test_a_task_that_waited_past_its_lease_in_the_prefetch_is_not_called(queue_c
     outcome = execute(HeldJob(job), extend)
     assert not Effect.objects.filter(label="reclaimed meanwhile").exists()  # never called
     assert outcome.action is Action.LEASE_LOST
+
+
+@pytest.mark.parametrize(
+    ("result_id", "error"),
+    [("null", 'null value in column "id"'), (None, "missing 1 required positional argument")],
+    ids=["result_id null", "no result_id"],
+)
+def test_a_task_job_without_a_result_id_fails_alone_and_the_worker_claims_on(
+    result_id, error, caplog
+):
+    """A task's job written past enqueue (by hand, another producer) whose payload names no
+    result cannot be started: the claim's start of its tasks fails on it, the worker hands
+    the claim on all the same, each runner starts its own task, and only that job's attempts
+    fail (a dead letter with the database's error); the other jobs run."""
+    healthy = tasks.add.enqueue(1, 2)
+    bad = Job.objects.get()
+    payload = {key: value for key, value in bad.payload.items() if key != "result_id"}
+    with connection.cursor() as cursor:  # a copy of the task's job, its payload edited
+        cursor.execute(
+            "INSERT INTO jobq_job (queue, kind, payload, priority, run_at, max_attempts, "
+            "visibility_timeout, status, attempts, created_at, expires_at) "
+            "SELECT queue, kind, %s::jsonb, priority, run_at, 2, visibility_timeout, status, "
+            "attempts, created_at, expires_at FROM jobq_job WHERE id = %s RETURNING id",
+            [
+                json.dumps({**payload, "result_id": None} if result_id else payload),
+                bad.pk,
+            ],
+        )
+        (bad_id,) = cursor.fetchone()
+    for n in range(5):
+        enqueue("tests.testapp.jobs.record", {"label": f"plain {n}"})
+
+    run_burst(concurrency=2)
+
+    assert Effect.objects.filter(label__startswith="plain").count() == 5
+    assert StoredTaskResult.objects.get(id=healthy.id).status == "SUCCESSFUL"
+    dead = DeadLetter.objects.get(job_id=bad_id)
+    assert error in dead.last_error and dead.attempts == 2
+    assert "starting the claim's tasks failed" in caplog.text

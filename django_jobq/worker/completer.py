@@ -48,15 +48,6 @@ class OutcomeCounts:
     lease_lost: int = 0
 
 
-def _is_connection_fault(exc: psycopg.Error) -> bool:
-    """A failure of the moment rather than of the job's data: the connection was lost, or
-    the statement was cancelled (``statement_timeout``, ``lock_timeout``), deadlocked or hit
-    a serialization failure. psycopg raises all of them as ``OperationalError``. So is a
-    prepared statement made stale by a migration (:func:`django_jobq.db.plan_changed_result_type`):
-    it did not run. The worker reconnects and writes the same outcome again after a backoff."""
-    return isinstance(exc, psycopg.OperationalError) or db.plan_changed_result_type(exc)
-
-
 def _problem(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.first_line(str(exc))}"
 
@@ -91,9 +82,10 @@ class Completer:
 
         Raises:
             psycopg.OperationalError: the connection was lost (or a statement was cancelled,
-                see :func:`_is_connection_fault`). Outcomes not applied yet stay pending for
-                the next call; none is lost. An ack whose commit happened but whose reply
-                was lost is refused when re-sent (the job is gone) and logged as a lost lease.
+                see :func:`django_jobq.db.is_connection_fault`). Outcomes not applied yet
+                stay pending for the next call; none is lost. An ack whose commit happened
+                but whose reply was lost is refused when re-sent (the job is gone) and
+                logged as a lost lease.
             psycopg.InterfaceError: a bug of the worker's.
         """
         if not self.pending:
@@ -118,7 +110,7 @@ class Completer:
         try:
             acked = self._recorder.ack(cursor, batch)
         except psycopg.DatabaseError as exc:
-            if _is_connection_fault(exc):
+            if db.is_connection_fault(exc):
                 raise
             logger.warning(
                 "ack of %s job(s) in one statement failed (%s); recording them one by one",
@@ -141,7 +133,7 @@ class Completer:
         except LeaseBusy:
             return  # another transaction holds the job's row: stays pending, not lost
         except psycopg.DatabaseError as exc:
-            if _is_connection_fault(exc):
+            if db.is_connection_fault(exc):
                 raise
             self._record_unrecordable(cursor, outcome, exc)
             return
@@ -177,7 +169,7 @@ class Completer:
         except LeaseBusy:
             return  # the original outcome stays pending and is tried again
         except psycopg.DatabaseError as again:
-            if _is_connection_fault(again):
+            if db.is_connection_fault(again):
                 raise
             logger.error(
                 "job %s %s attempt %s/%s: its dead letter could not be recorded either (%s); "

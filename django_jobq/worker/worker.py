@@ -609,8 +609,18 @@ class Worker:
             task_results.start_claimed(cursor, jobs)  # before a handler thread can take one
         except psycopg.Error as exc:
             # The jobs are leased whatever happened to this informative write: hand them on
-            # (each task's runner then starts it itself), then let the loop reconnect.
-            start_failed: psycopg.Error | None = exc
+            # (each task's runner then starts it itself), then let the loop reconnect if the
+            # connection failed. A failure of one task's data (a payload written past
+            # enqueue: no result id) is that task's: its runner meets it again, and its
+            # attempt fails with it.
+            start_failed: psycopg.Error | None = exc if db.is_connection_fault(exc) else None
+            if start_failed is None:
+                logger.warning(
+                    "worker %s: starting the claim's tasks failed (%s); each task's runner "
+                    "starts its own",
+                    self.worker_id,
+                    text.first_line(str(exc)),
+                )
         else:
             start_failed = None
         for job in jobs:
@@ -801,10 +811,7 @@ class Worker:
                 except psycopg.Error as exc:
                     # A lost connection, or a prepared statement a migration made stale (a
                     # new connection prepares it afresh): reconnect. Other errors are bugs.
-                    if not (
-                        isinstance(exc, psycopg.OperationalError)
-                        or db.plan_changed_result_type(exc)
-                    ):
+                    if not db.is_connection_fault(exc):
                         raise
                     if connection is not None:
                         connection.close()
