@@ -95,17 +95,22 @@ def _margin(limits: Limits) -> float:
 class RatedStart:
     """Where a rate-limited job's start is logged: its rate-limited ``(scope, name)`` keys,
     and until when (``time.monotonic()`` seconds) the row its claim stamped counts its
-    start without a :func:`confirm_start`: the claim's stamp (minus its
-    :func:`prefetch_cover`, if any) is taken after ``covered_until`` minus that cover and
-    half the rate window's margin, so a handler whose check comes before ``covered_until``
-    starts within the cover and the margin of its stamp, the other half of the margin
-    covering what runs between the check and the handler's first line (see the module
-    docs)."""
+    start without a :func:`confirm_start`. A row stamped ``S`` counts a start until it
+    leaves the window widened by the margin (:func:`rate_window`), so every start up to
+    ``S`` plus the margin. The claim stamps its row ahead of the database clock (by the
+    margin, or by :func:`prefetch_cover` when it may fill the prefetch), and that clock
+    reads later than the moment the worker sent the statement; ``covered_until`` is that
+    moment plus the stamp's lead and half the margin, so a handler whose check comes
+    before it starts within the margin of the stamp, the other half of the margin covering
+    what runs between the check and the handler's first line (see the module docs)."""
 
     keys: tuple[tuple[str, str], ...]
     covered_until: float
     #: The ids of the rows (``jobq_limit_start``) its claim logged its start in, one per key.
     rows: tuple[int, ...] = ()
+    #: Each key's margin (:func:`rate_window`), in seconds: how far ahead of the clock a
+    #: late start is stamped (:func:`confirm_start`).
+    margins: tuple[float, ...] = ()
 
     def needs_confirming(self) -> bool:
         """Whether the handler, starting now, must stamp its start (:func:`confirm_start`)."""
@@ -165,7 +170,6 @@ def claim_limited(
     kind_keys = sorted(kind for kind in kinds if kind in state.kind_limits)
     if limit + prefetch <= 0 or not (queue_keys or kind_keys):
         return LimitedClaim([])
-    began = time.monotonic()
     keys = [("queue", name) for name in queue_keys] + [("kind", name) for name in kind_keys]
     try:
         with connection.transaction():
@@ -186,7 +190,7 @@ def claim_limited(
                 return LimitedClaim([])
             # Jobs past the idle slots wait in the prefetch: their rows are stamped ahead.
             prefetched = len(jobs) > limit
-            rated = _record_starts(cursor, state, room, jobs, began, prefetching=prefetched)
+            rated = _record_starts(cursor, state, room, jobs, prefetching=prefetched)
     except psycopg.errors.LockNotAvailable:  # a row of the log, held past the lock timeout
         return LimitedClaim([], held_elsewhere=True)
     return LimitedClaim(
@@ -353,14 +357,13 @@ def _record_starts(
     state: FlowState,
     room: dict[tuple[str, str], int],
     jobs: list[ClaimedJob],
-    began: float,
     *,
     prefetching: bool,
 ) -> dict[int, RatedStart]:
     """Log the claimed jobs' starts for their rate-limited queues and kinds, a row per
-    limit (``sql.flow.RECORD_STARTS``, stamped after ``began``, the ``time.monotonic()`` the
-    claim began, and :func:`prefetch_cover` ahead when ``prefetching``: the claim may have
-    filled the prefetch); return where each such job's start is logged."""
+    limit (``sql.flow.RECORD_STARTS``), stamped ahead of the clock (:func:`_ahead`; further
+    when ``prefetching``: the claim may have filled the prefetch); return where each such
+    job's start is logged."""
     keyed: dict[int, tuple[tuple[str, str], ...]] = {}
     starts: dict[tuple[str, str], int] = {}
     for job in jobs:
@@ -375,6 +378,7 @@ def _record_starts(
                 starts[key] = starts.get(key, 0) + 1
     if not starts:
         return {}
+    sent = time.monotonic()  # the statement's clock reads later
     cursor.execute(
         sql.flow.RECORD_STARTS,
         {
@@ -394,7 +398,10 @@ def _record_starts(
             _ahead(state, key, prefetching) + _margin(_limits(state, key)) / 2 for key in keys
         )
         rated[job_id] = RatedStart(
-            keys, covered_until=began + covered, rows=tuple(rows[key] for key in keys)
+            keys,
+            covered_until=sent + covered,
+            rows=tuple(rows[key] for key in keys),
+            margins=tuple(_margin(_limits(state, key)) for key in keys),
         )
     return rated
 
@@ -407,17 +414,21 @@ def _window(state: FlowState, key: tuple[str, str]) -> float:
 
 
 def _ahead(state: FlowState, key: tuple[str, str], prefetching: bool) -> float:
-    """Seconds ahead of the clock a claim stamps the starts of ``key``'s rate limit."""
-    rate = _limits(state, key).rate
-    assert rate is not None
-    return prefetch_cover(rate.window) if prefetching else 0.0
+    """Seconds ahead of the clock a claim stamps the starts of ``key``'s rate limit: the
+    margin (the commit and the hand-off to a handler thread take time too), or
+    :func:`prefetch_cover` (longer) when the claim may have filled the prefetch."""
+    limits = _limits(state, key)
+    assert limits.rate is not None
+    return prefetch_cover(limits.rate.window) if prefetching else _margin(limits)
 
 
 def confirm_start(start: RatedStart) -> None:
     """Move the start of a rate-limited job whose handler starts later than its claim's
     row counts it (:meth:`RatedStart.needs_confirming`; ``start`` as
     :attr:`LimitedClaim.rated` gives it) out of its claim's rows into rows of its own,
-    stamped with the database's clock, in a statement of its own on this thread's Django
+    stamped with the database's clock once the claim's rows are locked, the margin ahead
+    (so the start is counted if it follows within twice the margin: the statement's commit
+    and return take time too), in a statement of its own on this thread's Django
     connection to the queue database (``sql.flow.CONFIRM_START``). The handler thread calls
     it just before the handler.
 
@@ -433,5 +444,6 @@ def confirm_start(start: RatedStart) -> None:
                 "rows": list(start.rows),
                 "scopes": [scope for scope, _ in start.keys],
                 "names": [name for _, name in start.keys],
+                "aheads": list(start.margins),
             },
         )

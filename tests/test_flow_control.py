@@ -349,9 +349,9 @@ def test_a_rate_limited_handler_logs_its_start_only_when_it_starts_after_the_mar
 
 def test_a_rate_limited_claim_that_fills_the_prefetch_counts_its_starts_ahead(connect):
     """Far from its rate limit a claim takes jobs for the prefetch too, and logs their
-    starts in one row stamped a quarter of the window ahead of the clock: a job that waits
-    that long in the prefetch starts without a statement; near the limit, a claim takes
-    jobs for its idle slots only, stamped with the clock."""
+    starts in one row stamped a quarter of the window ahead of the clock (at most 10 s): a
+    job that waits that long in the prefetch starts without a statement; near the limit, a
+    claim takes jobs for its idle slots only, stamped the window's margin ahead."""
     Queue.objects.create(name="tuned", rate_limit="1000/h")
     for n in range(8):
         record.using(queue="tuned").enqueue(f"j{n}")
@@ -373,7 +373,8 @@ def test_a_rate_limited_claim_that_fills_the_prefetch_counts_its_starts_ahead(co
     near = claim_limited_now(connection_, limit=1, prefetch=4)
     assert len(near.jobs) == 1
     newest = LimitStart.objects.order_by("-id").values_list("started_at", "starts")[0]
-    assert newest[1] == 1 and newest[0] - now < timedelta(seconds=1)
+    # The window's margin ahead (1 s for an hour): what the commit and the hand-off take.
+    assert newest[1] == 1 and timedelta(seconds=1) <= newest[0] - now < timedelta(seconds=2)
 
 
 def test_a_rate_limit_counts_the_starts_of_every_claim_row_until_its_window_passes(connect):

@@ -150,12 +150,12 @@ COUNT_LIMITED = _COUNT_LIMITED_TEMPLATE.format(in_window=_IN_WINDOW)
 #: The last statement before the commit: log the starts of this claim, one row per
 #: rate-limited key (zipped ``%(scopes)s``, ``%(names)s``, ``%(starts)s`` jobs claimed under
 #: it, ``%(aheads)s`` seconds and ``%(windows)s`` seconds), stamped ``clock_timestamp()``
-#: (after the claim's leases: never earlier than the claim) plus its ahead: 0 for jobs
-#: claimed for idle handler threads, which start at once; a fraction of the window for a
-#: claim that may hold them in the prefetch, so that the row counts every start within
-#: that long of the claim (``django_jobq.limited_claims``). Deletes each key's rows not in
-#: its window (``_IN_WINDOW``): the log holds at most a window of rows. Returns each new
-#: row's ``id``, ``scope`` and ``name``, for ``CONFIRM_START``.
+#: (after the claim's leases: never earlier than the claim) plus its ahead: the window's
+#: margin for jobs claimed for idle handler threads, which start at once; a fraction of the
+#: window for a claim that may hold them in the prefetch, so that the row counts every
+#: start within that long of the claim (``django_jobq.limited_claims``). Deletes each
+#: key's rows not in its window (``_IN_WINDOW``): the log holds at most a window of rows.
+#: Returns each new row's ``id``, ``scope`` and ``name``, for ``CONFIRM_START``.
 _RECORD_STARTS_TEMPLATE = """
 WITH pruned AS (
     DELETE FROM jobq_limit_start AS start
@@ -174,19 +174,23 @@ RECORD_STARTS = _RECORD_STARTS_TEMPLATE.format(in_window=_IN_WINDOW)
 
 #: A rate-limited job's handler starts later than its claim's row counts it: move its start
 #: out of its claim's rows (``%(rows)s``, their ids; one start fewer each) into rows of its
-#: own for its rate-limited queue and kind (zipped ``%(scopes)s``, ``%(names)s``), stamped
-#: ``clock_timestamp()``. One statement, so every count sees the start in one row or the
-#: other. Run on the handler's thread and committed before the handler starts, so a handler
-#: that started late behind its claim still counts from its start (docs/flow-control.md,
-#: "Rate limits"). A claim's row already pruned (out of its window) is left alone. Waits
-#: only for another late start of the same claim (the row's lock, one statement), never for
-#: a limited claim.
+#: own for its rate-limited queue and kind (zipped ``%(scopes)s``, ``%(names)s`` and
+#: ``%(aheads)s`` seconds), stamped ``clock_timestamp()`` plus its ahead, read once the
+#: claim's rows are updated (the ``WHERE`` needs ``moved`` first): a wait for their lock
+#: (another late start of the same claim) comes before the stamp, not after. One
+#: statement, so every count sees the start in one row or the other. Run on the handler's
+#: thread and committed before the handler starts, so a handler that started late behind
+#: its claim still counts from its start (docs/flow-control.md, "Rate limits"). A claim's
+#: row already pruned (out of its window) is left alone. Never waits for a limited claim.
 CONFIRM_START = """
 WITH moved AS (
     UPDATE jobq_limit_start SET starts = starts - 1
     WHERE id = ANY(%(rows)s::bigint[]) AND starts > 0
+    RETURNING id
 )
 INSERT INTO jobq_limit_start (scope, name, started_at, starts)
-SELECT key.scope, key.name, clock_timestamp(), 1
-FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS key(scope, name)
+SELECT key.scope, key.name, clock_timestamp() + make_interval(secs => key.ahead), 1
+FROM unnest(%(scopes)s::text[], %(names)s::text[], %(aheads)s::float8[])
+    AS key(scope, name, ahead)
+WHERE (SELECT count(*) FROM moved) >= 0
 """

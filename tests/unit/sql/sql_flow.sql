@@ -127,7 +127,10 @@ RETURNING id, scope, name
 WITH moved AS (
     UPDATE jobq_limit_start SET starts = starts - 1
     WHERE id = ANY(%(rows)s::bigint[]) AND starts > 0
+    RETURNING id
 )
 INSERT INTO jobq_limit_start (scope, name, started_at, starts)
-SELECT key.scope, key.name, clock_timestamp(), 1
-FROM unnest(%(scopes)s::text[], %(names)s::text[]) AS key(scope, name)
+SELECT key.scope, key.name, clock_timestamp() + make_interval(secs => key.ahead), 1
+FROM unnest(%(scopes)s::text[], %(names)s::text[], %(aheads)s::float8[])
+    AS key(scope, name, ahead)
+WHERE (SELECT count(*) FROM moved) >= 0
