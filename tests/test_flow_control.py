@@ -26,6 +26,7 @@ from django_jobq import (
     job,
     leases,
     limited_claims,
+    registry,
     signals,
     sql,
 )
@@ -740,3 +741,43 @@ def test_a_job_of_an_unlimited_queue_is_handed_on_before_the_limited_claim_after
 
     after_the_claim = [seen for seen in calls if seen is not None]
     assert after_the_claim and all(after_the_claim)
+
+
+def test_a_quiet_limited_queue_costs_the_others_no_claims_until_a_limited_job_comes(
+    workers, monkeypatch
+):
+    """Once a limited claim found nothing, jobs of unlimited queues are claimed without a
+    limited claim after theirs (until the poll interval, here long, passes); a job of the
+    limited queue, announced, is claimed at once. (A worker that serves kinds with limits
+    runs a limited claim after each announced job: such a job may come in any queue.)"""
+    Queue.objects.create(name="tuned", concurrency_limit=5)
+    calls: list[int] = []
+    claim_limited = limited_claims.claim_limited
+
+    def counted(*args: Any, **kwargs: Any) -> limited_claims.LimitedClaim:
+        calls.append(1)
+        return claim_limited(*args, **kwargs)
+
+    monkeypatch.setattr(limited_claims, "claim_limited", counted)
+    with monkeypatch.context() as only:  # a worker that serves no kind with a limit
+        only.setattr(registry, "claimable_kinds", lambda: [record.kind])
+        workers(concurrency=2, poll_interval=60)
+    wait_until(lambda: calls, what="the worker's first limited claim")
+    for n in range(5):
+        record.enqueue(f"plain {n}")
+        wait_until(lambda n=n: Effect.objects.filter(label=f"plain {n}").exists(), what="a job")
+    assert len(calls) == 1
+
+    record.using(queue="tuned").enqueue("limited queue")
+    # Announced: claimed at once, not a poll interval (a minute) later.
+    wait_until(lambda: Effect.objects.filter(label="limited queue").exists(), what="it")
+
+
+def test_a_job_a_kind_limit_binds_is_claimed_at_once_in_any_queue(workers):
+    """Kind limits bind jobs of any queue: a worker that serves such a kind runs a limited
+    claim after the plain one whenever a job is announced, however quiet its limits were."""
+    workers(concurrency=2, poll_interval=60)
+    record.enqueue("first")  # the first turns: a limited claim finds nothing
+    wait_until(lambda: Effect.objects.filter(label="first").exists(), what="the first job")
+    limited_step.using(queue="default").enqueue("limited kind")  # concurrency_limit=2
+    wait_until(lambda: Run.objects.filter(label="limited kind").exists(), what="it")

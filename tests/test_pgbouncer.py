@@ -338,7 +338,9 @@ def test_a_direct_listener_hears_enqueues_made_through_pgbouncer(pgbouncer, djan
     alias = django_alias(pgbouncer)
     settings.JOBQ = {**settings.JOBQ, "DATABASE": alias, "LISTEN_DATABASE": "default"}
     wakes: list[int] = []
-    listener = Listener(queues=["pgbouncer"], wake=lambda: wakes.append(1), worker_id="direct")
+    listener = Listener(
+        queues=["pgbouncer"], wake=lambda queues: wakes.append(1), worker_id="direct"
+    )
     listener.start()
     try:
         wait_until(lambda: wakes == [1], what="the listener's first connection")

@@ -166,7 +166,7 @@ def test_an_idle_worker_is_woken_by_enqueue_long_before_its_poll_interval(sleepi
 
 def test_a_worker_ignores_notifications_for_queues_it_does_not_serve():
     wakes = []
-    listener = Listener(queues=["mine"], wake=lambda: wakes.append(1), worker_id="picky")
+    listener = Listener(queues=["mine"], wake=lambda queues: wakes.append(1), worker_id="picky")
     listener.start()
     try:
         wait_until(lambda: wakes, what="the wake-up of the first connection")
@@ -183,7 +183,7 @@ def test_a_worker_ignores_notifications_for_queues_it_does_not_serve():
 
 def test_a_listener_whose_connection_is_killed_reconnects_and_wakes_the_worker():
     wakes = []
-    listener = Listener(queues=None, wake=lambda: wakes.append(1), worker_id="cut-off")
+    listener = Listener(queues=None, wake=lambda queues: wakes.append(1), worker_id="cut-off")
     listener.start()
     try:
         wait_until(lambda: listener.listening.is_set() and wakes == [1])

@@ -59,8 +59,9 @@ class Listener:
 
     Args:
         queues: the worker's queues; ``None`` means every queue.
-        wake: called (on the listener thread) when a served queue gets a job, and after
-            each reconnection.
+        wake: called (on the listener thread) with the served queues named when they get a
+            job, and with ``None`` after each reconnection (jobs of any queue may have come
+            meanwhile).
         worker_id: names the connection (``application_name``) and the thread.
         watchdog: cuts the connection if a statement on it hangs.
     """
@@ -69,7 +70,7 @@ class Listener:
         self,
         *,
         queues: Collection[str] | None,
-        wake: Callable[[], None],
+        wake: Callable[[frozenset[str] | None], None],
         worker_id: str,
         watchdog: Watchdog | None = None,
     ) -> None:
@@ -164,7 +165,7 @@ class Listener:
             raise
         self.listening.set()
         self._failures.restored("worker %s: listener reconnected", self._worker_id)
-        self._wake()  # whatever was enqueued while nobody listened
+        self._wake(None)  # whatever was enqueued while nobody listened
         return connection
 
     def _hears(self, connection: psycopg.Connection[Any]) -> bool:
@@ -221,7 +222,8 @@ class Listener:
                 # A round trip turns that into an error (and is harmless otherwise).
                 connection.execute(sql.wake.PING)
             elif self._queues is None or not self._queues.isdisjoint(notified):
-                self._wake()
+                named = frozenset(notified)
+                self._wake(named if self._queues is None else named & self._queues)
 
     def _wait_for_stop(self, seconds: float) -> None:
         select.select([self._stop_read], [], [], seconds)

@@ -36,7 +36,7 @@ import socket
 import threading
 import time
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -313,6 +313,12 @@ class Worker:
         self._flow: flow_state.FlowState | None = None
         self._limited_retry_at = math.inf  # time.monotonic(): a limited claim to retry
         self._limited_pending = True  # limited jobs may wait: claim them before the others
+        # No limited claim after the plain one before then (time.monotonic()): the last one
+        # found no limited job; a notification or a wake by the clock (a job falling due)
+        # brings it forward.
+        self._limited_idle_until = 0.0
+        self._limited_queue_named = threading.Event()  # a limited queue got a job
+        self._limited_maybe = threading.Event()  # a job that a kind limit may bind came
         self._finished_lanes: set[str] = set()
         # Rate-limited jobs just claimed: where their start is logged (see _hold).
         self._rated: dict[int, limited_claims.RatedStart] = {}
@@ -346,9 +352,17 @@ class Worker:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
-    def _announce(self) -> None:
-        """A job was enqueued in a served queue (or the listener reconnected): wake the loop,
-        and cut short its wait for outcomes to share an ack."""
+    def _announce(self, queues: Collection[str] | None = None) -> None:
+        """A job was enqueued in ``queues`` (served ones; ``None``: perhaps in any, the
+        listener reconnected): wake the loop, and cut short its wait for outcomes to share
+        an ack. A limited queue named makes the next turn claim limited jobs first; any
+        other, while kinds it serves have limits, makes it claim them after its plain
+        claim."""
+        flow = self._flow
+        if queues is None or flow is None or not flow.queue_limits.keys().isdisjoint(queues):
+            self._limited_queue_named.set()
+        elif not flow.kind_limits.keys().isdisjoint(self.kinds):
+            self._limited_maybe.set()
         self._announced.set()
         with self._outcomes_changed:
             self._outcomes_changed.notify()
@@ -531,9 +545,14 @@ class Worker:
         flow = self._flow_state(cursor)
         flow.guard.checked = False
         # Limited jobs, for idle handler slots (and the prefetch, far from their limits):
-        # before the plain claim while some may be waiting, else after it, once the plain
-        # claim's jobs are handed on (a quiet limited queue then adds nothing to the pickup
-        # of the others). Each claim's jobs are handed on as soon as it returns.
+        # before the plain claim while some may be waiting (or a limited queue got a job),
+        # else after it, once the plain claim's jobs are handed on, and only when a limited
+        # job may have come since the last limited claim found none (a quiet limited queue
+        # then adds nothing to the pickup of the others). Each claim's jobs are handed on as
+        # soon as it returns.
+        if self._limited_queue_named.is_set():
+            self._limited_queue_named.clear()
+            self._limited_pending = True
         limited_first = self._limited_pending
         limited = self._claim_limited(connection, flow) if limited_first else []
         start_failed = self._hand_on(cursor, limited)
@@ -564,7 +583,12 @@ class Worker:
             flow=flow.guard,
         )
         start_failed = self._hand_on(cursor, plain) or start_failed
-        if not limited_first and not flow.guard.changed and start_failed is None:
+        if (
+            not limited_first
+            and not flow.guard.changed
+            and start_failed is None
+            and self._limited_may_wait()
+        ):
             limited = self._claim_limited(connection, flow)
             start_failed = self._hand_on(cursor, limited)
         if start_failed is not None:
@@ -593,6 +617,15 @@ class Worker:
         if len(plain) < limit or not limit:
             return self._idle_timeout(cursor)
         return min(self.poll_interval, max(0.0, self._limited_retry_at - time.monotonic()))
+
+    def _limited_may_wait(self) -> bool:
+        """Whether a limited job may wait that no limited claim has seen: a job that a kind
+        limit may bind was announced, or the last limited claim that found none is at least a
+        poll interval old (or the loop woke by the clock: a job fell due)."""
+        if self._limited_maybe.is_set():
+            self._limited_maybe.clear()
+            return True
+        return time.monotonic() >= self._limited_idle_until
 
     def _hand_on(
         self, cursor: psycopg.Cursor[Any], jobs: list[claims.ClaimedJob]
@@ -683,6 +716,8 @@ class Worker:
             retry_in = min(retry_in, result.next_start_in)
         self._limited_retry_at = time.monotonic() + retry_in
         self._limited_pending = bool(result.jobs) or result.held_elsewhere or retry_in < math.inf
+        quiet = not (self._limited_pending or result.far_from_binding)
+        self._limited_idle_until = time.monotonic() + self.poll_interval if quiet else 0.0
         self._rated.update(result.rated)
         return result.jobs
 
@@ -823,8 +858,8 @@ class Worker:
                 self._progress.progressed()
                 if timeout is None:
                     break
-                if timeout > 0:
-                    self._wake.wait(None if timeout == math.inf else timeout)
+                if timeout > 0 and not self._wake.wait(None if timeout == math.inf else timeout):
+                    self._limited_idle_until = 0.0  # woken by the clock: a job fell due
         except BaseException:
             failed = True
             raise
