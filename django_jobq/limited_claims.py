@@ -126,13 +126,15 @@ class LimitedClaim:
     ``rated``: per job id, where its start is logged (:class:`RatedStart`);
     ``far_from_binding``: every limit it counted was far from binding
     (:func:`far_from_binding`), so it could fill the prefetch too (a worker with no idle
-    slot may claim again for its prefetch)."""
+    slot may claim again for its prefetch); ``full``: it claimed as many jobs as it asked
+    for (more may wait)."""
 
     jobs: list[ClaimedJob]
     held_elsewhere: bool = False
     next_start_in: float | None = None
     rated: dict[int, RatedStart] = field(default_factory=dict)
     far_from_binding: bool = False
+    full: bool = False
 
 
 def claim_limited(
@@ -199,6 +201,7 @@ def claim_limited(
         next_start_in=next_start_in,
         rated=rated,
         far_from_binding=far,
+        full=bool(jobs) and len(jobs) == wanted,
     )
 
 

@@ -324,6 +324,7 @@ class Worker:
         self._rated: dict[int, limited_claims.RatedStart] = {}
         # The last limited claim found every limit far from binding: it may fill the prefetch.
         self._limited_far = False
+        self._limited_full = False  # this turn's limited claim took all it asked for
         self._completer = Completer(on_applied=self._applied, observer=self._observer)
         self._maintenance = Maintenance()
         self._capacity = slots + self.batch_size
@@ -553,6 +554,7 @@ class Worker:
         if self._limited_queue_named.is_set():
             self._limited_queue_named.clear()
             self._limited_pending = True
+        self._limited_full = False
         limited_first = self._limited_pending
         limited = self._claim_limited(connection, flow) if limited_first else []
         start_failed = self._hand_on(cursor, limited)
@@ -595,7 +597,9 @@ class Worker:
             raise start_failed
         if flow.stale:
             return 0.0  # the pauses or limits changed: read them, and claim again at once
-        if limit and len(plain) == limit and self._outstanding < self._capacity:
+        if ((limit and len(plain) == limit) or self._limited_full) and (
+            self._outstanding < self._capacity
+        ):
             return 0.0  # more may be waiting: claim again at once
         jobs = limited + plain
         if limit and not jobs and self._positions.is_set():
@@ -614,8 +618,10 @@ class Worker:
         # Wait for an outcome to free room, a notification, or the poll interval; when the
         # claim took every due job, at most until the next one falls due (or a limited
         # claim may be tried again).
-        if len(plain) < limit or not limit:
+        if (len(plain) < limit or not limit) and not self._limited_full:
             return self._idle_timeout(cursor)
+        # A claim took all it asked for, and the prefetch is full: its jobs' outcomes wake
+        # the loop.
         return min(self.poll_interval, max(0.0, self._limited_retry_at - time.monotonic()))
 
     def _limited_may_wait(self) -> bool:
@@ -711,6 +717,7 @@ class Worker:
             state=flow,
         )
         self._limited_far = result.far_from_binding
+        self._limited_full = result.full
         retry_in = LIMITED_RETRY_INTERVAL if result.held_elsewhere else math.inf
         if result.next_start_in is not None:
             retry_in = min(retry_in, result.next_start_in)
