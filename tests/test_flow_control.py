@@ -764,8 +764,9 @@ def test_a_quiet_limited_queue_costs_the_others_no_claims_until_a_limited_job_co
         workers(concurrency=2, poll_interval=60)
     wait_until(lambda: calls, what="the worker's first limited claim")
     for n in range(5):
-        record.enqueue(f"plain {n}")
-        wait_until(lambda n=n: Effect.objects.filter(label=f"plain {n}").exists(), what="a job")
+        label = f"plain {n}"
+        record.enqueue(label)
+        wait_until(Effect.objects.filter(label=label).exists, what=label)
     assert len(calls) == 1
 
     record.using(queue="tuned").enqueue("limited queue")
