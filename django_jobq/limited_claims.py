@@ -429,24 +429,35 @@ def confirm_start(start: RatedStart) -> None:
     """Move the start of a rate-limited job whose handler starts later than its claim's
     row counts it (:meth:`RatedStart.needs_confirming`; ``start`` as
     :attr:`LimitedClaim.rated` gives it) out of its claim's rows into rows of its own,
-    stamped with the database's clock once the claim's rows are locked, the margin ahead
-    (so the start is counted if it follows within twice the margin: the statement's commit
-    and return take time too), in a statement of its own on this thread's Django
-    connection to the queue database (``sql.flow.CONFIRM_START``). The handler thread calls
-    it just before the handler.
+    stamped with the database's clock once the claim's rows are locked, the margin ahead, in
+    a statement of its own on this thread's Django connection to the queue database
+    (``sql.flow.CONFIRM_START``). The handler thread calls it just before the handler.
+
+    Such a row counts a start that follows its stamp's clock reading within twice the
+    margin. If the statement's round trip took longer than one margin (its commit, or a
+    thread kept waiting for the GIL on a busy machine), that is not sure: the start moves
+    again, out of the rows just written into newer ones, until a round trip is quick
+    enough; the last half margin covers what runs before the handler's first line.
 
     Raises:
         django.db.Error: the statement failed (the attempt fails like a handler that raised).
     """
     from django.db import connections  # here: the claim side runs on psycopg alone
 
+    rows = list(start.rows)
     with connections[get_settings().DATABASE].cursor() as cursor:
-        cursor.execute(
-            sql.flow.CONFIRM_START,
-            {
-                "rows": list(start.rows),
-                "scopes": [scope for scope, _ in start.keys],
-                "names": [name for _, name in start.keys],
-                "aheads": list(start.margins),
-            },
-        )
+        while True:
+            sent = time.monotonic()
+            cursor.execute(
+                sql.flow.CONFIRM_START,
+                {
+                    "rows": rows,
+                    "scopes": [scope for scope, _ in start.keys],
+                    "names": [name for _, name in start.keys],
+                    "aheads": list(start.margins),
+                },
+            )
+            moved_to = {(scope, name): row_id for row_id, scope, name in cursor.fetchall()}
+            if time.monotonic() - sent <= min(start.margins):
+                return
+            rows = [moved_to[key] for key in start.keys]

@@ -782,3 +782,27 @@ def test_a_job_a_kind_limit_binds_is_claimed_at_once_in_any_queue(workers):
     wait_until(lambda: Effect.objects.filter(label="first").exists(), what="the first job")
     limited_step.using(queue="default").enqueue("limited kind")  # concurrency_limit=2
     wait_until(lambda: Run.objects.filter(label="limited kind").exists(), what="it")
+
+
+def test_a_late_start_whose_statement_was_slow_moves_again(connect):
+    """A late start's row counts a start within twice the margin of its stamp; a
+    statement whose round trip took longer than a margin (here it waited for a lock on the
+    claim's row, held three margins) cannot promise that, so the start moves again, out of
+    the row just written into a newer one."""
+    Queue.objects.create(name="tuned", rate_limit="100/5s")  # a margin of 0.1 s
+    record.using(queue="tuned").enqueue("late")
+    (job,) = (result := claim_limited_now(connect(), limit=1)).jobs
+    (claim_row,) = result.rated[job.id].rows
+    holder = connect(autocommit=False)
+    holder.execute("SELECT 1 FROM jobq_limit_start WHERE id = %s FOR UPDATE", [claim_row])
+    timer = threading.Timer(0.3, holder.commit)  # the delay under test, not a sync
+    timer.start()
+    try:
+        limited_claims.confirm_start(result.rated[job.id])
+    finally:
+        timer.join()
+
+    claimed, moved, again = LimitStart.objects.order_by("id")
+    assert (claimed.id, claimed.starts) == (claim_row, 0)
+    assert (moved.starts, again.starts) == (0, 1)  # moved once, then again
+    assert again.started_at > moved.started_at

@@ -182,6 +182,8 @@ RECORD_STARTS = _RECORD_STARTS_TEMPLATE.format(in_window=_IN_WINDOW)
 #: thread and committed before the handler starts, so a handler that started late behind
 #: its claim still counts from its start (docs/flow-control.md, "Rate limits"). A claim's
 #: row already pruned (out of its window) is left alone. Never waits for a limited claim.
+#: Returns each new row's ``id``, ``scope`` and ``name`` (a start that must move again
+#: moves out of them).
 CONFIRM_START = """
 WITH moved AS (
     UPDATE jobq_limit_start SET starts = starts - 1
@@ -193,4 +195,5 @@ SELECT key.scope, key.name, clock_timestamp() + make_interval(secs => key.ahead)
 FROM unnest(%(scopes)s::text[], %(names)s::text[], %(aheads)s::float8[])
     AS key(scope, name, ahead)
 WHERE (SELECT count(*) FROM moved) >= 0
+RETURNING id, scope, name
 """

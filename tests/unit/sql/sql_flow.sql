@@ -134,3 +134,4 @@ SELECT key.scope, key.name, clock_timestamp() + make_interval(secs => key.ahead)
 FROM unnest(%(scopes)s::text[], %(names)s::text[], %(aheads)s::float8[])
     AS key(scope, name, ahead)
 WHERE (SELECT count(*) FROM moved) >= 0
+RETURNING id, scope, name
