@@ -743,14 +743,15 @@ def test_a_job_of_an_unlimited_queue_is_handed_on_before_the_limited_claim_after
     assert after_the_claim and all(after_the_claim)
 
 
+@pytest.mark.parametrize("limit", [5, 1000], ids=["near", "far from binding"])
 def test_a_quiet_limited_queue_costs_the_others_no_claims_until_a_limited_job_comes(
-    workers, monkeypatch
+    limit, workers, monkeypatch
 ):
     """Once a limited claim found nothing, jobs of unlimited queues are claimed without a
     limited claim after theirs (until the poll interval, here long, passes); a job of the
     limited queue, announced, is claimed at once. (A worker that serves kinds with limits
     runs a limited claim after each announced job: such a job may come in any queue.)"""
-    Queue.objects.create(name="tuned", concurrency_limit=5)
+    Queue.objects.create(name="tuned", concurrency_limit=limit)
     calls: list[int] = []
     claim_limited = limited_claims.claim_limited
 

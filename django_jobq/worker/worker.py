@@ -638,7 +638,8 @@ class Worker:
     ) -> psycopg.Error | None:
         """Hand a claim's ``jobs`` to the handler threads (or the event loop), and record at
         once those that must not run; return the error of the tasks' start if it failed
-        (the jobs are handed on all the same: the caller then lets the loop reconnect)."""
+        for the connection (:func:`django_jobq.db.is_connection_fault`; the jobs are handed
+        on all the same: the caller then lets the loop reconnect)."""
         if not jobs:
             return None
         if crash_points.reach is not None:
@@ -723,7 +724,7 @@ class Worker:
             retry_in = min(retry_in, result.next_start_in)
         self._limited_retry_at = time.monotonic() + retry_in
         self._limited_pending = bool(result.jobs) or result.held_elsewhere or retry_in < math.inf
-        quiet = not (self._limited_pending or result.far_from_binding)
+        quiet = not self._limited_pending  # it found no job, and nothing to try again
         self._limited_idle_until = time.monotonic() + self.poll_interval if quiet else 0.0
         self._rated.update(result.rated)
         return result.jobs
