@@ -79,6 +79,7 @@ def explain_claim(conn: psycopg.Connection[Any], limit: int) -> dict[str, Any]:
         "worker_id": "bench-explain",
         "kinds": [KIND],
         "front": limit * sql.claims.CLAIM_FRONT_FACTOR,
+        "flow_digest": None,  # no flow control: the claim compares no digest
     }
     with conn.transaction(force_rollback=True):
         row = conn.execute(statement, params).fetchone()
