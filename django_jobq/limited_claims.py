@@ -107,10 +107,10 @@ class RatedStart:
     keys: tuple[tuple[str, str], ...]
     covered_until: float
     #: The ids of the rows (``jobq_limit_start``) its claim logged its start in, one per key.
-    rows: tuple[int, ...] = ()
+    rows: tuple[int, ...]
     #: Each key's margin (:func:`rate_window`), in seconds: how far ahead of the clock a
     #: late start is stamped (:func:`confirm_start`).
-    margins: tuple[float, ...] = ()
+    margins: tuple[float, ...]
 
     def needs_confirming(self) -> bool:
         """Whether the handler, starting now, must stamp its start (:func:`confirm_start`)."""
