@@ -45,10 +45,10 @@ def install() -> None:
 
     original_init = listener.Listener.__init__
 
-    def init(self: Any, *, wake: Callable[[], None], **kwargs: Any) -> None:
-        def traced_wake() -> None:
+    def init(self: Any, *, wake: Callable[..., None], **kwargs: Any) -> None:
+        def traced_wake(*args: Any) -> None:
             record_line(b"notify %d\n" % time.monotonic_ns(), suffix="trace")
-            wake()
+            wake(*args)
 
         original_init(self, wake=traced_wake, **kwargs)
 
