@@ -7,15 +7,20 @@ limited claim takes their jobs in one transaction:
 1. lock the rows of the limited queues and kinds it may claim for (``sql.flow.LOCK_LIMIT_STATES``),
    waiting at most 20 ms for those another worker's limited claim holds (it holds them about
    a millisecond); a row held longer is left to that worker, the claim goes on with the
-   others, and the worker tries it again soon (:func:`_lock`);
+   others, and the worker tries it again soon (:func:`_lock_and_count`);
 2. count their jobs holding a live lease, and their recent starts, fleet-wide
-   (``sql.flow.COUNT_LIMITED``): a new
-   statement, so it sees every claim committed before the lock, and no other claim can
-   take jobs under these limits until this transaction ends;
+   (``sql.flow.COUNT_LIMITED``): a new statement, so it sees every claim committed before
+   the lock, and no other claim can take jobs under these limits until this transaction
+   ends;
 3. claim, per limited queue and kind (and per pair of both), at most what the limits leave
    (``claims.claim``, so lapsed leases first, lanes and pauses honoured);
 4. log the starts for the rate limits (``jobq_limit_start``, ``sql.flow.RECORD_STARTS``:
    one row per rate limit, counting the jobs the claim took under it), and commit.
+
+Steps 1 and 2 travel with the ``BEGIN`` in one round trip, step 4 with the ``COMMIT``
+(:mod:`django_jobq.pipelined_transaction`): three round trips in all for a claim of one
+limited queue, where each statement on its own took six, and the locks other workers' limited
+claims wait for are held for two of them.
 
 The logs count starts, not claims: the row a claim writes counts its jobs' starts for as
 long as they may begin after it (:class:`RatedStart`); a rate-limited job whose handler
@@ -45,7 +50,7 @@ took, and the count a claim reads is a row per claim, not per start.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +60,7 @@ from . import claims, sql
 from .claims import ClaimedJob
 from .conf import get_settings
 from .flow_state import FlowState, Limits, served_limited_queues
+from .pipelined_transaction import PipelinedTransaction
 
 #: Seconds a limit's row that a claim waited for in vain (another worker's limited claim
 #: held it past ``sql.flow.SET_LIMIT_LOCK_TIMEOUT``) is skipped without a wait.
@@ -174,9 +180,10 @@ def claim_limited(
         return LimitedClaim([])
     keys = [("queue", name) for name in queue_keys] + [("kind", name) for name in kind_keys]
     try:
-        with connection.transaction():
-            cursor = connection.cursor()
-            locked = _lock(connection, state, keys)
+        with PipelinedTransaction(connection) as transaction:
+            # Only a claim for idle handler threads waits for a row another worker's claim
+            # holds: one for the prefetch alone tries again on the loop's next turn.
+            locked, counted = _lock_and_count(connection, transaction, state, keys, wait=limit > 0)
             if locked is None:
                 # A limit's row is gone (deleted by hand): loading the state again writes it.
                 state.guard.changed = True
@@ -184,15 +191,18 @@ def claim_limited(
             held_elsewhere = len(locked) < len(keys)
             if not locked:
                 return LimitedClaim([], held_elsewhere=True)
-            room, next_start_in = _count(cursor, state, locked)
+            room, next_start_in = counted
             far = far_from_binding(state, room, limit + prefetch)
             wanted = limit + prefetch if far else limit
+            cursor = connection.cursor()
             jobs = _claim_within(cursor, worker_id, wanted, queues, kinds, state, room)
             if state.guard.changed:
                 return LimitedClaim([])
             # Jobs past the idle slots wait in the prefetch: their rows are stamped ahead.
             prefetched = len(jobs) > limit
-            rated = _record_starts(cursor, state, room, jobs, prefetching=prefetched)
+            with transaction.commit():
+                record = _record_starts(cursor, state, room, jobs, prefetching=prefetched)
+            rated = record()
     except psycopg.errors.LockNotAvailable:  # a row of the log, held past the lock timeout
         return LimitedClaim([], held_elsewhere=True)
     return LimitedClaim(
@@ -205,33 +215,52 @@ def claim_limited(
     )
 
 
-def _lock(
-    connection: psycopg.Connection[Any], state: FlowState, keys: list[tuple[str, str]]
-) -> list[tuple[str, str]] | None:
-    """Lock the rows of the limits ``keys`` (``(scope, name)`` pairs): those free at once
-    (``sql.flow.LOCK_LIMIT_STATES``), then, in a savepoint, the rows another worker's
-    limited claim holds, waiting for them at most the lock timeout
-    (``sql.flow.WAIT_FOR_LIMIT_STATES``). A row waited for in vain is not waited for again
-    for :data:`STUCK_ROW_BACKOFF` seconds (``state.stuck_until``): a claim stuck elsewhere
+def _lock_and_count(
+    connection: psycopg.Connection[Any],
+    transaction: PipelinedTransaction,
+    state: FlowState,
+    keys: list[tuple[str, str]],
+    *,
+    wait: bool,
+) -> tuple[list[tuple[str, str]] | None, tuple[dict[tuple[str, str], int], float | None]]:
+    """Open the claim's transaction: lock the rows of the limits ``keys`` (``(scope, name)``
+    pairs) free at once (``sql.flow.LOCK_LIMIT_STATES``) and count every key's jobs
+    (:func:`_send_count`), both sent with the ``BEGIN`` in one round trip. The count is a
+    statement of its own after the lock, so it sees every claim committed before the lock
+    was taken; what it counted of a key left unlocked is not read.
+
+    Then, in a savepoint, the rows another worker's limited claim holds are waited for, at
+    most the lock timeout (``sql.flow.WAIT_FOR_LIMIT_STATES``), and counted again if any
+    was locked so. A row waited for in vain is not waited for again for
+    :data:`STUCK_ROW_BACKOFF` seconds (``state.stuck_until``): a claim stuck elsewhere
     costs this worker's turns nothing, and the other limits' jobs are claimed meanwhile.
-    Returns the locked keys (those not locked are held elsewhere), or ``None`` when a row
-    is gone."""
-    cursor = connection.cursor()
-    cursor.execute(sql.flow.LOCK_LIMIT_STATES, _key_params(keys))
-    locked = [(scope, name) for scope, name in cursor.fetchall()]
+
+    Returns:
+        The locked keys (those not locked are held elsewhere), or ``None`` when a row is
+        gone; and what the count leaves (:func:`_read_count`).
+    """
+    lock_cursor = connection.cursor()
+    count_cursor = connection.cursor()
+    with transaction.begin():
+        lock_cursor.execute(sql.flow.LOCK_LIMIT_STATES, _key_params(keys))
+        _send_count(count_cursor, state, keys)
+    locked = [(scope, name) for scope, name in lock_cursor.fetchall()]
     now = time.monotonic()
-    waited = [k for k in keys if k not in locked and state.stuck_until.get(k, 0.0) <= now]
-    if not waited:
-        return locked
-    try:
-        with connection.transaction():
-            cursor.execute(sql.flow.SET_LIMIT_LOCK_TIMEOUT)
-            cursor.execute(sql.flow.WAIT_FOR_LIMIT_STATES, _key_params(waited))
-            got = [(scope, name) for scope, name in cursor.fetchall()]
-    except psycopg.errors.LockNotAvailable:
-        state.stuck_until.update((key, now + STUCK_ROW_BACKOFF) for key in waited)
-        return locked
-    return locked + got if len(got) == len(waited) else None
+    waited = [k for k in keys if wait and k not in locked and state.stuck_until.get(k, 0.0) <= now]
+    if waited:
+        try:
+            with connection.transaction():  # a savepoint: the transaction is open
+                lock_cursor.execute(sql.flow.SET_LIMIT_LOCK_TIMEOUT)
+                lock_cursor.execute(sql.flow.WAIT_FOR_LIMIT_STATES, _key_params(waited))
+                got = [(scope, name) for scope, name in lock_cursor.fetchall()]
+        except psycopg.errors.LockNotAvailable:
+            state.stuck_until.update((key, now + STUCK_ROW_BACKOFF) for key in waited)
+        else:
+            if len(got) < len(waited):
+                return None, ({}, None)
+            locked += got
+            _send_count(count_cursor, state, locked)
+    return locked, _read_count(count_cursor, state, locked)
 
 
 def _key_params(keys: list[tuple[str, str]]) -> dict[str, list[str]]:
@@ -242,26 +271,33 @@ def _key_params(keys: list[tuple[str, str]]) -> dict[str, list[str]]:
     }
 
 
-def _count(
-    cursor: psycopg.Cursor[Any], state: FlowState, locked: list[tuple[str, str]]
-) -> tuple[dict[tuple[str, str], int], float | None]:
-    """Count the jobs running and recently started under each locked limit
-    (``sql.flow.COUNT_LIMITED``); return the room each leaves, and the seconds until a rate
-    limit that leaves none lets a job start (``None``: none is stopped by its rate)."""
-    rates = [_limits(state, key).rate for key in locked]
+def _send_count(cursor: psycopg.Cursor[Any], state: FlowState, keys: list[tuple[str, str]]) -> None:
+    """Count the jobs running and recently started under each limit of ``keys``
+    (``sql.flow.COUNT_LIMITED``); :func:`_read_count` reads the result."""
+    rates = [_limits(state, key).rate for key in keys]
     cursor.execute(
         sql.flow.COUNT_LIMITED,
         {
-            "scopes": [scope for scope, _ in locked],
-            "names": [name for _, name in locked],
+            "scopes": [scope for scope, _ in keys],
+            "names": [name for _, name in keys],
             "windows": [rate and rate_window(rate.window) for rate in rates],
             "counts": [rate and rate.count for rate in rates],
         },
     )
+
+
+def _read_count(
+    cursor: psycopg.Cursor[Any], state: FlowState, locked: list[tuple[str, str]]
+) -> tuple[dict[tuple[str, str], int], float | None]:
+    """From :func:`_send_count`'s result, the room each ``locked`` limit leaves, and the
+    seconds until a rate limit that leaves none lets a job start (``None``: none is
+    stopped by its rate)."""
     room: dict[tuple[str, str], int] = {}
     next_start_in: float | None = None
     for scope, name, live, recent, frees_in in cursor.fetchall():
         key = (scope, name)
+        if key not in locked:
+            continue
         room[key], wait = _room(_limits(state, key), live, recent, frees_in)
         if wait is not None:
             next_start_in = wait if next_start_in is None else min(next_start_in, wait)
@@ -362,11 +398,12 @@ def _record_starts(
     jobs: list[ClaimedJob],
     *,
     prefetching: bool,
-) -> dict[int, RatedStart]:
+) -> Callable[[], dict[int, RatedStart]]:
     """Log the claimed jobs' starts for their rate-limited queues and kinds, a row per
     limit (``sql.flow.RECORD_STARTS``), stamped ahead of the clock (:func:`_ahead`; further
-    when ``prefetching``: the claim may have filled the prefetch); return where each such
-    job's start is logged."""
+    when ``prefetching``: the claim may have filled the prefetch). The statement is sent,
+    not waited for (it travels with the ``COMMIT``); the function returned reads its result
+    once it has run: where each such job's start is logged."""
     keyed: dict[int, tuple[tuple[str, str], ...]] = {}
     starts: dict[tuple[str, str], int] = {}
     for job in jobs:
@@ -380,7 +417,7 @@ def _record_starts(
             for key in keys:
                 starts[key] = starts.get(key, 0) + 1
     if not starts:
-        return {}
+        return lambda: {}
     sent = time.monotonic()  # the statement's clock reads later
     cursor.execute(
         sql.flow.RECORD_STARTS,
@@ -392,20 +429,25 @@ def _record_starts(
             "windows": [_window(state, key) for key in starts],
         },
     )
-    rows = {(scope, name): row_id for row_id, scope, name in cursor.fetchall()}
-    rated: dict[int, RatedStart] = {}
-    for job_id, keys in keyed.items():
+
+    def rated() -> dict[int, RatedStart]:
+        rows = {(scope, name): row_id for row_id, scope, name in cursor.fetchall()}
         # Half the margin: the other half covers the moment between the check and the
         # handler's first line (the job_started signal, a thread hop for async code).
-        covered = min(
-            _ahead(state, key, prefetching) + _margin(_limits(state, key)) / 2 for key in keys
-        )
-        rated[job_id] = RatedStart(
-            keys,
-            covered_until=sent + covered,
-            rows=tuple(rows[key] for key in keys),
-            margins=tuple(_margin(_limits(state, key)) for key in keys),
-        )
+        return {
+            job_id: RatedStart(
+                keys,
+                covered_until=sent
+                + min(
+                    _ahead(state, key, prefetching) + _margin(_limits(state, key)) / 2
+                    for key in keys
+                ),
+                rows=tuple(rows[key] for key in keys),
+                margins=tuple(_margin(_limits(state, key)) for key in keys),
+            )
+            for job_id, keys in keyed.items()
+        }
+
     return rated
 
 

@@ -311,6 +311,30 @@ def test_a_limit_row_held_by_a_stalled_claim_holds_up_only_its_own_jobs(connect)
     assert [job.id for job in claim().jobs] == [stuck.pk]
 
 
+def test_a_claim_for_the_prefetch_alone_does_not_wait_for_a_row_held_elsewhere(connect):
+    """With no idle handler thread to fill, a limited claim that finds a limit's row held by
+    another worker's claim does not wait for it (the loop tries again on its next turn, and
+    goes on with its acks meanwhile), nor marks the row stuck; a claim for an idle thread
+    waits for it, and once it is free claims at once."""
+    Queue.objects.create(name="tuned", concurrency_limit=100)
+    waiting = record.using(queue="tuned").enqueue("waits")
+    worker_connection = connect()
+    state = flow_state.load(worker_connection.cursor())
+    held = connect(autocommit=False)
+    held.execute("SELECT * FROM jobq_limit_state WHERE name = 'tuned' FOR UPDATE")
+    result = claim_limited_now(worker_connection, limit=0, prefetch=10, state=state)
+    assert (result.jobs, result.held_elsewhere, state.stuck_until) == ([], True, {})
+    result = claim_limited_now(worker_connection, limit=1, prefetch=10, state=state)
+    assert (result.jobs, result.held_elsewhere) == ([], True)
+    assert state.stuck_until[("queue", "tuned")] > time.monotonic()  # it waited in vain
+    held.rollback()
+    state.stuck_until.clear()
+    assert [
+        job.id
+        for job in claim_limited_now(worker_connection, limit=0, prefetch=10, state=state).jobs
+    ] == [waiting.pk]
+
+
 def test_a_limit_row_deleted_by_hand_is_written_again_by_the_next_load(connect):
     Queue.objects.create(name="tuned", concurrency_limit=5)
     record.using(queue="tuned").enqueue("waits")

@@ -31,6 +31,8 @@ import sql``:
 - ``stats``: queue states, samples and outcome rollups;
 - ``tasks``: Django tasks: enqueueing them with their results, an attempt's start;
 - ``testing``: the testing helpers' (``django_jobq.testing``): making jobs due in a test;
+- ``transactions``: ``BEGIN``, ``COMMIT`` and ``ROLLBACK``, for a transaction pipelined with its
+  statements;
 - ``wake``: LISTEN/NOTIFY wake-ups;
 - ``workers``: the registry of running worker processes.
 
@@ -60,5 +62,6 @@ from . import schedules as schedules
 from . import stats as stats
 from . import tasks as tasks
 from . import testing as testing
+from . import transactions as transactions
 from . import wake as wake
 from . import workers as workers
