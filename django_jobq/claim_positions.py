@@ -35,6 +35,11 @@ avoids, so the worker runs it only every :meth:`ClaimPositions.probe_interval` s
 :data:`MIN_PROBE_INTERVAL`, at most :data:`MAX_PROBE_INTERVAL`), never inside the claim; a
 worker whose claim came back empty waits at most until the probe is due, and a burst worker
 probes before it stops. Such a row waits at most that long beyond its turn.
+
+Limited claims (:mod:`django_jobq.limited_claims`) keep positions too, one set per set of
+limits they claim under, and instead of probing read from the start: when their probe
+would be due, when a claim from positions finds nothing (at once) and after one that came
+back short.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 
 from . import registry, sql
+from .claim_positions import ClaimPositions
 from .claims import FlowGuard
 from .conf import get_settings
 from .rates import Rate, parse_rate
@@ -55,7 +56,9 @@ class FlowState:
     stops being true by itself (the first "pause until" ends), or ``math.inf``.
     ``stuck_until``: per limit's ``(scope, name)``, the ``time.monotonic()`` until which its
     row, held elsewhere past the lock timeout, is not waited for
-    (:mod:`django_jobq.limited_claims`).
+    (:mod:`django_jobq.limited_claims`). ``positions``: per set of limits a limited claim
+    claims under (its ``(scope, name)`` keys), where its claims start reading
+    (:mod:`django_jobq.claim_positions`); loading the state again starts them afresh.
     """
 
     guard: FlowGuard
@@ -64,6 +67,7 @@ class FlowState:
     kind_limits: dict[str, Limits] = field(default_factory=dict)
     reload_at: float = math.inf
     stuck_until: dict[tuple[str, str], float] = field(default_factory=dict)
+    positions: dict[tuple[tuple[str, str], ...], ClaimPositions] = field(default_factory=dict)
 
     @property
     def stale(self) -> bool:

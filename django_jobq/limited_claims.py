@@ -57,6 +57,7 @@ from typing import Any
 import psycopg
 
 from . import claims, sql
+from .claim_positions import ClaimPositions
 from .claims import ClaimedJob
 from .conf import get_settings
 from .flow_state import FlowState, Limits, served_limited_queues
@@ -374,14 +375,15 @@ def _claim_within(
         allowed = min([limit - len(jobs), *(room[key] for key in keys)])
         if allowed <= 0 or not plan_kinds or plan_queues == []:
             continue
-        claimed = claims.claim(
+        claimed = _claim_plan(
             cursor,
+            state,
+            tuple(keys),
             worker_id=worker_id,
             limit=allowed,
             queues=plan_queues,
             kinds=plan_kinds,
             excluded_queues=excluded if plan_queues is None else (),
-            flow=state.guard,
         )
         if state.guard.changed:
             return []
@@ -389,6 +391,42 @@ def _claim_within(
             room[key] -= len(claimed)
         jobs += claimed
     return jobs
+
+
+def _claim_plan(
+    cursor: psycopg.Cursor[Any],
+    state: FlowState,
+    keys: tuple[tuple[str, str], ...],
+    *,
+    limit: int,
+    **claim: Any,
+) -> list[ClaimedJob]:
+    """Claim up to ``limit`` jobs under the limits ``keys`` (``claim``: the rest of
+    :func:`django_jobq.claims.claim`'s arguments), reading from where the last claim under
+    them stopped (``state.positions``, see :mod:`django_jobq.claim_positions`): in a backlog,
+    a claim does not walk the entries of every job claimed before it. A job can come to
+    sort behind the positions (a released job, a late commit, a row a lock hid); a plain
+    claim's probe finds it, here:
+
+    - positions are dropped once their probe is due (:meth:`ClaimPositions.seconds_until_probe`):
+      the claim reads from the start at least that often;
+    - a claim from positions that finds nothing reads again from the start at once, so a
+      claim that returns nothing saw every job it could take;
+    - one that took fewer than ``limit`` drops them: the next claim (the worker claims again
+      soon after a claim that took jobs) reads from the start."""
+    positions = state.positions.get(keys)
+    if positions is None or positions.seconds_until_probe() == 0:
+        positions = state.positions[keys] = ClaimPositions()
+    from_positions = positions.is_set()
+    claimed = claims.claim(cursor, limit=limit, positions=positions, flow=state.guard, **claim)
+    if not from_positions or len(claimed) == limit or state.guard.changed:
+        return claimed
+    state.positions[keys] = ClaimPositions()
+    if claimed:
+        return claimed
+    return claims.claim(
+        cursor, limit=limit, positions=state.positions[keys], flow=state.guard, **claim
+    )
 
 
 def _record_starts(
