@@ -311,25 +311,29 @@ def test_a_limit_row_held_by_a_stalled_claim_holds_up_only_its_own_jobs(connect)
     assert [job.id for job in claim().jobs] == [stuck.pk]
 
 
-def _straggler(label: str) -> Job:
-    """A job of the limited queue that sorts before every other (a past ``run_at``), as a
-    job released by a stopping worker or committed late does: behind claim positions."""
-    job = record.using(queue="tuned").enqueue(label)
-    Job.objects.filter(pk=job.pk).update(run_at=timezone.now() - timedelta(days=1))
-    return job
+def _behind_positions(
+    connect: Callable[..., Any], backlog: int
+) -> tuple[Any, flow_state.FlowState, Job]:
+    """A limited queue of ``backlog`` jobs, a worker's connection and flow state whose claim
+    took the first two (its positions moved past them), and a straggler: a job that sorts
+    before every other (a past ``run_at``), as one released by a stopping worker or
+    committed late does, behind the positions."""
+    Queue.objects.create(name="tuned", concurrency_limit=100)
+    for n in range(backlog):
+        record.using(queue="tuned").enqueue(f"j{n}")
+    worker_connection = connect()
+    state = flow_state.load(worker_connection.cursor())
+    claim_limited_now(worker_connection, limit=2, state=state)
+    straggler = record.using(queue="tuned").enqueue("behind")
+    Job.objects.filter(pk=straggler.pk).update(run_at=timezone.now() - timedelta(days=1))
+    return worker_connection, state, straggler
 
 
 def test_limited_claims_read_on_from_where_the_last_one_stopped(connect):
     """In a backlog, a limited claim starts after the jobs the claims before it took (the
     entries of jobs already claimed are not walked again), so a job that comes to sort
     before that waits while claims come back full."""
-    Queue.objects.create(name="tuned", concurrency_limit=100)
-    for n in range(6):
-        record.using(queue="tuned").enqueue(f"j{n}")
-    worker_connection = connect()
-    state = flow_state.load(worker_connection.cursor())
-    claim_limited_now(worker_connection, limit=2, state=state)
-    straggler = _straggler("behind")
+    worker_connection, state, straggler = _behind_positions(connect, backlog=6)
     taken = claim_limited_now(worker_connection, limit=2, state=state).jobs
     assert len(taken) == 2 and straggler.pk not in [job.id for job in taken]
 
@@ -337,13 +341,7 @@ def test_limited_claims_read_on_from_where_the_last_one_stopped(connect):
 def test_a_limited_claim_that_comes_back_short_lets_the_next_read_from_the_start(connect):
     """A claim from the positions that takes fewer jobs than it asked for drops them: the
     next claim (the worker claims again after one that took jobs) finds a job behind them."""
-    Queue.objects.create(name="tuned", concurrency_limit=100)
-    for n in range(3):
-        record.using(queue="tuned").enqueue(f"j{n}")
-    worker_connection = connect()
-    state = flow_state.load(worker_connection.cursor())
-    claim_limited_now(worker_connection, limit=2, state=state)
-    straggler = _straggler("behind")
+    worker_connection, state, straggler = _behind_positions(connect, backlog=3)
     assert len(claim_limited_now(worker_connection, limit=5, state=state).jobs) == 1
     record.using(queue="tuned").enqueue("after the positions")
     assert [job.id for job in claim_limited_now(worker_connection, state=state).jobs] == [
@@ -354,13 +352,7 @@ def test_a_limited_claim_that_comes_back_short_lets_the_next_read_from_the_start
 def test_a_limited_claim_that_finds_nothing_from_its_positions_reads_from_the_start(connect):
     """A limited claim that returns nothing saw every job it could take: one that finds
     nothing after its positions reads again from the start at once."""
-    Queue.objects.create(name="tuned", concurrency_limit=100)
-    for n in range(2):
-        record.using(queue="tuned").enqueue(f"j{n}")
-    worker_connection = connect()
-    state = flow_state.load(worker_connection.cursor())
-    claim_limited_now(worker_connection, limit=2, state=state)
-    straggler = _straggler("behind")
+    worker_connection, state, straggler = _behind_positions(connect, backlog=2)
     assert [job.id for job in claim_limited_now(worker_connection, state=state).jobs] == [
         straggler.pk
     ]
@@ -369,13 +361,7 @@ def test_a_limited_claim_that_finds_nothing_from_its_positions_reads_from_the_st
 def test_limited_claims_read_from_the_start_once_the_positions_probe_is_due(connect, monkeypatch):
     """However full the claims, a job behind the positions waits at most a probe interval
     (django_jobq.claim_positions): then the positions are dropped."""
-    Queue.objects.create(name="tuned", concurrency_limit=100)
-    for n in range(6):
-        record.using(queue="tuned").enqueue(f"j{n}")
-    worker_connection = connect()
-    state = flow_state.load(worker_connection.cursor())
-    claim_limited_now(worker_connection, limit=2, state=state)
-    straggler = _straggler("behind")
+    worker_connection, state, straggler = _behind_positions(connect, backlog=6)
     (positions,) = state.positions.values()
     monkeypatch.setattr(positions, "seconds_until_probe", lambda: 0.0)  # the interval passed
     taken = claim_limited_now(worker_connection, limit=2, state=state).jobs
