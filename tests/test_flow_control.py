@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -233,6 +234,18 @@ def test_a_rate_limit_bounds_the_starts_in_every_window_across_workers(workers):
     assert not DeadLetter.objects.exists()  # held back, never failed
 
 
+def test_a_burst_worker_runs_every_job_a_concurrency_limit_holds_back_before_it_stops():
+    """A burst worker stops once no job is due: jobs held back by a concurrency limit are
+    due as soon as a slot frees (its own job's end), so it runs them all, one at a time."""
+    Queue.objects.create(name="flow", concurrency_limit=1)
+    for n in range(5):
+        flow_step.enqueue(f"j{n}")
+    run_burst(concurrency=4)
+    runs = sorted(Run.objects.values_list("started", "finished"))
+    assert len(runs) == 5 and not Job.objects.exists()
+    assert all(finished <= next_started for (_, finished), (next_started, _) in pairwise(runs))
+
+
 def test_a_job_held_back_by_a_limit_consumes_no_attempt(queue_cursor):
     KindLimit.objects.create(kind=rated_step.kind, rate_limit="1/h")
     rated_step.enqueue("first")
@@ -390,6 +403,27 @@ def test_a_claim_for_the_prefetch_alone_does_not_wait_for_a_row_held_elsewhere(c
         job.id
         for job in claim_limited_now(worker_connection, limit=0, prefetch=10, state=state).jobs
     ] == [waiting.pk]
+
+
+def test_a_lock_on_an_old_row_of_the_starts_log_holds_up_no_claim(connect):
+    """A row of the rate limits' log of starts out of its window, locked by another
+    transaction (a lock taken by hand, a late start moving out of it), is not waited for
+    by the claim that prunes the log: the claim goes on, and a later one deletes it."""
+    Queue.objects.create(name="tuned", rate_limit="1000/s")
+    old = LimitStart.objects.create(
+        scope="queue", name="tuned", started_at=timezone.now() - timedelta(hours=1), starts=1
+    )
+    job_ = record.using(queue="tuned").enqueue("claimed")
+    worker_connection = connect()
+    holder = connect(autocommit=False)
+    holder.execute("SELECT * FROM jobq_limit_start WHERE id = %s FOR UPDATE", [old.pk])
+    result = claim_limited_now(worker_connection)
+    assert ([job.id for job in result.jobs], result.held_elsewhere) == ([job_.pk], False)
+    assert LimitStart.objects.filter(pk=old.pk).exists()
+    holder.rollback()
+    record.using(queue="tuned").enqueue("next")
+    claim_limited_now(worker_connection)
+    assert not LimitStart.objects.filter(pk=old.pk).exists()
 
 
 def test_a_limit_row_deleted_by_hand_is_written_again_by_the_next_load(connect):

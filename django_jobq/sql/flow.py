@@ -154,15 +154,23 @@ COUNT_LIMITED = _COUNT_LIMITED_TEMPLATE.format(in_window=_IN_WINDOW)
 #: margin for jobs claimed for idle handler threads, which start at once; a fraction of the
 #: window for a claim that may hold them in the prefetch, so that the row counts every
 #: start within that long of the claim (``django_jobq.limited_claims``). Deletes each
-#: key's rows not in its window (``_IN_WINDOW``): the log holds at most a window of rows.
+#: key's rows not in its window (``_IN_WINDOW``): the log holds about a window of rows. A
+#: row another transaction has locked (a late start moving out of it, a lock taken by
+#: hand) is left for a later claim to delete, not waited for: out of its window it counts
+#: nothing, and a wait would hold up, with this claim, every claim under its limit.
 #: Returns each new row's ``id``, ``scope`` and ``name``, for ``CONFIRM_START``.
 _RECORD_STARTS_TEMPLATE = """
 WITH pruned AS (
-    DELETE FROM jobq_limit_start AS start
-    USING unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[])
-        AS key(scope, name, window_seconds)
-    WHERE start.scope = key.scope AND start.name = key.name
-      AND NOT {in_window}
+    DELETE FROM jobq_limit_start
+    WHERE id IN (
+        SELECT start.id
+        FROM jobq_limit_start AS start
+        JOIN unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[])
+            AS key(scope, name, window_seconds)
+            ON start.scope = key.scope AND start.name = key.name
+        WHERE NOT {in_window}
+        FOR UPDATE OF start SKIP LOCKED
+    )
 )
 INSERT INTO jobq_limit_start (scope, name, started_at, starts)
 SELECT scope, name, clock_timestamp() + make_interval(secs => ahead), starts

@@ -325,6 +325,7 @@ class Worker:
         # The last limited claim found every limit far from binding: it may fill the prefetch.
         self._limited_far = False
         self._limited_full = False  # this turn's limited claim took all it asked for
+        self._limited_held_elsewhere = False  # the last limited claim found a row held
         self._completer = Completer(on_applied=self._applied, observer=self._observer)
         self._maintenance = Maintenance()
         self._capacity = slots + self.batch_size
@@ -611,6 +612,8 @@ class Worker:
             else:
                 return min(self._idle_timeout(cursor), self._positions.seconds_until_probe())
         if not jobs and self._outstanding == 0 and self.burst:
+            if self._limited_held_elsewhere:
+                return LIMITED_RETRY_INTERVAL  # its jobs may be claimable: not done yet
             if not self._any_running(cursor):
                 return None
             # Only other workers' jobs are left: look again soon (their acks notify nobody).
@@ -628,7 +631,9 @@ class Worker:
         """Whether a limited job may wait that no limited claim has seen: a job that a kind
         limit may bind was announced, or the last limited claim that found none is at least a
         poll interval old (or the loop woke by the clock: a job fell due)."""
-        if self._limited_maybe.is_set():
+        if self._limited_maybe.is_set() or self.burst:
+            # A burst worker claims limited jobs every turn: it must not stop while one it
+            # could run waits (for a slot that another worker's job freed, say).
             self._limited_maybe.clear()
             return True
         return time.monotonic() >= self._limited_idle_until
@@ -719,6 +724,7 @@ class Worker:
         )
         self._limited_far = result.far_from_binding
         self._limited_full = result.full
+        self._limited_held_elsewhere = result.held_elsewhere
         retry_in = LIMITED_RETRY_INTERVAL if result.held_elsewhere else math.inf
         if result.next_start_in is not None:
             retry_in = min(retry_in, result.next_start_in)

@@ -109,13 +109,18 @@ FROM unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[],
 
 -- name: RECORD_STARTS
 WITH pruned AS (
-    DELETE FROM jobq_limit_start AS start
-    USING unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[])
-        AS key(scope, name, window_seconds)
-    WHERE start.scope = key.scope AND start.name = key.name
-      AND NOT (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+    DELETE FROM jobq_limit_start
+    WHERE id IN (
+        SELECT start.id
+        FROM jobq_limit_start AS start
+        JOIN unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[])
+            AS key(scope, name, window_seconds)
+            ON start.scope = key.scope AND start.name = key.name
+        WHERE NOT (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
               AND start.started_at
                   <= clock_timestamp() + make_interval(secs => key.window_seconds))
+        FOR UPDATE OF start SKIP LOCKED
+    )
 )
 INSERT INTO jobq_limit_start (scope, name, started_at, starts)
 SELECT scope, name, clock_timestamp() + make_interval(secs => ahead), starts
