@@ -316,14 +316,6 @@ LEFT JOIN (claimed LEFT JOIN lapsed ON lapsed.id = claimed.id) ON true
 # first ready job in the index's order, which is claim order (``priority``, ``run_at``,
 # ``id``): when it is due, it is the pair's first due job. ``{queue_filter}`` narrows it to
 # some queues.
-
-# The walk's ``pairs``: the distinct (queue, kind) pairs of ready jobs, in (queue, kind)
-# order, a recursive CTE (the statement starts ``WITH RECURSIVE``): a loose index scan of
-# ``jobq_job_kind_claim_idx``, one seek per pair (the first job of the next kind of the
-# queue, else of the next queue), however many jobs each pair holds. Each row is the pair's
-# first ready job in the index's order, which is claim order (``priority``, ``run_at``,
-# ``id``): when it is due, it is the pair's first due job. ``{queue_filter}`` narrows it to
-# some queues.
 _CLAIM_WALK_TEMPLATE = """
 WITH RECURSIVE flow AS MATERIALIZED (
     SELECT {flow_digest} AS digest
