@@ -4,10 +4,11 @@ rate limit (docs/flow-control.md).
 A plain claim (:func:`django_jobq.claims.claim`) leaves limited queues and kinds out. A
 limited claim takes their jobs in one transaction:
 
-1. lock the rows of the limited queues and kinds it may claim for (``sql.flow.LOCK_LIMIT_STATES``),
-   waiting at most 20 ms for those another worker's limited claim holds (it holds them about
-   a millisecond); a row held longer is left to that worker, the claim goes on with the
-   others, and the worker tries it again soon (:func:`_lock_and_count`);
+1. lock the rows of the limited queues and kinds it may claim for (``sql.flow.LOCK_LIMIT_STATES``);
+   a claim for idle handler threads waits at most 20 ms for those another worker's limited
+   claim holds (it holds them a few milliseconds), a claim for the prefetch alone not at
+   all; a row not locked is left to that worker, the claim goes on with the others, and the
+   worker tries it again soon (:func:`_lock_and_count`);
 2. count their jobs holding a live lease, and their recent starts, fleet-wide
    (``sql.flow.COUNT_LIMITED``): a new statement, so it sees every claim committed before
    the lock, and no other claim can take jobs under these limits until this transaction
@@ -204,7 +205,7 @@ def claim_limited(
             with transaction.commit():
                 record = _record_starts(cursor, state, room, jobs, prefetching=prefetched)
             rated = record()
-    except psycopg.errors.LockNotAvailable:  # a row of the log, held past the lock timeout
+    except psycopg.errors.LockNotAvailable:  # a table lock held elsewhere past the timeout
         return LimitedClaim([], held_elsewhere=True)
     return LimitedClaim(
         jobs,
