@@ -37,7 +37,7 @@ import pytest
 from django.db import ProgrammingError, connections, transaction
 
 from django_jobq import db, enqueue_many
-from django_jobq.models import DeadLetter, Job
+from django_jobq.models import DeadLetter, Job, Queue
 from django_jobq.worker import Worker
 from django_jobq.worker import listener as listener_module
 from django_jobq.worker.listener import Listener
@@ -207,6 +207,32 @@ def test_a_no_listen_worker_through_pgbouncer_runs_retries_and_dead_letters(pgbo
     assert all(d.last_error.endswith("fails attempt 3") for d in dead)
     # Claims, acks, retries, dead letters, handlers' writes: all through PgBouncer.
     assert transactions_through(pgbouncer, database) - before > len(jobs)
+
+
+def test_a_worker_through_pgbouncer_claims_limited_jobs_within_their_limits(pgbouncer, manage):
+    """Limited claims send BEGIN with their first statements and COMMIT with their last in
+    one pipeline each (django_jobq.pipelined_transaction): through PgBouncer in transaction
+    mode, a worker claims a limited queue's jobs, logs their starts, and runs them all."""
+    Queue.objects.create(name="pgbouncer", concurrency_limit=2, rate_limit="1000/s")
+    enqueue_many([pgbouncer_attempts.prepare(label=f"ok {n}", failures=0) for n in range(20)])
+    database = connections["default"].settings_dict["NAME"]
+    worker = manage(
+        "jobq_worker",
+        "--no-listen",
+        "--burst",
+        "--queue",
+        "pgbouncer",
+        "--concurrency",
+        "4",
+        "--no-scheduler",
+        DATABASE_URL=pgbouncer.url(database),
+    )
+    _, stderr = worker.communicate(timeout=TIMEOUT)
+    assert worker.returncode == 0, stderr
+    assert "20 succeeded" in stderr
+    assert not Job.objects.exists(), stderr
+    assert Effect.objects.count() == 20
+    assert not DeadLetter.objects.exists()
 
 
 class Lines:
