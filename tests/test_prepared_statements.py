@@ -6,6 +6,7 @@ columns a prepared statement returns costs a reconnect, never a job."""
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import psycopg
@@ -40,10 +41,23 @@ def main_connections(monkeypatch) -> list[psycopg.Connection[Any]]:
 
 
 def prepared(conn: psycopg.Connection[Any]) -> int:
-    """Statements prepared in ``conn``'s session (psycopg connections are thread-safe: the
-    worker's loop is waiting meanwhile, or waits for this statement)."""
-    ((count,),) = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchall()
-    return int(count)
+    """Statements prepared in ``conn``'s session, the worker's main connection, read from
+    the test's thread while the worker runs. Under the connection's lock no statement of
+    the worker's is in flight, but a limited claim's pipeline may be open between two
+    statements (a pipeline is not shared across threads: a statement sent now would join
+    it); so this waits for a moment with the lock free and no pipeline open, and reads
+    through libpq directly (psycopg's ``execute`` would take the lock again)."""
+    deadline = time.monotonic() + 20.0
+    while time.monotonic() < deadline:
+        with conn.lock:
+            if conn.info.pipeline_status == psycopg.pq.PipelineStatus.OFF:
+                result = conn.pgconn.exec_(b"SELECT count(*) FROM pg_prepared_statements")
+                assert result.status == psycopg.pq.ExecStatus.TUPLES_OK, result.error_message
+                value = result.get_value(0, 0)
+                assert value is not None
+                return int(value)
+        time.sleep(0.001)  # the worker's pipeline ends within a claim's round trips
+    raise AssertionError("the worker's connection stayed in a pipeline for 20 s")
 
 
 def run_one(label: str) -> None:
