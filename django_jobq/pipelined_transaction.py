@@ -9,6 +9,10 @@ makes; this one sends ``BEGIN`` and its first statements in one pipeline
 (:meth:`PipelinedTransaction.commit`). Statements in between run as usual, and a nested
 ``connection.transaction()`` there is a savepoint (psycopg sees the transaction open).
 
+While a pipeline is open, the connection is not for other threads: a statement another
+thread sent would join the pipeline (psycopg's lock serializes statements, not pipelines).
+The worker's main connection is its loop thread's alone.
+
 A pipeline needs libpq 14 or later (``psycopg.Pipeline.is_supported()``, true of the
 ``psycopg[binary]`` wheels); without it the same statements run one round trip each.
 """

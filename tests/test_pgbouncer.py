@@ -171,6 +171,26 @@ def transactions_through(bouncer: PgBouncer, database: str) -> int:
     return int(row["total_xact_count"])
 
 
+def burst_worker_through(
+    bouncer: PgBouncer, manage: Callable[..., subprocess.Popen[str]], database: str
+) -> tuple[subprocess.Popen[str], str]:
+    """Run a ``--no-listen --burst`` worker of queue "pgbouncer" (4 threads) through
+    ``bouncer`` until it exits; return it and its standard error."""
+    worker = manage(
+        "jobq_worker",
+        "--no-listen",
+        "--burst",
+        "--queue",
+        "pgbouncer",
+        "--concurrency",
+        "4",
+        "--no-scheduler",
+        DATABASE_URL=bouncer.url(database),
+    )
+    _, stderr = worker.communicate(timeout=TIMEOUT)
+    return worker, stderr
+
+
 def test_a_no_listen_worker_through_pgbouncer_runs_retries_and_dead_letters(pgbouncer, manage):
     jobs = (
         [pgbouncer_attempts.prepare(label=f"ok {n}", failures=0) for n in range(20)]
@@ -181,18 +201,7 @@ def test_a_no_listen_worker_through_pgbouncer_runs_retries_and_dead_letters(pgbo
     database = connections["default"].settings_dict["NAME"]
     before = transactions_through(pgbouncer, database)
 
-    worker = manage(
-        "jobq_worker",
-        "--no-listen",
-        "--burst",
-        "--queue",
-        "pgbouncer",
-        "--concurrency",
-        "4",
-        "--no-scheduler",
-        DATABASE_URL=pgbouncer.url(database),
-    )
-    _, stderr = worker.communicate(timeout=TIMEOUT)
+    worker, stderr = burst_worker_through(pgbouncer, manage, database)
 
     assert worker.returncode == 0, stderr
     assert "30 succeeded, 20 retried, 5 dead-lettered" in stderr
@@ -216,18 +225,7 @@ def test_a_worker_through_pgbouncer_claims_limited_jobs_within_their_limits(pgbo
     Queue.objects.create(name="pgbouncer", concurrency_limit=2, rate_limit="1000/s")
     enqueue_many([pgbouncer_attempts.prepare(label=f"ok {n}", failures=0) for n in range(20)])
     database = connections["default"].settings_dict["NAME"]
-    worker = manage(
-        "jobq_worker",
-        "--no-listen",
-        "--burst",
-        "--queue",
-        "pgbouncer",
-        "--concurrency",
-        "4",
-        "--no-scheduler",
-        DATABASE_URL=pgbouncer.url(database),
-    )
-    _, stderr = worker.communicate(timeout=TIMEOUT)
+    worker, stderr = burst_worker_through(pgbouncer, manage, database)
     assert worker.returncode == 0, stderr
     assert "20 succeeded" in stderr
     assert not Job.objects.exists(), stderr
