@@ -37,9 +37,9 @@ worker whose claim came back empty waits at most until the probe is due, and a b
 probes before it stops. Such a row waits at most that long beyond its turn.
 
 Limited claims (:mod:`django_jobq.limited_claims`) keep positions too, one set per set of
-limits they claim under, and instead of probing read from the start: when their probe
-would be due, when a claim from positions finds nothing (at once) and after one that came
-back short.
+limits they claim under, kept only while their claims take all they ask for (a backlog),
+and instead of probing read from the start: when their probe would be due, and at once
+when a claim from positions finds nothing.
 """
 
 from __future__ import annotations

@@ -413,21 +413,20 @@ def _claim_plan(
       the claim reads from the start at least that often;
     - a claim from positions that finds nothing reads again from the start at once, so a
       claim that returns nothing saw every job it could take;
-    - one that took fewer than ``limit`` drops them: the next claim (the worker claims again
-      soon after a claim that took jobs) reads from the start."""
-    positions = state.positions.get(keys)
+    - positions are kept only after a claim that took all it asked for (a backlog): after
+      one that came back short, the next claim reads from the start (one statement, for a
+      quiet limited queue too)."""
+    positions = state.positions.pop(keys, None)
     if positions is None or positions.seconds_until_probe() == 0:
-        positions = state.positions[keys] = ClaimPositions()
+        positions = ClaimPositions()
     from_positions = positions.is_set()
     claimed = claims.claim(cursor, limit=limit, positions=positions, flow=state.guard, **claim)
-    if not from_positions or len(claimed) == limit or state.guard.changed:
-        return claimed
-    state.positions[keys] = ClaimPositions()
-    if claimed:
-        return claimed
-    return claims.claim(
-        cursor, limit=limit, positions=state.positions[keys], flow=state.guard, **claim
-    )
+    if from_positions and not claimed and not state.guard.changed:
+        positions = ClaimPositions()
+        claimed = claims.claim(cursor, limit=limit, positions=positions, flow=state.guard, **claim)
+    if len(claimed) == limit:
+        state.positions[keys] = positions
+    return claimed
 
 
 def _record_starts(

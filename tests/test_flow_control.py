@@ -371,6 +371,25 @@ def test_a_limited_claim_that_finds_nothing_from_its_positions_reads_from_the_st
     ]
 
 
+def test_a_quiet_limited_queue_costs_one_claim_statement_per_limited_claim(connect, monkeypatch):
+    """Positions are kept only after a claim that took all it asked for: once a claim from
+    them found nothing (and read again from the start), the next reads from the start
+    alone, one statement, as a worker's claims of a quiet limited queue do."""
+    worker_connection, state, straggler = _behind_positions(connect, backlog=2)
+    taken = claim_limited_now(worker_connection, limit=5, state=state).jobs  # read again
+    assert [job.id for job in taken] == [straggler.pk]
+    statements: list[int] = []
+    claim = claims.claim
+
+    def counted(*args: Any, **kwargs: Any) -> list[claims.ClaimedJob]:
+        statements.append(1)
+        return claim(*args, **kwargs)
+
+    monkeypatch.setattr(claims, "claim", counted)
+    assert claim_limited_now(worker_connection, state=state).jobs == []
+    assert len(statements) == 1
+
+
 def test_limited_claims_read_from_the_start_once_the_positions_probe_is_due(connect, monkeypatch):
     """However full the claims, a job behind the positions waits at most a probe interval
     (django_jobq.claim_positions): then the positions are dropped."""

@@ -630,7 +630,8 @@ class Worker:
     def _limited_may_wait(self) -> bool:
         """Whether a limited job may wait that no limited claim has seen: a job that a kind
         limit may bind was announced, or the last limited claim that found none is at least a
-        poll interval old (or the loop woke by the clock: a job fell due)."""
+        poll interval old (or the loop woke by the clock: a job fell due); always, for a burst
+        worker."""
         if self._limited_maybe.is_set() or self.burst:
             # A burst worker claims limited jobs every turn: it must not stop while one it
             # could run waits (for a slot that another worker's job freed, say).
