@@ -181,6 +181,29 @@ def claim_limited(
     if limit + prefetch <= 0 or not (queue_keys or kind_keys):
         return LimitedClaim([])
     keys = [("queue", name) for name in queue_keys] + [("kind", name) for name in kind_keys]
+    claim: dict[str, Any] = {"worker_id": worker_id, "queues": queues, "kinds": kinds}
+    try:
+        if state.far_from_binding and not _any_stuck(state, keys):
+            claimed = _claim_then_count(connection, state, keys, limit, prefetch, **claim)
+            if claimed is not None:
+                return claimed
+        return _count_then_claim(connection, state, keys, limit, prefetch, **claim)
+    except BaseException:
+        # Rolled back: the jobs the positions moved past are ready again.
+        state.positions.clear()
+        raise
+
+
+def _count_then_claim(
+    connection: psycopg.Connection[Any],
+    state: FlowState,
+    keys: list[tuple[str, str]],
+    limit: int,
+    prefetch: int,
+    **claim: Any,
+) -> LimitedClaim:
+    """Lock the rows of the limits ``keys``, count, then claim what they leave (steps 1 to
+    4 of the module docs); :func:`claim_limited`'s arguments."""
     try:
         with PipelinedTransaction(connection) as transaction:
             # Only a claim for idle handler threads waits for a row another worker's claim
@@ -195,9 +218,10 @@ def claim_limited(
                 return LimitedClaim([], held_elsewhere=True)
             room, next_start_in = counted
             far = far_from_binding(state, room, limit + prefetch)
+            state.far_from_binding = far and not held_elsewhere
             wanted = limit + prefetch if far else limit
             cursor = connection.cursor()
-            jobs = _claim_within(cursor, worker_id, wanted, queues, kinds, state, room)
+            jobs = _claim_within(cursor, wanted, state, room, **claim)
             if state.guard.changed:
                 return LimitedClaim([])
             # Jobs past the idle slots wait in the prefetch: their rows are stamped ahead.
@@ -215,6 +239,88 @@ def claim_limited(
         far_from_binding=far,
         full=bool(jobs) and len(jobs) == wanted,
     )
+
+
+def _claim_then_count(
+    connection: psycopg.Connection[Any],
+    state: FlowState,
+    keys: list[tuple[str, str]],
+    limit: int,
+    prefetch: int,
+    **claim: Any,
+) -> LimitedClaim | None:
+    """Claim first, then lock the rows of the limits ``keys`` and count, for limits the
+    last count found far from binding (``state.far_from_binding``; see the module docs):
+    the locks are held for the count and the commit only. :func:`claim_limited`'s
+    arguments.
+
+    Returns:
+        A :class:`LimitedClaim`; or ``None`` when the count found a limit no longer far
+        from binding, or a limit's row held elsewhere past the lock timeout: the
+        transaction rolled back, nothing was claimed, and the caller claims again with the
+        locks taken first (:func:`_count_then_claim`).
+    """
+    wanted = limit + prefetch
+    cursor = connection.cursor()
+    lock_cursor = connection.cursor()
+    count_cursor = connection.cursor()
+    try:
+        with PipelinedTransaction(connection) as transaction:
+            with transaction.begin():
+                # Results read inside the block: the first claim statement goes with BEGIN.
+                jobs = _claim_within(cursor, wanted, state, dict.fromkeys(keys, wanted), **claim)
+            if state.guard.changed:
+                return LimitedClaim([])
+            with transaction.send():
+                lock_cursor.execute(sql.flow.SET_LIMIT_LOCK_TIMEOUT)
+                lock_cursor.execute(sql.flow.WAIT_FOR_LIMIT_STATES, _key_params(keys))
+                _send_count(count_cursor, state, keys)
+            if len(lock_cursor.fetchall()) < len(keys):
+                # A limit's row is gone (deleted by hand): loading the state again writes it.
+                state.guard.changed = True
+                return LimitedClaim([])
+            room, next_start_in = _read_count(count_cursor, state, keys, claimed=jobs)
+            # Each limit left room for twice what this claim may take: what it took fits,
+            # and some is left for other workers (else the claim is taken back).
+            if not far_from_binding(state, room, wanted):
+                state.far_from_binding = False
+                state.positions.clear()
+                return None
+            for key, taken in _taken_under(jobs, keys).items():
+                room[key] -= taken
+            with transaction.commit():
+                record = _record_starts(cursor, state, room, jobs, prefetching=len(jobs) > limit)
+            rated = record()
+    except psycopg.errors.LockNotAvailable:
+        # Another worker's limited claim holds a row past the timeout: claim without it.
+        state.stuck_until.update((key, time.monotonic() + STUCK_ROW_BACKOFF) for key in keys)
+        state.positions.clear()
+        return None
+    return LimitedClaim(
+        jobs,
+        next_start_in=next_start_in,
+        rated=rated,
+        far_from_binding=True,
+        full=bool(jobs) and len(jobs) == wanted,
+    )
+
+
+def _any_stuck(state: FlowState, keys: list[tuple[str, str]]) -> bool:
+    """Whether a row of ``keys`` was recently held elsewhere past the lock timeout."""
+    now = time.monotonic()
+    return any(state.stuck_until.get(key, 0.0) > now for key in keys)
+
+
+def _taken_under(
+    jobs: Sequence[ClaimedJob], keys: list[tuple[str, str]]
+) -> dict[tuple[str, str], int]:
+    """How many of ``jobs`` each limit of ``keys`` (``(scope, name)`` pairs) counts."""
+    taken = dict.fromkeys(keys, 0)
+    for job in jobs:
+        for key in (("queue", job.queue), ("kind", job.kind)):
+            if key in taken:
+                taken[key] += 1
+    return taken
 
 
 def _lock_and_count(
@@ -289,18 +395,24 @@ def _send_count(cursor: psycopg.Cursor[Any], state: FlowState, keys: list[tuple[
 
 
 def _read_count(
-    cursor: psycopg.Cursor[Any], state: FlowState, locked: list[tuple[str, str]]
+    cursor: psycopg.Cursor[Any],
+    state: FlowState,
+    locked: list[tuple[str, str]],
+    claimed: Sequence[ClaimedJob] = (),
 ) -> tuple[dict[tuple[str, str], int], float | None]:
     """From :func:`_send_count`'s result, the room each ``locked`` limit leaves, and the
     seconds until a rate limit that leaves none lets a job start (``None``: none is
-    stopped by its rate)."""
+    stopped by its rate). ``claimed``: the jobs this transaction already claimed
+    (:func:`_claim_then_count`); the count holds them as running, the room is what was
+    left before them."""
     room: dict[tuple[str, str], int] = {}
     next_start_in: float | None = None
+    taken = _taken_under(claimed, locked)
     for scope, name, live, recent, frees_in in cursor.fetchall():
         key = (scope, name)
         if key not in locked:
             continue
-        room[key], wait = _room(_limits(state, key), live, recent, frees_in)
+        room[key], wait = _room(_limits(state, key), live - taken[key], recent, frees_in)
         if wait is not None:
             next_start_in = wait if next_start_in is None else min(next_start_in, wait)
     return room, next_start_in
@@ -351,12 +463,13 @@ def _room(
 
 def _claim_within(
     cursor: psycopg.Cursor[Any],
-    worker_id: str,
     limit: int,
-    queues: Sequence[str] | None,
-    kinds: Collection[str],
     state: FlowState,
     room: dict[tuple[str, str], int],
+    *,
+    worker_id: str,
+    queues: Sequence[str] | None,
+    kinds: Collection[str],
 ) -> list[ClaimedJob]:
     """Claim, for each locked limited queue, then each kind, then each pair of both, what
     the room of all its limits allows; decrement ``room`` by what was claimed. A job under a

@@ -12,6 +12,7 @@ from datetime import timedelta
 from itertools import pairwise
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection, transaction
 from django.db.models import F
@@ -298,6 +299,89 @@ def test_a_limited_claim_fills_the_prefetch_only_while_its_limits_are_far_from_b
     assert len(result.jobs) == claimed
     assert result.far_from_binding is (claimed > 1)
     assert Job.objects.filter(status="running").count() == claimed
+
+
+def test_far_from_its_limits_a_limited_claim_holds_no_limit_row_while_it_claims(
+    connect, monkeypatch
+):
+    """Once a count found every limit far from binding, the next limited claim claims
+    first and only then locks the limits' rows and counts: another worker's limited claim
+    waits for those rows only for the count and the commit, not for the claim statement.
+    The first claim, which knows nothing yet, locks before it claims."""
+    Queue.objects.create(name="tuned", concurrency_limit=100)
+    for n in range(6):
+        record.using(queue="tuned").enqueue(f"j{n}")
+    worker_connection = connect()
+    state = flow_state.load(worker_connection.cursor())
+    other_worker = connect()
+    locked_while_claiming: list[bool] = []
+    claim = claims.claim
+
+    def claim_and_look(*args: Any, **kwargs: Any) -> list[claims.ClaimedJob]:
+        claimed = claim(*args, **kwargs)
+        try:
+            other_worker.execute(
+                "SELECT 1 FROM jobq_limit_state WHERE name = 'tuned' FOR UPDATE NOWAIT"
+            )
+        except psycopg.errors.LockNotAvailable:
+            locked_while_claiming.append(True)
+        else:
+            locked_while_claiming.append(False)
+        return claimed
+
+    monkeypatch.setattr(claims, "claim", claim_and_look)
+    first = claim_limited_now(worker_connection, limit=1, prefetch=1, state=state)
+    second = claim_limited_now(worker_connection, limit=1, prefetch=1, state=state)
+    assert locked_while_claiming == [True, False]
+    assert (len(first.jobs), len(second.jobs), second.far_from_binding) == (2, 2, True)
+    assert Job.objects.filter(status="running").count() == 4
+
+
+@pytest.mark.parametrize(
+    "limits", [{"concurrency_limit": 10}, {"rate_limit": "10/m"}], ids=["concurrency", "rate"]
+)
+def test_a_claim_made_before_its_count_is_taken_back_when_the_limit_came_close(connect, limits):
+    """A claim made before the count (its last count was far from binding) whose count
+    finds that other workers took the limit close meanwhile is rolled back, and the jobs
+    are claimed again under the locks, within what the limit leaves: never past it."""
+    Queue.objects.create(name="tuned", **limits)
+    for n in range(12):
+        record.using(queue="tuned").enqueue(f"j{n}")
+    worker_connection = connect()
+    state = flow_state.load(worker_connection.cursor())
+    first = claim_limited_now(worker_connection, limit=1, prefetch=1, state=state)
+    assert (len(first.jobs), state.far_from_binding) == (2, True)  # room 10 >= 2 x 2
+    other = claim_limited_now(connect(), limit=6)  # another worker: 8 of 10 taken
+    assert len(other.jobs) == 6
+    result = claim_limited_now(worker_connection, limit=1, prefetch=1, state=state)
+    # Claimed 2, counted room 2 < 2 x 2: taken back; under the locks, the idle slot only.
+    assert (len(result.jobs), result.far_from_binding, state.far_from_binding) == (1, False, False)
+    assert Job.objects.filter(status="running").count() == 9
+    assert Job.objects.filter(status="ready", attempts=0).count() == 3
+
+
+def test_a_claim_made_before_its_count_is_taken_back_when_a_limit_row_is_held(connect):
+    """A claim made before the count that cannot lock a limit's row (another worker's claim
+    holds it past the lock timeout) is rolled back: its jobs are ready again, their attempts
+    untouched; the row is not waited for again for a while, and once free the jobs are
+    claimed."""
+    Queue.objects.create(name="tuned", concurrency_limit=100)
+    for n in range(3):
+        record.using(queue="tuned").enqueue(f"j{n}")
+    worker_connection = connect()
+    state = flow_state.load(worker_connection.cursor())
+    assert len(claim_limited_now(worker_connection, state=state).jobs) == 1
+    assert state.far_from_binding
+    held = connect(autocommit=False)
+    held.execute("SELECT * FROM jobq_limit_state WHERE name = 'tuned' FOR UPDATE")
+    result = claim_limited_now(worker_connection, limit=1, prefetch=1, state=state)
+    assert (result.jobs, result.held_elsewhere) == ([], True)
+    assert state.stuck_until[("queue", "tuned")] > time.monotonic()
+    assert Job.objects.filter(status="ready", attempts=0).count() == 2
+    held.rollback()
+    state.stuck_until.clear()
+    result = claim_limited_now(worker_connection, limit=1, prefetch=1, state=state)
+    assert len(result.jobs) == 2
 
 
 def test_a_limit_row_held_by_a_stalled_claim_holds_up_only_its_own_jobs(connect):

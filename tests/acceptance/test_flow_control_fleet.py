@@ -20,9 +20,9 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from django_jobq import enqueue_many
-from django_jobq.models import DeadLetter, Job, Queue, WorkerProcess
+from django_jobq.models import DeadLetter, Job, KindLimit, Queue, WorkerProcess
 from tests.conftest import wait_until
-from tests.testapp.jobs import flow_step
+from tests.testapp.jobs import flow_step, limited_step, rated_step
 from tests.testapp.models import Run
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
@@ -140,6 +140,43 @@ def test_a_concurrency_limit_of_3_holds_while_workers_are_killed_and_restarted(m
     assert sampler.samples > 100
     assert sampler.most == 3  # the limit was reached and never passed
     assert most_at_once(runs) <= 3
+
+
+def test_a_concurrency_limit_the_prefetch_reaches_holds_while_workers_are_killed(manage):
+    """A limit of 100 over 64 threads: far from binding at first, so the workers' claims
+    fill their prefetch too and are made before their count (docs/flow-control.md); then
+    the prefetched jobs bring the leases to the limit, where counts take such claims back
+    and claim for idle threads only. Never more than 100 jobs hold a lease. (The test app's
+    kinds with tight limits of their own are raised out of the way: a claim fills the
+    prefetch only while every limit it counts is far from binding.)"""
+    Queue.objects.create(name="flow", concurrency_limit=100)
+    for kind in (limited_step.kind, rated_step.kind):  # the test app's tight kind limits
+        KindLimit.objects.create(kind=kind, concurrency_limit=10**6, rate_limit="1000000/s")
+    labels = [f"job-{n}" for n in range(1500)]
+    rng = random.Random(100)
+    enqueue_many(
+        [
+            {
+                "kind": flow_step.kind,
+                "payload": {"label": label, "seconds": rng.uniform(0.05, 0.15)},
+                "visibility_timeout": 2,
+            }
+            for label in labels
+        ]
+    )
+    with RunningSampler() as sampler:
+        fleet = start_fleet(manage, WORKERS)
+        wait_until(lambda: Run.objects.count() >= 300, timeout=TIMEOUT, what="a fifth of the jobs")
+        for process in fleet[:2]:
+            process.send_signal(signal.SIGKILL)
+            process.communicate(timeout=TIMEOUT)
+        fleet += start_fleet(manage, 2)
+        wait_until(lambda: not Job.objects.exists(), timeout=TIMEOUT, what="every job to finish")
+    stop_fleet(fleet)
+    assert {run.label for run in Run.objects.all()} == set(labels)
+    assert not DeadLetter.objects.exists()
+    assert sampler.samples > 100
+    assert WORKERS * THREADS < sampler.most <= 100  # prefetched far from the limit, never past
 
 
 def test_a_rate_limit_of_50_a_second_holds_over_20_seconds_and_is_nearly_reached(manage):
