@@ -249,20 +249,22 @@ def _claim_then_count(
     prefetch: int,
     **claim: Any,
 ) -> LimitedClaim | None:
-    """Claim first, then lock the rows of the limits ``keys`` and count, for limits the
-    last count found far from binding (``state.far_from_binding``; see the module docs):
-    the locks are held for the count and the commit only. :func:`claim_limited`'s
+    """Claim first, then lock the rows of the limits ``keys``, count and commit, for limits
+    the last count found far from binding (``state.far_from_binding``; see the module
+    docs). The lock, the count, the log of starts and ``COMMIT`` travel in one round trip,
+    so the locks are held while PostgreSQL runs them and never while this process waits
+    for a turn on a busy machine; the count refuses a claim that does not fit
+    (``sql.flow.COUNT_LIMITED``), and the commit does not happen. :func:`claim_limited`'s
     arguments.
 
     Returns:
-        A :class:`LimitedClaim`; or ``None`` when the count found a limit no longer far
-        from binding, or a limit's row held elsewhere past the lock timeout: the
-        transaction rolled back, nothing was claimed, and the caller claims again with the
-        locks taken first (:func:`_count_then_claim`).
+        A :class:`LimitedClaim`; or ``None`` when the count refused the claim (the jobs did
+        not fit, or a limit's row is gone) or a limit's row stayed held elsewhere past the
+        lock timeout: the transaction rolled back, nothing was claimed, and the caller
+        claims again with the locks taken first (:func:`_count_then_claim`).
     """
     wanted = limit + prefetch
     cursor = connection.cursor()
-    lock_cursor = connection.cursor()
     count_cursor = connection.cursor()
     try:
         with PipelinedTransaction(connection) as transaction:
@@ -271,36 +273,31 @@ def _claim_then_count(
                 jobs = _claim_within(cursor, wanted, state, dict.fromkeys(keys, wanted), **claim)
             if state.guard.changed:
                 return LimitedClaim([])
-            with transaction.send():
-                lock_cursor.execute(sql.flow.SET_LIMIT_LOCK_TIMEOUT)
-                lock_cursor.execute(sql.flow.WAIT_FOR_LIMIT_STATES, _key_params(keys))
-                _send_count(count_cursor, state, keys)
-            if len(lock_cursor.fetchall()) < len(keys):
-                # A limit's row is gone (deleted by hand): loading the state again writes it.
-                state.guard.changed = True
-                return LimitedClaim([])
-            room, next_start_in = _read_count(count_cursor, state, keys, claimed=jobs)
-            # Each limit left room for twice what this claim may take: what it took fits,
-            # and some is left for other workers (else the claim is taken back).
-            if not far_from_binding(state, room, wanted):
-                state.far_from_binding = False
-                state.positions.clear()
-                return None
-            for key, taken in _taken_under(jobs, keys).items():
-                room[key] -= taken
             with transaction.commit():
-                record = _record_starts(cursor, state, room, jobs, prefetching=len(jobs) > limit)
+                connection.execute(sql.flow.SET_LIMIT_LOCK_TIMEOUT)
+                connection.execute(sql.flow.WAIT_FOR_LIMIT_STATES, _key_params(keys))
+                _send_count(count_cursor, state, keys, claimed=jobs)
+                record = _record_starts(cursor, state, keys, jobs, prefetching=len(jobs) > limit)
             rated = record()
     except psycopg.errors.LockNotAvailable:
         # Another worker's limited claim holds a row past the timeout: claim without it.
         state.stuck_until.update((key, time.monotonic() + STUCK_ROW_BACKOFF) for key in keys)
         state.positions.clear()
         return None
+    except psycopg.errors.InvalidTextRepresentation as refused:
+        if sql.flow.LIMIT_REFUSED not in str(refused):
+            raise
+        state.far_from_binding = False
+        state.positions.clear()
+        return None
+    room, next_start_in = _read_count(count_cursor, state, keys, claimed=jobs)
+    far = far_from_binding(state, room, wanted)
+    state.far_from_binding = far
     return LimitedClaim(
         jobs,
         next_start_in=next_start_in,
         rated=rated,
-        far_from_binding=True,
+        far_from_binding=far,
         full=bool(jobs) and len(jobs) == wanted,
     )
 
@@ -379,17 +376,26 @@ def _key_params(keys: list[tuple[str, str]]) -> dict[str, list[str]]:
     }
 
 
-def _send_count(cursor: psycopg.Cursor[Any], state: FlowState, keys: list[tuple[str, str]]) -> None:
+def _send_count(
+    cursor: psycopg.Cursor[Any],
+    state: FlowState,
+    keys: list[tuple[str, str]],
+    claimed: Sequence[ClaimedJob] = (),
+) -> None:
     """Count the jobs running and recently started under each limit of ``keys``
-    (``sql.flow.COUNT_LIMITED``); :func:`_read_count` reads the result."""
-    rates = [_limits(state, key).rate for key in keys]
+    (``sql.flow.COUNT_LIMITED``), refusing ``claimed`` (this transaction's claims) if they
+    do not fit; :func:`_read_count` reads the result."""
+    limits = [_limits(state, key) for key in keys]
+    taken = _taken_under(claimed, keys)
     cursor.execute(
         sql.flow.COUNT_LIMITED,
         {
             "scopes": [scope for scope, _ in keys],
             "names": [name for _, name in keys],
-            "windows": [rate and rate_window(rate.window) for rate in rates],
-            "counts": [rate and rate.count for rate in rates],
+            "concurrencies": [each.concurrency for each in limits],
+            "windows": [each.rate and rate_window(each.rate.window) for each in limits],
+            "counts": [each.rate and each.rate.count for each in limits],
+            "taken": [taken[key] for key in keys],
         },
     )
 
@@ -408,7 +414,7 @@ def _read_count(
     room: dict[tuple[str, str], int] = {}
     next_start_in: float | None = None
     taken = _taken_under(claimed, locked)
-    for scope, name, live, recent, frees_in in cursor.fetchall():
+    for scope, name, live, recent, frees_in, _ in cursor.fetchall():
         key = (scope, name)
         if key not in locked:
             continue
@@ -545,23 +551,25 @@ def _claim_plan(
 def _record_starts(
     cursor: psycopg.Cursor[Any],
     state: FlowState,
-    room: dict[tuple[str, str], int],
+    locked: Collection[tuple[str, str]],
     jobs: list[ClaimedJob],
     *,
     prefetching: bool,
 ) -> Callable[[], dict[int, RatedStart]]:
-    """Log the claimed jobs' starts for their rate-limited queues and kinds, a row per
-    limit (``sql.flow.RECORD_STARTS``), stamped ahead of the clock (:func:`_ahead`; further
-    when ``prefetching``: the claim may have filled the prefetch). The statement is sent,
-    not waited for (it travels with the ``COMMIT``); the function returned reads its result
-    once it has run: where each such job's start is logged."""
+    """Log the claimed jobs' starts for their rate-limited queues and kinds among
+    ``locked`` (the limits whose rows the claim locked), a row per limit
+    (``sql.flow.RECORD_STARTS``), stamped ahead of the clock (:func:`_ahead`; further when
+    ``prefetching``: the claim may have filled the prefetch). The statement is sent, not
+    waited for (it travels with the ``COMMIT``); the function returned reads its result
+    once it has run: where each such job's start is logged (jobs under the same limits
+    share one :class:`RatedStart`)."""
     keyed: dict[int, tuple[tuple[str, str], ...]] = {}
     starts: dict[tuple[str, str], int] = {}
     for job in jobs:
         keys = tuple(
             key
             for key in (("queue", job.queue), ("kind", job.kind))
-            if key in room and _limits(state, key).rate is not None
+            if key in locked and _limits(state, key).rate is not None
         )
         if keys:
             keyed[job.id] = keys
@@ -585,8 +593,8 @@ def _record_starts(
         rows = {(scope, name): row_id for row_id, scope, name in cursor.fetchall()}
         # Half the margin: the other half covers the moment between the check and the
         # handler's first line (the job_started signal, a thread hop for async code).
-        return {
-            job_id: RatedStart(
+        logged = {
+            keys: RatedStart(
                 keys,
                 covered_until=sent
                 + min(
@@ -596,8 +604,9 @@ def _record_starts(
                 rows=tuple(rows[key] for key in keys),
                 margins=tuple(_margin(_limits(state, key)) for key in keys),
             )
-            for job_id, keys in keyed.items()
+            for keys in set(keyed.values())
         }
+        return {job_id: logged[keys] for job_id, keys in keyed.items()}
 
     return rated
 

@@ -340,10 +340,21 @@ def test_far_from_its_limits_a_limited_claim_holds_no_limit_row_while_it_claims(
 @pytest.mark.parametrize(
     "limits", [{"concurrency_limit": 10}, {"rate_limit": "10/m"}], ids=["concurrency", "rate"]
 )
-def test_a_claim_made_before_its_count_is_taken_back_when_the_limit_came_close(connect, limits):
-    """A claim made before the count (its last count was far from binding) whose count
-    finds that other workers took the limit close meanwhile is rolled back, and the jobs
-    are claimed again under the locks, within what the limit leaves: never past it."""
+@pytest.mark.parametrize(
+    ("taken_elsewhere", "claimed", "running"),
+    [
+        (7, 1, 10),  # 9 of 10 taken: its 2 do not fit, rolled back; the idle slot's 1 does
+        (5, 2, 9),  # 7 of 10 taken: its 2 fit and are kept; no longer far from the limit
+    ],
+)
+def test_a_claim_made_before_its_count_is_kept_only_if_it_fits_the_limit(
+    connect, limits, taken_elsewhere, claimed, running
+):
+    """A claim made before the count (the last count was far from binding) whose count
+    finds that other workers took the limit close meanwhile: if its jobs do not fit, the
+    count refuses them, nothing commits, and the jobs are claimed again under the locks,
+    within what the limit leaves; if they fit, they are kept. Either way the next claim
+    locks and counts first. The limit is never passed."""
     Queue.objects.create(name="tuned", **limits)
     for n in range(12):
         record.using(queue="tuned").enqueue(f"j{n}")
@@ -351,13 +362,16 @@ def test_a_claim_made_before_its_count_is_taken_back_when_the_limit_came_close(c
     state = flow_state.load(worker_connection.cursor())
     first = claim_limited_now(worker_connection, limit=1, prefetch=1, state=state)
     assert (len(first.jobs), state.far_from_binding) == (2, True)  # room 10 >= 2 x 2
-    other = claim_limited_now(connect(), limit=6)  # another worker: 8 of 10 taken
-    assert len(other.jobs) == 6
+    other = claim_limited_now(connect(), limit=taken_elsewhere)  # another worker's claim
+    assert len(other.jobs) == taken_elsewhere
     result = claim_limited_now(worker_connection, limit=1, prefetch=1, state=state)
-    # Claimed 2, counted room 2 < 2 x 2: taken back; under the locks, the idle slot only.
-    assert (len(result.jobs), result.far_from_binding, state.far_from_binding) == (1, False, False)
-    assert Job.objects.filter(status="running").count() == 9
-    assert Job.objects.filter(status="ready", attempts=0).count() == 3
+    assert (len(result.jobs), result.far_from_binding, state.far_from_binding) == (
+        claimed,
+        False,
+        False,
+    )
+    assert Job.objects.filter(status="running").count() == running
+    assert Job.objects.filter(status="ready", attempts=0).count() == 12 - running
 
 
 def test_a_claim_made_before_its_count_is_taken_back_when_a_limit_row_is_held(connect):
@@ -529,15 +543,20 @@ def test_a_lock_on_an_old_row_of_the_starts_log_holds_up_no_claim(connect):
     assert not LimitStart.objects.filter(pk=old.pk).exists()
 
 
-def test_a_limit_row_deleted_by_hand_is_written_again_by_the_next_load(connect):
+@pytest.mark.parametrize("far_from_binding", [False, True], ids=["count first", "claim first"])
+def test_a_limit_row_deleted_by_hand_is_written_again_by_the_next_load(connect, far_from_binding):
+    """Without the row a limit's claims lock, nothing claims under the limit (a claim made
+    before its count is refused by it); the next load writes the row again."""
     Queue.objects.create(name="tuned", concurrency_limit=5)
     record.using(queue="tuned").enqueue("waits")
     connection_ = connect()
     state = flow_state.load(connection_.cursor())
+    state.far_from_binding = far_from_binding
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM jobq_limit_state")
     result = claim_limited_now(connection_, state=state)
     assert result.jobs == [] and state.guard.changed  # read the state again
+    assert Job.objects.get().status == "ready"
     assert len(claim_limited_now(connection_, limit=1, prefetch=0).jobs) == 1
 
 

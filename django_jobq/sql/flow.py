@@ -109,43 +109,70 @@ _IN_WINDOW = """(start.started_at > clock_timestamp() - make_interval(secs => ke
               AND start.started_at
                   <= clock_timestamp() + make_interval(secs => key.window_seconds))"""
 
+#: Where :data:`COUNT_LIMITED` refuses a claim, the start of its error's text.
+LIMIT_REFUSED = "no room left under the limit of"
+
 #: The next statement, after the locks (``LOCK_LIMIT_STATES``): per locked key (zipped
-#: ``%(scopes)s``, ``%(names)s``, and for a rate limit ``%(windows)s`` seconds and
-#: ``%(counts)s`` starts, NULL for none), fleet-wide:
-#:   - ``live``: its jobs holding a live lease (running, deadline not passed). A lapsed lease
-#:     holds no slot: its job is claimable, and the claim that reclaims it counts again.
-#:     Reads the running jobs (``jobq_job_lease_idx``);
+#: ``%(scopes)s``, ``%(names)s``, ``%(concurrencies)s`` (NULL: no concurrency limit), for a
+#: rate limit ``%(windows)s`` seconds and ``%(counts)s`` starts (NULL for none), and
+#: ``%(taken)s``: the jobs under it this transaction has already claimed), fleet-wide:
+#:   - ``live``: its jobs holding a live lease (running, deadline not passed), this
+#:     transaction's own claims included. A lapsed lease holds no slot: its job is
+#:     claimable, and the claim that reclaims it counts again. Reads the running jobs
+#:     (``jobq_job_lease_idx``);
 #:   - ``recent``: its starts within the window (``_IN_WINDOW``; ``jobq_limit_start_idx``):
 #:     the sum of the rows' ``starts``, a row per claim (or late start), however many jobs;
 #:   - ``frees_in``: when ``recent`` has reached the count, the seconds until one more may
 #:     start: until the newest row whose starts, added to those of the rows newer than it,
-#:     reach the count leaves the window.
+#:     reach the count leaves the window;
+#:   - ``refused``: always NULL; the statement fails instead when a key's ``taken`` jobs do
+#:     not fit (more live than the concurrency limit, or ``recent`` plus ``taken`` past the
+#:     rate's count) or the key has no row to lock. A claim made before its count
+#:     (``django_jobq.limited_claims``) sends this statement, the log of its starts and
+#:     ``COMMIT`` in one round trip: a claim that does not fit fails there, and its
+#:     transaction is rolled back. Plain SQL has no ``RAISE``: the failure is a cast to
+#:     integer of a text that names the key (``invalid_text_representation``, starting with
+#:     :data:`LIMIT_REFUSED`); it depends on the row, so the planner cannot fold it into an
+#:     error of every call.
 #: A new statement, so under READ COMMITTED it sees every claim and start committed before
-#: the lock was taken. Clock: ``clock_timestamp()``, as the starts are stamped.
+#: the lock was taken. Clock: ``clock_timestamp()``, as the starts are stamped. ``counted``
+#: is MATERIALIZED so that each count runs once.
 _COUNT_LIMITED_TEMPLATE = """
-SELECT key.scope, key.name,
-       (SELECT count(*) FROM jobq_job AS job
-        WHERE job.status = 'running' AND job.lease_deadline >= now()
-          AND CASE key.scope WHEN 'queue' THEN job.queue = key.name
-                             ELSE job.kind = key.name END) AS live,
-       (SELECT COALESCE(sum(start.starts), 0) FROM jobq_limit_start AS start
-        WHERE start.scope = key.scope AND start.name = key.name
-          AND {in_window}) AS recent,
-       (SELECT EXTRACT(EPOCH FROM newest.started_at + make_interval(secs => key.window_seconds)
-                                  - clock_timestamp())::float8
-        FROM (SELECT start.id, start.started_at,
-                     sum(start.starts) OVER (ORDER BY start.started_at DESC, start.id DESC
-                                             ROWS UNBOUNDED PRECEDING) AS up_to_here
-              FROM jobq_limit_start AS start
-              WHERE start.scope = key.scope AND start.name = key.name
-                AND {in_window}) AS newest
-        WHERE newest.up_to_here >= key.count
-        ORDER BY newest.started_at DESC, newest.id DESC
-        LIMIT 1) AS frees_in
-FROM unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[],
-            %(counts)s::integer[]) AS key(scope, name, window_seconds, count)
+WITH counted AS MATERIALIZED (
+    SELECT key.scope, key.name, key.concurrency, key.count, key.taken,
+           EXISTS (SELECT FROM jobq_limit_state AS state
+                   WHERE state.scope = key.scope AND state.name = key.name) AS has_row,
+           (SELECT count(*) FROM jobq_job AS job
+            WHERE job.status = 'running' AND job.lease_deadline >= now()
+              AND CASE key.scope WHEN 'queue' THEN job.queue = key.name
+                                 ELSE job.kind = key.name END) AS live,
+           (SELECT COALESCE(sum(start.starts), 0) FROM jobq_limit_start AS start
+            WHERE start.scope = key.scope AND start.name = key.name
+              AND {in_window}) AS recent,
+           (SELECT EXTRACT(EPOCH FROM newest.started_at
+                                      + make_interval(secs => key.window_seconds)
+                                      - clock_timestamp())::float8
+            FROM (SELECT start.id, start.started_at,
+                         sum(start.starts) OVER (ORDER BY start.started_at DESC, start.id DESC
+                                                 ROWS UNBOUNDED PRECEDING) AS up_to_here
+                  FROM jobq_limit_start AS start
+                  WHERE start.scope = key.scope AND start.name = key.name
+                    AND {in_window}) AS newest
+            WHERE newest.up_to_here >= key.count
+            ORDER BY newest.started_at DESC, newest.id DESC
+            LIMIT 1) AS frees_in
+    FROM unnest(%(scopes)s::text[], %(names)s::text[], %(concurrencies)s::integer[],
+                %(windows)s::float8[], %(counts)s::integer[], %(taken)s::integer[])
+        AS key(scope, name, concurrency, window_seconds, count, taken)
+)
+SELECT scope, name, live, recent, frees_in,
+       CASE WHEN taken > 0
+                 AND (NOT has_row OR live > concurrency OR recent + taken > count)
+            THEN CAST('{refused} ' || scope || ' ' || name AS integer)
+       END AS refused
+FROM counted
 """
-COUNT_LIMITED = _COUNT_LIMITED_TEMPLATE.format(in_window=_IN_WINDOW)
+COUNT_LIMITED = _COUNT_LIMITED_TEMPLATE.format(in_window=_IN_WINDOW, refused=LIMIT_REFUSED)
 
 #: The last statement before the commit: log the starts of this claim, one row per
 #: rate-limited key (zipped ``%(scopes)s``, ``%(names)s``, ``%(starts)s`` jobs claimed under

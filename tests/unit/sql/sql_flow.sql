@@ -80,32 +80,47 @@ WHERE (scope = 'queue' AND name = ANY(%(queues)s::text[]))
 ORDER BY scope, name
 FOR UPDATE
 
+-- name: LIMIT_REFUSED
+no room left under the limit of
+
 -- name: COUNT_LIMITED
-SELECT key.scope, key.name,
-       (SELECT count(*) FROM jobq_job AS job
-        WHERE job.status = 'running' AND job.lease_deadline >= now()
-          AND CASE key.scope WHEN 'queue' THEN job.queue = key.name
-                             ELSE job.kind = key.name END) AS live,
-       (SELECT COALESCE(sum(start.starts), 0) FROM jobq_limit_start AS start
-        WHERE start.scope = key.scope AND start.name = key.name
-          AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+WITH counted AS MATERIALIZED (
+    SELECT key.scope, key.name, key.concurrency, key.count, key.taken,
+           EXISTS (SELECT FROM jobq_limit_state AS state
+                   WHERE state.scope = key.scope AND state.name = key.name) AS has_row,
+           (SELECT count(*) FROM jobq_job AS job
+            WHERE job.status = 'running' AND job.lease_deadline >= now()
+              AND CASE key.scope WHEN 'queue' THEN job.queue = key.name
+                                 ELSE job.kind = key.name END) AS live,
+           (SELECT COALESCE(sum(start.starts), 0) FROM jobq_limit_start AS start
+            WHERE start.scope = key.scope AND start.name = key.name
+              AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
               AND start.started_at
                   <= clock_timestamp() + make_interval(secs => key.window_seconds))) AS recent,
-       (SELECT EXTRACT(EPOCH FROM newest.started_at + make_interval(secs => key.window_seconds)
-                                  - clock_timestamp())::float8
-        FROM (SELECT start.id, start.started_at,
-                     sum(start.starts) OVER (ORDER BY start.started_at DESC, start.id DESC
-                                             ROWS UNBOUNDED PRECEDING) AS up_to_here
-              FROM jobq_limit_start AS start
-              WHERE start.scope = key.scope AND start.name = key.name
-                AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+           (SELECT EXTRACT(EPOCH FROM newest.started_at
+                                      + make_interval(secs => key.window_seconds)
+                                      - clock_timestamp())::float8
+            FROM (SELECT start.id, start.started_at,
+                         sum(start.starts) OVER (ORDER BY start.started_at DESC, start.id DESC
+                                                 ROWS UNBOUNDED PRECEDING) AS up_to_here
+                  FROM jobq_limit_start AS start
+                  WHERE start.scope = key.scope AND start.name = key.name
+                    AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
               AND start.started_at
                   <= clock_timestamp() + make_interval(secs => key.window_seconds))) AS newest
-        WHERE newest.up_to_here >= key.count
-        ORDER BY newest.started_at DESC, newest.id DESC
-        LIMIT 1) AS frees_in
-FROM unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[],
-            %(counts)s::integer[]) AS key(scope, name, window_seconds, count)
+            WHERE newest.up_to_here >= key.count
+            ORDER BY newest.started_at DESC, newest.id DESC
+            LIMIT 1) AS frees_in
+    FROM unnest(%(scopes)s::text[], %(names)s::text[], %(concurrencies)s::integer[],
+                %(windows)s::float8[], %(counts)s::integer[], %(taken)s::integer[])
+        AS key(scope, name, concurrency, window_seconds, count, taken)
+)
+SELECT scope, name, live, recent, frees_in,
+       CASE WHEN taken > 0
+                 AND (NOT has_row OR live > concurrency OR recent + taken > count)
+            THEN CAST('no room left under the limit of ' || scope || ' ' || name AS integer)
+       END AS refused
+FROM counted
 
 -- name: RECORD_STARTS
 WITH pruned AS (
