@@ -21,7 +21,16 @@ limited claim takes their jobs in one transaction:
 Steps 1 and 2 travel with the ``BEGIN`` in one round trip, step 4 with the ``COMMIT``
 (:mod:`django_jobq.pipelined_transaction`): three round trips in all for a claim of one
 limited queue, where each statement on its own took six, and the locks other workers' limited
-claims wait for are held for two of them.
+claims wait for are held for two of them (:func:`_count_then_claim`).
+
+Far from the limits (``FlowState.far_from_binding``: the worker's last count found every
+limit far from binding), the order changes (:func:`_claim_then_count`): step 3 comes first,
+without the locks, with the ``BEGIN``; steps 1, 2 and 4 and the ``COMMIT`` follow in one
+round trip. The count holds the claim's own jobs as running, and fails when they do not fit
+a limit (or a limit's row is gone), so the ``COMMIT`` never runs: the claim is rolled back
+and made again in the first order. The locks are then held only while PostgreSQL runs those
+statements: never through a claim statement, nor while the worker waits for its turn on a
+busy machine, so many worker processes do not queue behind each other's claims.
 
 The logs count starts, not claims: the row a claim writes counts its jobs' starts for as
 long as they may begin after it (:class:`RatedStart`); a rate-limited job whose handler
