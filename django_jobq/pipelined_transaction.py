@@ -36,13 +36,10 @@ class PipelinedTransaction:
             with transaction.begin():
                 lock_cursor.execute(...)  # sent with BEGIN; results read after the block
             ...                           # statements in the transaction, as usual
-            with transaction.send():
-                lock_cursor.execute(...)  # several statements, one round trip
-                count_cursor.execute(...)
             with transaction.commit():
                 log_cursor.execute(...)   # sent with COMMIT
 
-    Results of statements sent in a ``begin()``, ``send()`` or ``commit()`` block are read
+    Results of statements sent in a ``begin()`` or ``commit()`` block are read
     (``fetchall()``) after the block; read inside it, a result costs a round trip of its
     own (psycopg syncs the pipeline to fetch it). Leaving the ``with`` without
     :meth:`commit` (an early return, an exception) rolls the transaction back; a rollback
@@ -83,13 +80,6 @@ class PipelinedTransaction:
         with self._pipeline():
             self._open = True  # whatever follows fails, the transaction may be open
             self._connection.execute(sql.transactions.BEGIN)
-            yield
-
-    @contextlib.contextmanager
-    def send(self) -> Iterator[None]:
-        """Statements in the open transaction that the block executes, in one round trip
-        at the block's end."""
-        with self._pipeline():
             yield
 
     @contextlib.contextmanager
