@@ -145,8 +145,9 @@ def test_a_concurrency_limit_of_3_holds_while_workers_are_killed_and_restarted(m
 def test_a_concurrency_limit_the_prefetch_reaches_holds_while_workers_are_killed(manage):
     """A limit of 100 over 64 threads: far from binding at first, so the workers' claims
     fill their prefetch too and are made before their count (docs/flow-control.md); then
-    the prefetched jobs bring the leases to the limit, where counts take such claims back
-    and claim for idle threads only. Never more than 100 jobs hold a lease. (The test app's
+    the prefetched jobs bring the leases to the limit, where a count refuses a claim that
+    does not fit (rolled back, claimed again under the locks) and claims are for idle
+    threads only. Never more than 100 jobs hold a lease. (The test app's
     kinds with tight limits of their own are raised out of the way: a claim fills the
     prefetch only while every limit it counts is far from binding.)"""
     Queue.objects.create(name="flow", concurrency_limit=100)
