@@ -59,7 +59,7 @@ class FlowState:
     (:mod:`django_jobq.limited_claims`). ``positions``: per set of limits a limited claim
     claims under (its ``(scope, name)`` keys), where its claims start reading
     (:mod:`django_jobq.claim_positions`); loading the state again starts them afresh.
-    ``far_from_binding``: the last limited claim's count found every limit far from binding
+    ``claim_first``: the last limited claim's count found every limit far from binding
     (:func:`django_jobq.limited_claims.far_from_binding`), so the next one claims before it
     locks and counts.
     """
@@ -71,7 +71,7 @@ class FlowState:
     reload_at: float = math.inf
     stuck_until: dict[tuple[str, str], float] = field(default_factory=dict)
     positions: dict[tuple[tuple[str, str], ...], ClaimPositions] = field(default_factory=dict)
-    far_from_binding: bool = False
+    claim_first: bool = False
 
     @property
     def stale(self) -> bool:

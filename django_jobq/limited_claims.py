@@ -23,7 +23,7 @@ Steps 1 and 2 travel with the ``BEGIN`` in one round trip, step 4 with the ``COM
 limited queue, where each statement on its own took six, and the locks other workers' limited
 claims wait for are held for two of them (:func:`_count_then_claim`).
 
-Far from the limits (``FlowState.far_from_binding``: the worker's last count found every
+Far from the limits (``FlowState.claim_first``: the worker's last count found every
 limit far from binding), the order changes (:func:`_claim_then_count`): step 3 comes first,
 without the locks, with the ``BEGIN``; steps 1, 2 and 4 and the ``COMMIT`` follow in one
 round trip. The count holds the claim's own jobs as running, and fails when they do not fit
@@ -47,14 +47,16 @@ it counts again. A rate limit counts starts over its window widened by
 handler's first line is counted in every window that holds the handler's start. (A stamp
 later than its start is safe: it only counts longer.)
 
-Limited jobs are claimed for idle handler slots only, except where every limit counted is
-far from binding (:func:`far_from_binding`): then the claim fills the worker's prefetch
-too, as a plain claim does. A prefetched job holds a slot of its limit while it waits for a
+Limited jobs are claimed for idle handler slots only, except those whose every limit is
+far from binding (:func:`far_from_binding`): they fill the worker's prefetch too, as a
+plain claim does (so a tight limit on one kind does not keep a limited queue's other jobs
+out of the prefetch). A prefetched job holds a slot of its limit while it waits for a
 handler thread, so near a limit that would let one worker's prefetch hold slots while
-another worker sat idle. Such a claim stamps its rate limits' row :func:`prefetch_cover`
-ahead of the clock, so the row counts every start within that long of the claim (plus the
-margin): jobs taken from the prefetch start without a statement, however many the claim
-took, and the count a claim reads is a row per claim, not per start.
+another worker sat idle. A claim that may fill the prefetch stamps its rate limits' row
+:func:`prefetch_cover` ahead of the clock, so the row counts every start within that long
+of the claim (plus the margin): jobs taken from the prefetch start without a statement,
+however many the claim took, and the count a claim reads is a row per claim, not per
+start.
 """
 
 from __future__ import annotations
@@ -141,10 +143,10 @@ class LimitedClaim:
     past ``sql.flow.SET_LIMIT_LOCK_TIMEOUT`` (try again soon); ``next_start_in``: seconds
     until a rate limit that stopped this claim lets a job start again (``None``: none did);
     ``rated``: per job id, where its start is logged (:class:`RatedStart`);
-    ``far_from_binding``: every limit it counted was far from binding
-    (:func:`far_from_binding`), so it could fill the prefetch too (a worker with no idle
-    slot may claim again for its prefetch); ``full``: it claimed as many jobs as it asked
-    for (more may wait)."""
+    ``far_from_binding``: a limit it counted was far from binding
+    (:func:`far_from_binding`), so the jobs under it could fill the prefetch too (a worker
+    with no idle slot may claim again for its prefetch); ``full``: it claimed as many jobs
+    as it asked for (more may wait)."""
 
     jobs: list[ClaimedJob]
     held_elsewhere: bool = False
@@ -172,8 +174,8 @@ def claim_limited(
             claim runs in one transaction of its own on it.
         worker_id: recorded on the claimed jobs.
         limit: the most jobs to claim (the worker's idle handler slots).
-        prefetch: how many more it may claim into its prefetch, taken only when every
-            limit counted is far from binding (:func:`far_from_binding`).
+        prefetch: how many more it may claim into its prefetch, taken only under limits
+            that are all far from binding (:func:`far_from_binding`).
         queues: the queues the worker serves (``None``: every queue).
         kinds: the kinds it has.
         state: what it loaded of flow control; if the claim finds it out of date, it
@@ -192,7 +194,7 @@ def claim_limited(
     keys = [("queue", name) for name in queue_keys] + [("kind", name) for name in kind_keys]
     claim: dict[str, Any] = {"worker_id": worker_id, "queues": queues, "kinds": kinds}
     try:
-        if state.far_from_binding and not _any_stuck(state, keys):
+        if state.claim_first and not _any_stuck(state, keys):
             claimed = _claim_then_count(connection, state, keys, limit, prefetch, **claim)
             if claimed is not None:
                 return claimed
@@ -226,11 +228,11 @@ def _count_then_claim(
             if not locked:
                 return LimitedClaim([], held_elsewhere=True)
             room, next_start_in = counted
-            far = far_from_binding(state, room, limit + prefetch)
-            state.far_from_binding = far and not held_elsewhere
+            far = _far_keys(state, room, limit + prefetch)
+            state.claim_first = len(far) == len(room) and not held_elsewhere
             wanted = limit + prefetch if far else limit
             cursor = connection.cursor()
-            jobs = _claim_within(cursor, wanted, state, room, **claim)
+            jobs = _claim_within(cursor, limit, prefetch, state, room, far, **claim)
             if state.guard.changed:
                 return LimitedClaim([])
             # Jobs past the idle slots wait in the prefetch: their rows are stamped ahead.
@@ -245,7 +247,7 @@ def _count_then_claim(
         held_elsewhere=held_elsewhere,
         next_start_in=next_start_in,
         rated=rated,
-        far_from_binding=far,
+        far_from_binding=bool(far),
         full=bool(jobs) and len(jobs) == wanted,
     )
 
@@ -259,7 +261,7 @@ def _claim_then_count(
     **claim: Any,
 ) -> LimitedClaim | None:
     """Claim first, then lock the rows of the limits ``keys``, count and commit, for limits
-    the last count found far from binding (``state.far_from_binding``; see the module
+    the last count found far from binding (``state.claim_first``; see the module
     docs). The lock, the count, the log of starts and ``COMMIT`` travel in one round trip,
     so the locks are held while PostgreSQL runs them and never while this process waits
     for a turn on a busy machine; the count refuses a claim that does not fit
@@ -279,7 +281,8 @@ def _claim_then_count(
         with PipelinedTransaction(connection) as transaction:
             with transaction.begin():
                 # Results read inside the block: the first claim statement goes with BEGIN.
-                jobs = _claim_within(cursor, wanted, state, dict.fromkeys(keys, wanted), **claim)
+                room = dict.fromkeys(keys, wanted)  # the count checks what they took
+                jobs = _claim_within(cursor, limit, prefetch, state, room, set(keys), **claim)
             if state.guard.changed:
                 return LimitedClaim([])
             with transaction.commit():
@@ -296,12 +299,12 @@ def _claim_then_count(
     except psycopg.errors.InvalidTextRepresentation as refused:
         if sql.flow.LIMIT_REFUSED not in str(refused):
             raise
-        state.far_from_binding = False
+        state.claim_first = False
         state.positions.clear()
         return None
     room, next_start_in = _read_count(count_cursor, state, keys, claimed=jobs)
     far = far_from_binding(state, room, wanted)
-    state.far_from_binding = far
+    state.claim_first = far
     return LimitedClaim(
         jobs,
         next_start_in=next_start_in,
@@ -443,10 +446,20 @@ def far_from_binding(state: FlowState, room: dict[tuple[str, str], int], wanted:
     limit that would idle another worker, or lower the rate a busy queue reaches, so there
     jobs are claimed for idle slots only. (A rate limit's room comes back only as its
     window slides: a queue with a backlog uses it all, and is never far from it.)"""
-    return all(
-        available >= 2 * wanted and 2 * available >= _rate_count(state, key)
+    return len(_far_keys(state, room, wanted)) == len(room)
+
+
+def _far_keys(
+    state: FlowState, room: dict[tuple[str, str], int], wanted: int
+) -> set[tuple[str, str]]:
+    """The limits of ``room`` far from binding for a claim of ``wanted`` jobs (see
+    :func:`far_from_binding`): the jobs under them, and under no limit nearer, may fill the
+    prefetch."""
+    return {
+        key
         for key, available in room.items()
-    )
+        if available >= 2 * wanted and 2 * available >= _rate_count(state, key)
+    }
 
 
 def _rate_count(state: FlowState, key: tuple[str, str]) -> int:
@@ -479,16 +492,20 @@ def _room(
 def _claim_within(
     cursor: psycopg.Cursor[Any],
     limit: int,
+    prefetch: int,
     state: FlowState,
     room: dict[tuple[str, str], int],
+    far: Collection[tuple[str, str]],
     *,
     worker_id: str,
     queues: Sequence[str] | None,
     kinds: Collection[str],
 ) -> list[ClaimedJob]:
     """Claim, for each locked limited queue, then each kind, then each pair of both, what
-    the room of all its limits allows; decrement ``room`` by what was claimed. A job under a
-    limit whose row was not locked (another worker holds it) is left alone."""
+    the room of all its limits allows, up to ``limit`` jobs in all (the idle handler
+    slots), or ``limit`` plus ``prefetch`` under limits that are all in ``far`` (far from
+    binding: their jobs may fill the prefetch); decrement ``room`` by what was claimed. A
+    job under a limit whose row was not locked (another worker holds it) is left alone."""
     limited_kinds = set(state.kind_limits)
     excluded = state.excluded_queues()
     locked_queues = [name for scope, name in room if scope == "queue"]
@@ -501,7 +518,8 @@ def _claim_within(
     plans += [([("queue", q), ("kind", k)], [q], [k]) for q in locked_queues for k in locked_kinds]
     jobs: list[ClaimedJob] = []
     for keys, plan_queues, plan_kinds in plans:
-        allowed = min([limit - len(jobs), *(room[key] for key in keys)])
+        most = limit + prefetch if all(key in far for key in keys) else limit
+        allowed = min([most - len(jobs), *(room[key] for key in keys)])
         if allowed <= 0 or not plan_kinds or plan_queues == []:
             continue
         claimed = _claim_plan(

@@ -301,6 +301,40 @@ def test_a_limited_claim_fills_the_prefetch_only_while_its_limits_are_far_from_b
     assert Job.objects.filter(status="running").count() == claimed
 
 
+@pytest.mark.parametrize(
+    ("queue_jobs", "claimed", "kinds_claimed"),
+    [
+        (8, 5, {record.kind}),  # the queue's jobs fill the prefetch: its limit is far
+        (0, 1, {limited_step.kind}),  # the tight kind's jobs fill the idle slot only
+    ],
+)
+def test_a_tight_kind_limit_keeps_only_its_own_jobs_out_of_the_prefetch(
+    connect, queue_jobs, claimed, kinds_claimed
+):
+    """A worker whose kinds include one with a tight limit of its own (limited_step: 2 at
+    a time) still fills its prefetch with the jobs of a limited queue far from its limit;
+    the tight kind's jobs are claimed for idle handler slots only."""
+    Queue.objects.create(name="tuned", concurrency_limit=100)
+    for n in range(queue_jobs):
+        record.using(queue="tuned").enqueue(f"j{n}")
+    for n in range(3):
+        limited_step.enqueue(f"k{n}")
+    worker_connection = connect()
+    state = flow_state.load(worker_connection.cursor())
+    result = limited_claims.claim_limited(
+        worker_connection,
+        worker_id="tests",
+        limit=1,
+        prefetch=4,
+        queues=None,
+        kinds=[record.kind, limited_step.kind],
+        state=state,
+    )
+    assert len(result.jobs) == claimed
+    assert {job.kind for job in result.jobs} == kinds_claimed
+    assert not state.claim_first  # the kind's limit is near: the next claim counts first
+
+
 def test_far_from_its_limits_a_limited_claim_holds_no_limit_row_while_it_claims(
     connect, monkeypatch
 ):
@@ -361,11 +395,11 @@ def test_a_claim_made_before_its_count_is_kept_only_if_it_fits_the_limit(
     worker_connection = connect()
     state = flow_state.load(worker_connection.cursor())
     first = claim_limited_now(worker_connection, limit=1, prefetch=1, state=state)
-    assert (len(first.jobs), state.far_from_binding) == (2, True)  # room 10 >= 2 x 2
+    assert (len(first.jobs), state.claim_first) == (2, True)  # room 10 >= 2 x 2
     other = claim_limited_now(connect(), limit=taken_elsewhere)  # another worker's claim
     assert len(other.jobs) == taken_elsewhere
     result = claim_limited_now(worker_connection, limit=1, prefetch=1, state=state)
-    assert (len(result.jobs), result.far_from_binding, state.far_from_binding) == (
+    assert (len(result.jobs), result.far_from_binding, state.claim_first) == (
         claimed,
         False,
         False,
@@ -385,7 +419,7 @@ def test_a_claim_made_before_its_count_is_taken_back_when_a_limit_row_is_held(co
     worker_connection = connect()
     state = flow_state.load(worker_connection.cursor())
     assert len(claim_limited_now(worker_connection, state=state).jobs) == 1
-    assert state.far_from_binding
+    assert state.claim_first
     held = connect(autocommit=False)
     held.execute("SELECT * FROM jobq_limit_state WHERE name = 'tuned' FOR UPDATE")
     result = claim_limited_now(worker_connection, limit=1, prefetch=1, state=state)
@@ -543,15 +577,15 @@ def test_a_lock_on_an_old_row_of_the_starts_log_holds_up_no_claim(connect):
     assert not LimitStart.objects.filter(pk=old.pk).exists()
 
 
-@pytest.mark.parametrize("far_from_binding", [False, True], ids=["count first", "claim first"])
-def test_a_limit_row_deleted_by_hand_is_written_again_by_the_next_load(connect, far_from_binding):
+@pytest.mark.parametrize("claim_first", [False, True], ids=["count first", "claim first"])
+def test_a_limit_row_deleted_by_hand_is_written_again_by_the_next_load(connect, claim_first):
     """Without the row a limit's claims lock, nothing claims under the limit (a claim made
     before its count is refused by it); the next load writes the row again."""
     Queue.objects.create(name="tuned", concurrency_limit=5)
     record.using(queue="tuned").enqueue("waits")
     connection_ = connect()
     state = flow_state.load(connection_.cursor())
-    state.far_from_binding = far_from_binding
+    state.claim_first = claim_first
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM jobq_limit_state")
     result = claim_limited_now(connection_, state=state)

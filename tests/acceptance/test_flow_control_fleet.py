@@ -148,8 +148,8 @@ def test_a_concurrency_limit_the_prefetch_reaches_holds_while_workers_are_killed
     the prefetched jobs bring the leases to the limit, where a count refuses a claim that
     does not fit (rolled back, claimed again under the locks) and claims are for idle
     threads only. Never more than 100 jobs hold a lease. (The test app's
-    kinds with tight limits of their own are raised out of the way: a claim fills the
-    prefetch only while every limit it counts is far from binding.)"""
+    kinds with tight limits of their own are raised out of the way: a worker claims first
+    only while every limit it counts is far from binding.)"""
     Queue.objects.create(name="flow", concurrency_limit=100)
     for kind in (limited_step.kind, rated_step.kind):  # the test app's tight kind limits
         KindLimit.objects.create(kind=kind, concurrency_limit=10**6, rate_limit="1000000/s")
