@@ -281,7 +281,8 @@ def _claim_then_count(
         with PipelinedTransaction(connection) as transaction:
             with transaction.begin():
                 # Results read inside the block: the first claim statement goes with BEGIN.
-                room = dict.fromkeys(keys, wanted)  # the count checks what they took
+                # The room is not known yet: the count checks that what was taken fits.
+                room = dict.fromkeys(keys, wanted)
                 jobs = _claim_within(cursor, limit, prefetch, state, room, set(keys), **claim)
             if state.guard.changed:
                 return LimitedClaim([])
@@ -303,13 +304,13 @@ def _claim_then_count(
         state.positions.clear()
         return None
     room, next_start_in = _read_count(count_cursor, state, keys, claimed=jobs)
-    far = far_from_binding(state, room, wanted)
-    state.claim_first = far
+    far = _far_keys(state, room, wanted)
+    state.claim_first = len(far) == len(room)
     return LimitedClaim(
         jobs,
         next_start_in=next_start_in,
         rated=rated,
-        far_from_binding=far,
+        far_from_binding=bool(far),
         full=bool(jobs) and len(jobs) == wanted,
     )
 
