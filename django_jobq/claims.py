@@ -8,6 +8,7 @@ a claimed job are in :mod:`django_jobq.leases` and :mod:`django_jobq.outcomes`.
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import time
@@ -167,30 +168,11 @@ def claim(
         rows = _execute_with_lane_retry(
             cursor, statements.front, {**params, **scan, **_limits(limit - len(jobs))}, _front_row
         )
-        front = rows[0].front
-        if flow is not None:
-            flow.checked = True
-            if front.flow_digest != flow.digest:
-                flow.changed = True  # nothing was leased: the caller reads the change first
-                break
-        claimed = [row.job for row in rows if row.job is not None]
-        moved = positions is not None and positions.advance(
-            claimed_at=front.claimed_at,
-            seen=zip(
-                front.position_priorities or (),
-                front.position_run_ats or (),
-                front.position_ids or (),
-                strict=True,
-            ),
-            lapsed_seen_all=sum(job.reclaimed for job in claimed) < limit - len(jobs),
-        )
-        jobs += claimed
-        if not front.front_full or len(jobs) >= limit:
+        front = _take_front(rows, limit - len(jobs), positions, flow)
+        jobs += front.jobs
+        if front.after is FrontAfter.DONE:
             break
-        if front.front_unserved or not moved:
-            # Jobs of other kinds at the front, or rows other claimers hold where the
-            # positions cannot pass them (none kept; jobs of the last COMMIT_LAG seconds):
-            # the walk finds the worker's jobs behind them.
+        if front.after is FrontAfter.WALK:
             jobs += _execute_with_lane_retry(
                 cursor,
                 statements.walk,
@@ -200,9 +182,104 @@ def claim(
             break
         # Every job of the front was the worker's, other claimers held the rest, and the
         # positions moved past them: read on from there.
-    # UPDATE ... RETURNING does not keep the CTEs' order; hand jobs out in claim order.
-    jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
-    return jobs
+    return _in_claim_order(jobs)
+
+
+def send_front(
+    cursor: psycopg.Cursor[Any],
+    *,
+    worker_id: str,
+    limit: int,
+    queues: Collection[str] | None,
+    kinds: Collection[str],
+    positions: ClaimPositions | None,
+    excluded_queues: Collection[str] = (),
+    flow: FlowGuard | None = None,
+) -> Callable[[], FrontClaim]:
+    """Send the first statement of :func:`claim` (its arguments; ``limit`` at least 1)
+    without waiting for its result: inside a pipeline, it travels with the statements
+    around it (:mod:`django_jobq.limited_claims` sends a whole limited claim so). The
+    function returned reads the result once the pipeline has synced, moves ``positions``
+    on and checks ``flow`` as :func:`claim` does, and returns a :class:`FrontClaim`:
+    ``after`` says what :func:`claim` would have run next, which the caller does in a
+    transaction of its own, or not.
+
+    Raises:
+        psycopg.Error: from the function returned, when the statement failed (a second
+            running job in a lane included: the caller's transaction is aborted).
+    """
+    statements, params = _queue_params(queues, kinds, excluded_queues)
+    params["worker_id"] = worker_id
+    params["flow_digest"] = None if flow is None else flow.digest
+    scan = FROM_THE_START if positions is None else positions.params()
+    front_cursor = cursor.connection.cursor(row_factory=kwargs_row(_front_row))
+    front_cursor.execute(statements.front, {**params, **scan, **_limits(limit)})
+
+    def read() -> FrontClaim:
+        with front_cursor:
+            rows = front_cursor.fetchall()
+        front = _take_front(rows, limit, positions, flow)
+        return front._replace(jobs=_in_claim_order(front.jobs))
+
+    return read
+
+
+class FrontAfter(enum.Enum):
+    """What a claim does after reading a front (``sql.claims.CLAIM_JOBS_*``)."""
+
+    #: Nothing: it took all it asked for, the front held every due job it could take, or
+    #: the pauses and limits changed.
+    DONE = "done"
+    #: Read on from the positions: the front held only the worker's jobs, other claimers
+    #: held those it did not take, and the positions moved past them.
+    READ_ON = "read on"
+    #: Walk the worker's kinds (``sql.claims.CLAIM_JOBS_WALK_*``): jobs of other kinds were
+    #: at the front, or the positions could not move past the rows other claimers held.
+    WALK = "walk"
+
+
+class FrontClaim(NamedTuple):
+    """What one front statement claimed (``jobs``), and what a claim runs next (``after``)."""
+
+    jobs: list[ClaimedJob]
+    after: FrontAfter
+
+
+def _take_front(
+    rows: list[_FrontRow],
+    wanted: int,
+    positions: ClaimPositions | None,
+    flow: FlowGuard | None,
+) -> FrontClaim:
+    """The jobs of a front statement's ``rows`` (it asked for ``wanted``); moves
+    ``positions`` on and checks ``flow`` (see :func:`claim`)."""
+    front = rows[0].front
+    if flow is not None:
+        flow.checked = True
+        if front.flow_digest != flow.digest:
+            flow.changed = True  # nothing was leased: the caller reads the change first
+            return FrontClaim([], FrontAfter.DONE)
+    claimed = [row.job for row in rows if row.job is not None]
+    moved = positions is not None and positions.advance(
+        claimed_at=front.claimed_at,
+        seen=zip(
+            front.position_priorities or (),
+            front.position_run_ats or (),
+            front.position_ids or (),
+            strict=True,
+        ),
+        lapsed_seen_all=sum(job.reclaimed for job in claimed) < wanted,
+    )
+    if not front.front_full or len(claimed) >= wanted:
+        return FrontClaim(claimed, FrontAfter.DONE)
+    if front.front_unserved or not moved:
+        return FrontClaim(claimed, FrontAfter.WALK)
+    return FrontClaim(claimed, FrontAfter.READ_ON)
+
+
+def _in_claim_order(jobs: list[ClaimedJob]) -> list[ClaimedJob]:
+    """UPDATE ... RETURNING does not keep the CTEs' order: jobs are handed out in claim order."""
+    return sorted(jobs, key=lambda job: (-job.priority, job.run_at, job.id))
 
 
 def _execute_with_lane_retry(

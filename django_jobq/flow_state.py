@@ -61,7 +61,9 @@ class FlowState:
     (:mod:`django_jobq.claim_positions`); loading the state again starts them afresh.
     ``claim_first``: the last limited claim's count found every limit far from binding
     (:func:`django_jobq.limited_claims.far_from_binding`), so the next one claims before it
-    locks and counts.
+    locks and counts. ``walk_next``: the sets of limits (as in ``positions``) whose last
+    claim, made in one round trip, found jobs its first statement could not reach: the
+    next claim under them runs every statement a claim may need.
     """
 
     guard: FlowGuard
@@ -72,6 +74,7 @@ class FlowState:
     stuck_until: dict[tuple[str, str], float] = field(default_factory=dict)
     positions: dict[tuple[tuple[str, str], ...], ClaimPositions] = field(default_factory=dict)
     claim_first: bool = False
+    walk_next: set[tuple[tuple[str, str], ...]] = field(default_factory=set)
 
     @property
     def stale(self) -> bool:

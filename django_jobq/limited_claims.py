@@ -64,7 +64,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
@@ -211,7 +211,10 @@ def _count_then_claim(
     keys: list[tuple[str, str]],
     limit: int,
     prefetch: int,
-    **claim: Any,
+    *,
+    worker_id: str,
+    queues: Sequence[str] | None,
+    kinds: Collection[str],
 ) -> LimitedClaim:
     """Lock the rows of the limits ``keys``, count, then claim what they leave (steps 1 to
     4 of the module docs); :func:`claim_limited`'s arguments."""
@@ -232,13 +235,16 @@ def _count_then_claim(
             state.claim_first = len(far) == len(room) and not held_elsewhere
             wanted = limit + prefetch if far else limit
             cursor = connection.cursor()
-            jobs = _claim_within(cursor, limit, prefetch, state, room, far, **claim)
+            plans = _plans(state, locked, queues=queues, kinds=kinds)
+            jobs = _claim_within(
+                cursor, limit, prefetch, state, room, far, plans, worker_id=worker_id
+            )
             if state.guard.changed:
                 return LimitedClaim([])
             # Jobs past the idle slots wait in the prefetch: their rows are stamped ahead.
             prefetched = len(jobs) > limit
             with transaction.commit():
-                record = _record_starts(cursor, state, room, jobs, prefetching=prefetched)
+                record = _record_starts(cursor, state, locked, jobs, prefetching=prefetched)
             rated = record()
     except psycopg.errors.LockNotAvailable:  # a table lock held elsewhere past the timeout
         return LimitedClaim([], held_elsewhere=True)
@@ -258,40 +264,35 @@ def _claim_then_count(
     keys: list[tuple[str, str]],
     limit: int,
     prefetch: int,
-    **claim: Any,
+    *,
+    worker_id: str,
+    queues: Sequence[str] | None,
+    kinds: Collection[str],
 ) -> LimitedClaim | None:
     """Claim first, then lock the rows of the limits ``keys``, count and commit, for limits
-    the last count found far from binding (``state.claim_first``; see the module
-    docs). The lock, the count, the log of starts and ``COMMIT`` travel in one round trip,
-    so the locks are held while PostgreSQL runs them and never while this process waits
-    for a turn on a busy machine; the count refuses a claim that does not fit
-    (``sql.flow.COUNT_LIMITED``), and the commit does not happen. :func:`claim_limited`'s
-    arguments.
+    the last count found far from binding (``state.claim_first``; see the module docs):
+    ``sql.flow.ADMIT_CLAIMED`` admits the claim's jobs, or refuses them all and the
+    ``COMMIT`` does not happen. :func:`claim_limited`'s arguments.
+
+    A claim of one set of limits (one limited queue or kind) travels whole in one round
+    trip (:func:`_claim_in_one_round_trip`); if it found nothing where more jobs may wait
+    (behind its positions, or past its first statement), it looks further at once as a
+    claim of several sets of limits does (:func:`_claim_statements_first`).
 
     Returns:
-        A :class:`LimitedClaim`; or ``None`` when the count refused the claim (the jobs did
-        not fit, or a limit's row is gone) or a limit's row stayed held elsewhere past the
-        lock timeout: the transaction rolled back, nothing was claimed, and the caller
+        A :class:`LimitedClaim`; or ``None`` when the admission refused the claim (the jobs
+        did not fit, or a limit's row is gone) or a limit's row stayed held elsewhere past
+        the lock timeout: the transaction rolled back, nothing was claimed, and the caller
         claims again with the locks taken first (:func:`_count_then_claim`).
     """
-    wanted = limit + prefetch
-    cursor = connection.cursor()
-    count_cursor = connection.cursor()
+    plans = _plans(state, keys, queues=queues, kinds=kinds)
+    claim: dict[str, Any] = {"worker_id": worker_id, "limit": limit, "prefetch": prefetch}
     try:
-        with PipelinedTransaction(connection) as transaction:
-            with transaction.begin():
-                # Results read inside the block: the first claim statement goes with BEGIN.
-                # The room is not known yet: the count checks that what was taken fits.
-                room = dict.fromkeys(keys, wanted)
-                jobs = _claim_within(cursor, limit, prefetch, state, room, set(keys), **claim)
-            if state.guard.changed:
-                return LimitedClaim([])
-            with transaction.commit():
-                connection.execute(sql.flow.SET_LIMIT_LOCK_TIMEOUT)
-                connection.execute(sql.flow.WAIT_FOR_LIMIT_STATES, _key_params(keys))
-                _send_count(count_cursor, state, keys, claimed=jobs)
-                record = _record_starts(cursor, state, keys, jobs, prefetching=len(jobs) > limit)
-            rated = record()
+        if len(plans) == 1 and plans[0].keys not in state.walk_next:
+            claimed = _claim_in_one_round_trip(connection, state, keys, plans[0], **claim)
+            if claimed.jobs or not claimed.full:
+                return claimed
+        return _claim_statements_first(connection, state, keys, plans, **claim)
     except psycopg.errors.LockNotAvailable:
         # Another worker's limited claim holds a row past the timeout: claim without it.
         state.stuck_until.update((key, time.monotonic() + STUCK_ROW_BACKOFF) for key in keys)
@@ -303,34 +304,149 @@ def _claim_then_count(
         state.claim_first = False
         state.positions.clear()
         return None
-    room, next_start_in = _read_count(count_cursor, state, keys, claimed=jobs)
+
+
+def _claim_in_one_round_trip(
+    connection: psycopg.Connection[Any],
+    state: FlowState,
+    keys: list[tuple[str, str]],
+    plan: _Plan,
+    *,
+    worker_id: str,
+    limit: int,
+    prefetch: int,
+) -> LimitedClaim:
+    """A claim made before its count, of one ``plan``, in one round trip: ``BEGIN``, the
+    claim's first statement (:func:`django_jobq.claims.send_front`), the locks, the
+    admission (:func:`_send_admission`) and ``COMMIT``. Its starts are stamped as those of
+    a claim that fills the prefetch when it may (``prefetch``). If that first statement
+    would have been followed by more (:class:`django_jobq.claims.FrontAfter`), or it read
+    from positions and found nothing, the claim comes back short with ``full`` set: claim
+    again at once (:func:`_after_front`).
+
+    Raises:
+        psycopg.Error: as :func:`_claim_then_count` catches them, and any other.
+    """
+    wanted = limit + prefetch
+    admission = connection.cursor()
+    positions = _positions_for(state, plan.keys)
+    from_positions = positions.is_set()
+    with PipelinedTransaction(connection) as transaction, transaction.whole():
+        read_front = claims.send_front(
+            connection.cursor(),
+            worker_id=worker_id,
+            limit=wanted,
+            positions=positions,
+            flow=state.guard,
+            **plan.claim_arguments(),
+        )
+        sent = _send_admission(connection, admission, state, keys, worker_id, prefetch > 0)
+    front = read_front()
+    more = _after_front(state, plan.keys, positions, from_positions, front, wanted)
+    return _admitted(
+        admission, state, keys, front.jobs, wanted, sent=sent, prefetching=prefetch > 0, more=more
+    )
+
+
+def _claim_statements_first(
+    connection: psycopg.Connection[Any],
+    state: FlowState,
+    keys: list[tuple[str, str]],
+    plans: list[_Plan],
+    *,
+    worker_id: str,
+    limit: int,
+    prefetch: int,
+) -> LimitedClaim:
+    """A claim made before its count, of ``plans``, each with every statement it needs
+    (:func:`_claim_plan`): ``BEGIN`` travels with the first claim statement; the locks, the
+    admission (:func:`_send_admission`) and ``COMMIT`` together after the last.
+
+    Raises:
+        psycopg.Error: as :func:`_claim_then_count` catches them, and any other.
+    """
+    wanted = limit + prefetch
+    admission = connection.cursor()
+    with PipelinedTransaction(connection) as transaction:
+        with transaction.begin():
+            # Results read inside the block: the first claim statement goes with BEGIN.
+            # The room is not known yet: the admission checks that what was taken fits.
+            room = dict.fromkeys(keys, wanted)
+            jobs = _claim_within(
+                connection.cursor(),
+                limit,
+                prefetch,
+                state,
+                room,
+                set(keys),
+                plans,
+                worker_id=worker_id,
+            )
+        if state.guard.changed:
+            return LimitedClaim([])
+        prefetching = len(jobs) > limit
+        with transaction.commit():
+            sent = _send_admission(connection, admission, state, keys, worker_id, prefetching)
+    return _admitted(admission, state, keys, jobs, wanted, sent=sent, prefetching=prefetching)
+
+
+def _admitted(
+    admission: psycopg.Cursor[Any],
+    state: FlowState,
+    keys: list[tuple[str, str]],
+    jobs: list[ClaimedJob],
+    wanted: int,
+    *,
+    sent: float,
+    prefetching: bool,
+    more: bool = False,
+) -> LimitedClaim:
+    """The :class:`LimitedClaim` of a claim made before its count that took ``jobs`` of the
+    ``wanted``, once its admission (:func:`_send_admission`, sent at ``sent``) committed;
+    ``more``: more jobs may wait that it did not look for. Notes in ``state`` whether the
+    next claim may be made first too."""
+    if state.guard.changed:
+        return LimitedClaim([])
+    room, next_start_in, rows = _read_admission(admission, state, keys)
     far = _far_keys(state, room, wanted)
     state.claim_first = len(far) == len(room)
     return LimitedClaim(
         jobs,
         next_start_in=next_start_in,
-        rated=rated,
+        rated=_rated_starts(state, jobs, rows, sent=sent, prefetching=prefetching),
         far_from_binding=bool(far),
-        full=bool(jobs) and len(jobs) == wanted,
+        full=more or (bool(jobs) and len(jobs) == wanted),
     )
+
+
+def _after_front(
+    state: FlowState,
+    keys: tuple[tuple[str, str], ...],
+    positions: ClaimPositions,
+    from_positions: bool,
+    front: claims.FrontClaim,
+    wanted: int,
+) -> bool:
+    """After a claim of one round trip (:func:`_claim_then_count`) under the limits
+    ``keys`` that read from ``positions`` (moved on since; ``from_positions``: they were
+    set before) and asked for ``wanted`` jobs: keep the positions
+    where :func:`_claim_plan` would, and return whether more jobs may wait that the claim
+    did not look for (claim again at once): the front was followed by more (reading on, or
+    a walk, which the next claim of these limits then makes), or the claim read from
+    positions and found nothing (the next reads from the start)."""
+    if front.after is claims.FrontAfter.WALK:
+        state.walk_next.add(keys)
+        return True
+    if front.after is claims.FrontAfter.READ_ON or len(front.jobs) == wanted:
+        state.positions[keys] = positions
+        return front.after is claims.FrontAfter.READ_ON
+    return from_positions and not front.jobs and not state.guard.changed
 
 
 def _any_stuck(state: FlowState, keys: list[tuple[str, str]]) -> bool:
     """Whether a row of ``keys`` was recently held elsewhere past the lock timeout."""
     now = time.monotonic()
     return any(state.stuck_until.get(key, 0.0) > now for key in keys)
-
-
-def _taken_under(
-    jobs: Sequence[ClaimedJob], keys: list[tuple[str, str]]
-) -> dict[tuple[str, str], int]:
-    """How many of ``jobs`` each limit of ``keys`` (``(scope, name)`` pairs) counts."""
-    taken = dict.fromkeys(keys, 0)
-    for job in jobs:
-        for key in (("queue", job.queue), ("kind", job.kind)):
-            if key in taken:
-                taken[key] += 1
-    return taken
 
 
 def _lock_and_count(
@@ -389,49 +505,97 @@ def _key_params(keys: list[tuple[str, str]]) -> dict[str, list[str]]:
     }
 
 
-def _send_count(
+def _send_count(cursor: psycopg.Cursor[Any], state: FlowState, keys: list[tuple[str, str]]) -> None:
+    """Count the jobs running and recently started under each limit of ``keys``
+    (``sql.flow.COUNT_LIMITED``); :func:`_read_count` reads the result."""
+    limits = [_limits(state, key) for key in keys]
+    cursor.execute(
+        sql.flow.COUNT_LIMITED,
+        {
+            "scopes": [scope for scope, _ in keys],
+            "names": [name for _, name in keys],
+            "windows": [each.rate and rate_window(each.rate.window) for each in limits],
+            "counts": [each.rate and each.rate.count for each in limits],
+        },
+    )
+
+
+def _read_count(
+    cursor: psycopg.Cursor[Any], state: FlowState, locked: list[tuple[str, str]]
+) -> tuple[dict[tuple[str, str], int], float | None]:
+    """From :func:`_send_count`'s result, the room each ``locked`` limit leaves, and the
+    seconds until a rate limit that leaves none lets a job start (``None``: none is
+    stopped by its rate)."""
+    counts = {
+        (scope, name): (live, recent, frees_in)
+        for scope, name, live, recent, frees_in in cursor.fetchall()
+    }
+    return _rooms(state, {key: counts[key] for key in locked})
+
+
+def _send_admission(
+    connection: psycopg.Connection[Any],
     cursor: psycopg.Cursor[Any],
     state: FlowState,
     keys: list[tuple[str, str]],
-    claimed: Sequence[ClaimedJob] = (),
-) -> None:
-    """Count the jobs running and recently started under each limit of ``keys``
-    (``sql.flow.COUNT_LIMITED``), refusing ``claimed`` (this transaction's claims) if they
-    do not fit; :func:`_read_count` reads the result."""
+    worker_id: str,
+    prefetching: bool,
+) -> float:
+    """Send the end of a claim made before its count (:func:`_claim_then_count`): wait at
+    most the lock timeout for the rows of the limits ``keys`` (``sql.flow.SET_LIMIT_LOCK_TIMEOUT``,
+    ``sql.flow.WAIT_FOR_LIMIT_STATES``), then admit the jobs this transaction claimed as
+    ``worker_id``, logging their starts (``prefetching``: see :func:`_ahead`), or refuse
+    them (``sql.flow.ADMIT_CLAIMED``, on ``cursor``; :func:`_read_admission` reads it).
+    Returns the ``time.monotonic()`` moment it was sent (the starts' clock reads later)."""
     limits = [_limits(state, key) for key in keys]
-    taken = _taken_under(claimed, keys)
+    sent = time.monotonic()
+    connection.execute(sql.flow.SET_LIMIT_LOCK_TIMEOUT)
+    connection.execute(sql.flow.WAIT_FOR_LIMIT_STATES, _key_params(keys))
     cursor.execute(
-        sql.flow.COUNT_LIMITED,
+        sql.flow.ADMIT_CLAIMED,
         {
             "scopes": [scope for scope, _ in keys],
             "names": [name for _, name in keys],
             "concurrencies": [each.concurrency for each in limits],
             "windows": [each.rate and rate_window(each.rate.window) for each in limits],
             "counts": [each.rate and each.rate.count for each in limits],
-            "taken": [taken[key] for key in keys],
+            "aheads": [
+                each.rate and _ahead(state, key, prefetching)
+                for key, each in zip(keys, limits, strict=True)
+            ],
+            "worker_id": worker_id,
         },
     )
+    return sent
 
 
-def _read_count(
-    cursor: psycopg.Cursor[Any],
-    state: FlowState,
-    locked: list[tuple[str, str]],
-    claimed: Sequence[ClaimedJob] = (),
+def _read_admission(
+    cursor: psycopg.Cursor[Any], state: FlowState, keys: list[tuple[str, str]]
+) -> tuple[dict[tuple[str, str], int], float | None, dict[tuple[str, str], int]]:
+    """From :func:`_send_admission`'s result: the room each limit of ``keys`` left before
+    this transaction's claim and the seconds until a rate limit that leaves none lets a job
+    start (as :func:`_read_count`), and the id of the row logging the claim's starts per
+    rate-limited key that counts any."""
+    counts: dict[tuple[str, str], tuple[int, int, float | None]] = {}
+    rows: dict[tuple[str, str], int] = {}
+    for scope, name, live, recent, frees_in, own, start_id, _ in cursor.fetchall():
+        counts[scope, name] = (live - own, recent, frees_in)
+        if start_id is not None:
+            rows[scope, name] = start_id
+    room, next_start_in = _rooms(state, {key: counts[key] for key in keys})
+    return room, next_start_in, rows
+
+
+def _rooms(
+    state: FlowState, counts: dict[tuple[str, str], tuple[int, int, float | None]]
 ) -> tuple[dict[tuple[str, str], int], float | None]:
-    """From :func:`_send_count`'s result, the room each ``locked`` limit leaves, and the
-    seconds until a rate limit that leaves none lets a job start (``None``: none is
-    stopped by its rate). ``claimed``: the jobs this transaction already claimed
-    (:func:`_claim_then_count`); the count holds them as running, the room is what was
-    left before them."""
+    """The room each limit leaves given its ``counts`` (live jobs, recent starts and
+    ``frees_in``, :func:`_room`), and the seconds until the first rate limit that leaves
+    none lets a job start (``None``: none is stopped by its rate)."""
     room: dict[tuple[str, str], int] = {}
     next_start_in: float | None = None
-    taken = _taken_under(claimed, locked)
-    for scope, name, live, recent, frees_in, _ in cursor.fetchall():
-        key = (scope, name)
-        if key not in locked:
-            continue
-        room[key], wait = _room(_limits(state, key), live - taken[key], recent, frees_in)
+    for key, (live, recent, frees_in) in counts.items():
+        room[key], wait = _room(_limits(state, key), live, recent, frees_in)
         if wait is not None:
             next_start_in = wait if next_start_in is None else min(next_start_in, wait)
     return room, next_start_in
@@ -490,6 +654,54 @@ def _room(
     return max(room, 0), wait
 
 
+class _Plan(NamedTuple):
+    """One claim statement's worth of a limited claim: the jobs under the limits ``keys``
+    (a limited queue, a limited kind, or a pair of both), of ``queues`` (``None``: every
+    queue but ``excluded_queues``) and ``kinds``."""
+
+    keys: tuple[tuple[str, str], ...]
+    queues: list[str] | None
+    kinds: list[str]
+    excluded_queues: frozenset[str]
+
+    def claim_arguments(self) -> dict[str, Any]:
+        """The plan as :func:`django_jobq.claims.claim`'s arguments."""
+        return {"queues": self.queues, "kinds": self.kinds, "excluded_queues": self.excluded_queues}
+
+
+def _plans(
+    state: FlowState,
+    locked: Collection[tuple[str, str]],
+    *,
+    queues: Sequence[str] | None,
+    kinds: Collection[str],
+) -> list[_Plan]:
+    """What a limited claim under the ``locked`` limits claims, in order: each limited
+    queue's jobs of unlimited kinds, then each limited kind's jobs in the queues open to
+    plain claims, then each pair's; leaving out those the worker cannot take (no kind of
+    it, no queue it serves). ``queues`` and ``kinds``: the worker's. A job under a limit
+    not ``locked`` (another worker holds its row) is in no plan."""
+    excluded = state.excluded_queues()
+    locked_queues = [name for scope, name in locked if scope == "queue"]
+    locked_kinds = [name for scope, name in locked if scope == "kind"]
+    unlimited_kinds = state.unlimited_kinds(kinds)
+    open_queues = None if queues is None else [q for q in queues if q not in excluded]
+    plans = [_Plan((("queue", q),), [q], unlimited_kinds, frozenset()) for q in locked_queues]
+    if open_queues != []:
+        plans += [
+            _Plan(
+                (("kind", k),), open_queues, [k], excluded if open_queues is None else frozenset()
+            )
+            for k in locked_kinds
+        ]
+    plans += [
+        _Plan((("queue", q), ("kind", k)), [q], [k], frozenset())
+        for q in locked_queues
+        for k in locked_kinds
+    ]
+    return [plan for plan in plans if plan.kinds]
+
+
 def _claim_within(
     cursor: psycopg.Cursor[Any],
     limit: int,
@@ -497,83 +709,67 @@ def _claim_within(
     state: FlowState,
     room: dict[tuple[str, str], int],
     far: Collection[tuple[str, str]],
+    plans: list[_Plan],
     *,
     worker_id: str,
-    queues: Sequence[str] | None,
-    kinds: Collection[str],
 ) -> list[ClaimedJob]:
-    """Claim, for each locked limited queue, then each kind, then each pair of both, what
-    the room of all its limits allows, up to ``limit`` jobs in all (the idle handler
-    slots), or ``limit`` plus ``prefetch`` under limits that are all in ``far`` (far from
-    binding: their jobs may fill the prefetch); decrement ``room`` by what was claimed. A
-    job under a limit whose row was not locked (another worker holds it) is left alone."""
-    limited_kinds = set(state.kind_limits)
-    excluded = state.excluded_queues()
-    locked_queues = [name for scope, name in room if scope == "queue"]
-    locked_kinds = [name for scope, name in room if scope == "kind"]
-    unlimited_kinds = [kind for kind in kinds if kind not in limited_kinds]
-    open_queues = None if queues is None else [q for q in queues if q not in excluded]
-    plans: list[tuple[list[tuple[str, str]], list[str] | None, list[str]]] = []
-    plans += [([("queue", q)], [q], unlimited_kinds) for q in locked_queues]
-    plans += [([("kind", k)], open_queues, [k]) for k in locked_kinds]
-    plans += [([("queue", q), ("kind", k)], [q], [k]) for q in locked_queues for k in locked_kinds]
+    """Claim, for each of ``plans`` (:func:`_plans`), what the room of all its limits
+    allows, up to ``limit`` jobs in all (the idle handler slots), or ``limit`` plus
+    ``prefetch`` under limits that are all in ``far`` (far from binding: their jobs may
+    fill the prefetch); decrement ``room`` by what was claimed."""
     jobs: list[ClaimedJob] = []
-    for keys, plan_queues, plan_kinds in plans:
-        most = limit + prefetch if all(key in far for key in keys) else limit
-        allowed = min([most - len(jobs), *(room[key] for key in keys)])
-        if allowed <= 0 or not plan_kinds or plan_queues == []:
+    for plan in plans:
+        most = limit + prefetch if all(key in far for key in plan.keys) else limit
+        allowed = min([most - len(jobs), *(room[key] for key in plan.keys)])
+        if allowed <= 0:
             continue
-        claimed = _claim_plan(
-            cursor,
-            state,
-            tuple(keys),
-            worker_id=worker_id,
-            limit=allowed,
-            queues=plan_queues,
-            kinds=plan_kinds,
-            excluded_queues=excluded if plan_queues is None else (),
-        )
+        claimed = _claim_plan(cursor, state, plan, worker_id=worker_id, limit=allowed)
         if state.guard.changed:
             return []
-        for key in keys:
+        for key in plan.keys:
             room[key] -= len(claimed)
         jobs += claimed
     return jobs
 
 
 def _claim_plan(
-    cursor: psycopg.Cursor[Any],
-    state: FlowState,
-    keys: tuple[tuple[str, str], ...],
-    *,
-    limit: int,
-    **claim: Any,
+    cursor: psycopg.Cursor[Any], state: FlowState, plan: _Plan, *, worker_id: str, limit: int
 ) -> list[ClaimedJob]:
-    """Claim up to ``limit`` jobs under the limits ``keys`` (``claim``: the rest of
-    :func:`django_jobq.claims.claim`'s arguments), reading from where the last claim under
-    them stopped (``state.positions``, see :mod:`django_jobq.claim_positions`): in a backlog,
-    a claim does not walk the entries of every job claimed before it. A job can come to
-    sort behind the positions (a released job, a late commit, a row a lock hid); a plain
-    claim's probe finds it, here:
+    """Claim up to ``limit`` jobs of ``plan`` (:func:`django_jobq.claims.claim`), reading
+    from where the last claim under its limits stopped (``state.positions``, see
+    :mod:`django_jobq.claim_positions`): in a backlog, a claim does not walk the entries of
+    every job claimed before it. A job can come to sort behind the positions (a released
+    job, a late commit, a row a lock hid); a plain claim's probe finds it, here:
 
-    - positions are dropped once their probe is due (:meth:`ClaimPositions.seconds_until_probe`):
-      the claim reads from the start at least that often;
+    - positions are dropped once their probe is due (:func:`_positions_for`): the claim
+      reads from the start at least that often;
     - a claim from positions that finds nothing reads again from the start at once, so a
       claim that returns nothing saw every job it could take;
     - positions are kept only after a claim that took all it asked for (a backlog): after
       one that came back short, the next claim reads from the start (one statement, for a
       quiet limited queue too)."""
-    positions = state.positions.pop(keys, None)
-    if positions is None or positions.seconds_until_probe() == 0:
-        positions = ClaimPositions()
+    state.walk_next.discard(plan.keys)  # this claim walks, if its front calls for it
+    positions = _positions_for(state, plan.keys)
     from_positions = positions.is_set()
-    claimed = claims.claim(cursor, limit=limit, positions=positions, flow=state.guard, **claim)
+    claim = {"worker_id": worker_id, "limit": limit, "flow": state.guard, **plan.claim_arguments()}
+    claimed = claims.claim(cursor, positions=positions, **claim)
     if from_positions and not claimed and not state.guard.changed:
         positions = ClaimPositions()
-        claimed = claims.claim(cursor, limit=limit, positions=positions, flow=state.guard, **claim)
+        claimed = claims.claim(cursor, positions=positions, **claim)
     if len(claimed) == limit:
-        state.positions[keys] = positions
+        state.positions[plan.keys] = positions
     return claimed
+
+
+def _positions_for(state: FlowState, keys: tuple[tuple[str, str], ...]) -> ClaimPositions:
+    """Where a claim under the limits ``keys`` reads from, taken out of ``state.positions``
+    (the claim puts them back if they stay true): the last claim's positions, or the start
+    once their probe is due (:meth:`ClaimPositions.seconds_until_probe`) or when none is
+    kept."""
+    positions = state.positions.pop(keys, None)
+    if positions is None or positions.seconds_until_probe() == 0:
+        return ClaimPositions()
+    return positions
 
 
 def _record_starts(
@@ -589,20 +785,11 @@ def _record_starts(
     (``sql.flow.RECORD_STARTS``), stamped ahead of the clock (:func:`_ahead`; further when
     ``prefetching``: the claim may have filled the prefetch). The statement is sent, not
     waited for (it travels with the ``COMMIT``); the function returned reads its result
-    once it has run: where each such job's start is logged (jobs under the same limits
-    share one :class:`RatedStart`)."""
-    keyed: dict[int, tuple[tuple[str, str], ...]] = {}
+    once it has run: where each such job's start is logged (:func:`_rated_starts`)."""
     starts: dict[tuple[str, str], int] = {}
     for job in jobs:
-        keys = tuple(
-            key
-            for key in (("queue", job.queue), ("kind", job.kind))
-            if key in locked and _limits(state, key).rate is not None
-        )
-        if keys:
-            keyed[job.id] = keys
-            for key in keys:
-                starts[key] = starts.get(key, 0) + 1
+        for key in _rated_keys(state, job, locked):
+            starts[key] = starts.get(key, 0) + 1
     if not starts:
         return lambda: {}
     sent = time.monotonic()  # the statement's clock reads later
@@ -619,24 +806,50 @@ def _record_starts(
 
     def rated() -> dict[int, RatedStart]:
         rows = {(scope, name): row_id for row_id, scope, name in cursor.fetchall()}
-        # Half the margin: the other half covers the moment between the check and the
-        # handler's first line (the job_started signal, a thread hop for async code).
-        logged = {
-            keys: RatedStart(
-                keys,
-                covered_until=sent
-                + min(
-                    _ahead(state, key, prefetching) + _margin(_limits(state, key)) / 2
-                    for key in keys
-                ),
-                rows=tuple(rows[key] for key in keys),
-                margins=tuple(_margin(_limits(state, key)) for key in keys),
-            )
-            for keys in set(keyed.values())
-        }
-        return {job_id: logged[keys] for job_id, keys in keyed.items()}
+        return _rated_starts(state, jobs, rows, sent=sent, prefetching=prefetching)
 
     return rated
+
+
+def _rated_keys(
+    state: FlowState, job: ClaimedJob, among: Collection[tuple[str, str]]
+) -> tuple[tuple[str, str], ...]:
+    """The keys of ``among`` with a rate limit that count ``job``'s start."""
+    return tuple(
+        key
+        for key in (("queue", job.queue), ("kind", job.kind))
+        if key in among and _limits(state, key).rate is not None
+    )
+
+
+def _rated_starts(
+    state: FlowState,
+    jobs: list[ClaimedJob],
+    rows: dict[tuple[str, str], int],
+    *,
+    sent: float,
+    prefetching: bool,
+) -> dict[int, RatedStart]:
+    """Per job of ``jobs`` under a rate limit, where its start is logged: ``rows``, the id
+    of the row logging a claim's starts per rate-limited key, written by a statement sent
+    at ``sent`` (``time.monotonic()``; its clock reads later), ``prefetching`` or not
+    (:func:`_ahead`). Jobs under the same limits share one :class:`RatedStart`."""
+    keyed = {job.id: keys for job in jobs if (keys := _rated_keys(state, job, rows))}
+    # Half the margin: the other half covers the moment between the check and the
+    # handler's first line (the job_started signal, a thread hop for async code).
+    logged = {
+        keys: RatedStart(
+            keys,
+            covered_until=sent
+            + min(
+                _ahead(state, key, prefetching) + _margin(_limits(state, key)) / 2 for key in keys
+            ),
+            rows=tuple(rows[key] for key in keys),
+            margins=tuple(_margin(_limits(state, key)) for key in keys),
+        )
+        for keys in set(keyed.values())
+    }
+    return {job_id: logged[keys] for job_id, keys in keyed.items()}
 
 
 def _window(state: FlowState, key: tuple[str, str]) -> float:

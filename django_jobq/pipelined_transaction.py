@@ -39,6 +39,12 @@ class PipelinedTransaction:
             with transaction.commit():
                 log_cursor.execute(...)   # sent with COMMIT
 
+    or, for a transaction that needs no result before its end::
+
+        with PipelinedTransaction(connection) as transaction:
+            with transaction.whole():
+                cursor.execute(...)       # sent with BEGIN and COMMIT
+
     Results of statements sent in a ``begin()`` or ``commit()`` block are read
     (``fetchall()``) after the block; read inside it, a result costs a round trip of its
     own (psycopg syncs the pipeline to fetch it). Leaving the ``with`` without
@@ -81,6 +87,18 @@ class PipelinedTransaction:
             self._open = True  # whatever follows fails, the transaction may be open
             self._connection.execute(sql.transactions.BEGIN)
             yield
+
+    @contextlib.contextmanager
+    def whole(self) -> Iterator[None]:
+        """The whole transaction: ``BEGIN``, the statements the block executes and
+        ``COMMIT``, in one round trip at the block's end. A statement that fails there
+        skips the rest, ``COMMIT`` included: the transaction is rolled back on the way out."""
+        with self._pipeline():
+            self._open = True
+            self._connection.execute(sql.transactions.BEGIN)
+            yield
+            self._connection.execute(sql.transactions.COMMIT)
+        self._open = False
 
     @contextlib.contextmanager
     def commit(self) -> Iterator[None]:

@@ -37,6 +37,7 @@ from django_jobq.operations import cancel, redrive
 from django_jobq.worker import Worker, executor
 from django_jobq.worker.held import HeldJob
 from tests.conftest import wait_until
+from tests.factories import JobFactory
 from tests.testapp.jobs import flow_flaky, flow_step, limited_step, poison, rated_step, record
 from tests.testapp.models import Effect, Run
 
@@ -335,38 +336,60 @@ def test_a_tight_kind_limit_keeps_only_its_own_jobs_out_of_the_prefetch(
     assert not state.claim_first  # the kind's limit is near: the next claim counts first
 
 
-def test_far_from_its_limits_a_limited_claim_holds_no_limit_row_while_it_claims(
-    connect, monkeypatch
-):
+@pytest.mark.parametrize(
+    "queues",
+    [["tuned"], ["tuned", "tuned_too"]],
+    ids=["one claim statement, one round trip", "a claim statement per limited queue"],
+)
+def test_far_from_its_limits_a_limited_claim_holds_no_limit_row_while_it_claims(connect, queues):
     """Once a count found every limit far from binding, the next limited claim claims
     first and only then locks the limits' rows and counts: another worker's limited claim
     waits for those rows only for the count and the commit, not for the claim statement.
-    The first claim, which knows nothing yet, locks before it claims."""
-    Queue.objects.create(name="tuned", concurrency_limit=100)
-    for n in range(6):
-        record.using(queue="tuned").enqueue(f"j{n}")
+    The first claim, which knows nothing yet, locks before it claims. Seen from another
+    connection while the claim statement waits (a lock on ``jobq_queue``, which it reads
+    for the digest of the pauses and limits, holds it up)."""
+    for name in queues:
+        Queue.objects.create(name=name, concurrency_limit=100)
+        for n in range(4):
+            record.using(queue=name).enqueue(f"{name}{n}")
     worker_connection = connect()
     state = flow_state.load(worker_connection.cursor())
-    other_worker = connect()
-    locked_while_claiming: list[bool] = []
-    claim = claims.claim
+    blocker, onlooker = connect(), connect()
 
-    def claim_and_look(*args: Any, **kwargs: Any) -> list[claims.ClaimedJob]:
-        claimed = claim(*args, **kwargs)
-        try:
-            other_worker.execute(
-                "SELECT 1 FROM jobq_limit_state WHERE name = 'tuned' FOR UPDATE NOWAIT"
+    def claim_while_looking() -> tuple[bool, limited_claims.LimitedClaim]:
+        claimed: list[limited_claims.LimitedClaim] = []
+        with blocker.transaction():
+            blocker.execute("LOCK TABLE jobq_queue IN ACCESS EXCLUSIVE MODE")
+            claiming = threading.Thread(
+                target=lambda: claimed.append(
+                    claim_limited_now(
+                        worker_connection, limit=1, prefetch=1, queues=queues, state=state
+                    )
+                )
             )
-        except psycopg.errors.LockNotAvailable:
-            locked_while_claiming.append(True)
-        else:
-            locked_while_claiming.append(False)
-        return claimed
+            claiming.start()
+            wait_until(
+                lambda: onlooker.execute(
+                    "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                    [worker_connection.info.backend_pid],
+                ).fetchone()[0],
+                what="the claim statement waiting for the lock on jobq_queue",
+            )
+            try:
+                onlooker.execute(
+                    "SELECT 1 FROM jobq_limit_state WHERE name = ANY(%s) FOR UPDATE NOWAIT",
+                    [queues],
+                )
+            except psycopg.errors.LockNotAvailable:
+                locked = True
+            else:
+                locked = False
+        claiming.join(timeout=20)
+        return locked, claimed[0]
 
-    monkeypatch.setattr(claims, "claim", claim_and_look)
-    first = claim_limited_now(worker_connection, limit=1, prefetch=1, state=state)
-    second = claim_limited_now(worker_connection, limit=1, prefetch=1, state=state)
-    assert locked_while_claiming == [True, False]
+    first_locked, first = claim_while_looking()
+    second_locked, second = claim_while_looking()
+    assert (first_locked, second_locked) == (True, False)
     assert (len(first.jobs), len(second.jobs), second.far_from_binding) == (2, 2, True)
     assert Job.objects.filter(status="running").count() == 4
 
@@ -406,6 +429,29 @@ def test_a_claim_made_before_its_count_is_kept_only_if_it_fits_the_limit(
     )
     assert Job.objects.filter(status="running").count() == running
     assert Job.objects.filter(status="ready", attempts=0).count() == 12 - running
+
+
+def test_a_rate_limited_claim_made_first_logs_its_starts_as_it_commits(connect):
+    """A claim made before its count logs its jobs' starts in the statement that admits
+    them (found server-side: this transaction's jobs), one row per rate limit, stamped as a
+    claim that may fill the prefetch; each job's start points at that row."""
+    Queue.objects.create(name="tuned", rate_limit="1000/h")
+    for n in range(8):
+        record.using(queue="tuned").enqueue(f"j{n}")
+    worker_connection = connect()
+    state = flow_state.load(worker_connection.cursor())
+    assert len(claim_limited_now(worker_connection, limit=1, prefetch=2, state=state).jobs) == 3
+    assert state.claim_first
+    result = claim_limited_now(worker_connection, limit=1, prefetch=2, state=state)
+    newest = LimitStart.objects.order_by("-id")[0]
+    assert (len(result.jobs), newest.starts) == (3, 3)
+    assert {rated.rows for rated in result.rated.values()} == {(newest.pk,)}
+    assert set(result.rated) == {job.id for job in result.jobs}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        (now,) = cursor.fetchone()
+    # A quarter of an hour, at most 10 s ahead (limited_claims.prefetch_cover).
+    assert timedelta(seconds=9) < newest.started_at - now <= timedelta(seconds=10)
 
 
 def test_a_claim_made_before_its_count_is_taken_back_when_a_limit_row_is_held(connect):
@@ -510,16 +556,69 @@ def test_a_quiet_limited_queue_costs_one_claim_statement_per_limited_claim(conne
     worker_connection, state, straggler = _behind_positions(connect, backlog=2)
     taken = claim_limited_now(worker_connection, limit=5, state=state).jobs  # read again
     assert [job.id for job in taken] == [straggler.pk]
-    statements: list[int] = []
-    claim = claims.claim
-
-    def counted(*args: Any, **kwargs: Any) -> list[claims.ClaimedJob]:
-        statements.append(1)
-        return claim(*args, **kwargs)
-
-    monkeypatch.setattr(claims, "claim", counted)
+    statements: list[str] = []
+    for name in ("claim", "send_front"):  # each sends a claim statement, or more
+        monkeypatch.setattr(claims, name, _counted(getattr(claims, name), statements))
     assert claim_limited_now(worker_connection, state=state).jobs == []
-    assert len(statements) == 1
+    assert statements == ["send_front"]  # the whole claim in one round trip
+
+
+def _counted(function: Callable[..., Any], calls: list[str]) -> Callable[..., Any]:
+    """``function``, noting its name in ``calls`` each time it is called."""
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(function.__name__)
+        return function(*args, **kwargs)
+
+    return counted
+
+
+def _far_from_its_limit(connect: Callable[..., Any]) -> tuple[Any, flow_state.FlowState]:
+    """A worker's connection and flow state whose first limited claim (it took one job of
+    the limited queue "tuned") found the limit far from binding: its next claims of the
+    queue are made first, in one round trip."""
+    Queue.objects.create(name="tuned", concurrency_limit=100)
+    record.using(queue="tuned").enqueue("first")
+    worker_connection = connect()
+    state = flow_state.load(worker_connection.cursor())
+    assert len(claim_limited_now(worker_connection, state=state).jobs) == 1
+    assert state.claim_first
+    return worker_connection, state
+
+
+def test_a_claim_in_one_round_trip_that_found_only_other_kinds_walks_to_its_own_at_once(
+    connect, monkeypatch
+):
+    """A limited claim of one round trip sends only the claim's first statement. When that
+    statement's front holds only jobs of kinds the worker lacks, the worker's own jobs wait
+    behind them: the claim walks to them at once, in a second transaction, rather than
+    coming back empty."""
+    worker_connection, state = _far_from_its_limit(connect)
+    Job.objects.bulk_create(JobFactory.build_batch(10, queue="tuned", kind="kinds.other"))
+    mine = record.using(queue="tuned").enqueue("behind them")
+    sent: list[str] = []
+    for name in ("claim", "send_front"):
+        monkeypatch.setattr(claims, name, _counted(getattr(claims, name), sent))
+    result = claim_limited_now(worker_connection, limit=1, state=state)
+    assert [job.id for job in result.jobs] == [mine.pk]
+    assert sent == ["send_front", "claim"]
+    assert not state.walk_next
+
+
+def test_a_claim_in_one_round_trip_that_found_some_leaves_the_walk_to_the_next_claim(connect):
+    """When the first statement's front held some of the worker's jobs among other kinds',
+    the claim keeps them and says more may wait (``full``: the worker claims again at
+    once); the next claim walks to those behind."""
+    worker_connection, state = _far_from_its_limit(connect)
+    ahead = record.using(queue="tuned").enqueue("ahead")
+    Job.objects.bulk_create(JobFactory.build_batch(10, queue="tuned", kind="kinds.other"))
+    behind = record.using(queue="tuned").enqueue("behind")
+    first = claim_limited_now(worker_connection, limit=2, state=state)
+    assert ([job.id for job in first.jobs], first.full) == ([ahead.pk], True)
+    assert state.walk_next == {(("queue", "tuned"),)}
+    second = claim_limited_now(worker_connection, limit=2, state=state)
+    assert [job.id for job in second.jobs] == [behind.pk]
+    assert not state.walk_next
 
 
 def test_limited_claims_read_from_the_start_once_the_positions_probe_is_due(connect, monkeypatch):

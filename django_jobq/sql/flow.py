@@ -109,44 +109,21 @@ _IN_WINDOW = """(start.started_at > clock_timestamp() - make_interval(secs => ke
               AND start.started_at
                   <= clock_timestamp() + make_interval(secs => key.window_seconds))"""
 
-#: Where :data:`COUNT_LIMITED` refuses a claim, the start of its error's text.
-LIMIT_REFUSED = "no room left under the limit of"
+#: The jobs ``job`` of ``key`` (a limited queue or kind) holding a live lease: running, the
+#: deadline not passed. A lapsed lease holds no slot: its job is claimable, and the claim
+#: that reclaims it counts again. Read from the running jobs (``jobq_job_lease_idx``).
+_LIVE_UNDER_KEY = """job.status = 'running' AND job.lease_deadline >= now()
+              AND CASE key.scope WHEN 'queue' THEN job.queue = key.name
+                                 ELSE job.kind = key.name END"""
 
-#: The next statement, after the locks (``LOCK_LIMIT_STATES``): per locked key (zipped
-#: ``%(scopes)s``, ``%(names)s``, ``%(concurrencies)s`` (NULL: no concurrency limit), for a
-#: rate limit ``%(windows)s`` seconds and ``%(counts)s`` starts (NULL for none), and
-#: ``%(taken)s``: the jobs under it this transaction has already claimed), fleet-wide:
-#:   - ``live``: its jobs holding a live lease (running, deadline not passed), this
-#:     transaction's own claims included. A lapsed lease holds no slot: its job is
-#:     claimable, and the claim that reclaims it counts again. Reads the running jobs
-#:     (``jobq_job_lease_idx``);
+#: Per ``key`` (``scope``, ``name``, a rate limit's ``window_seconds`` and ``count``), the
+#: columns both counts read besides the live jobs:
 #:   - ``recent``: its starts within the window (``_IN_WINDOW``; ``jobq_limit_start_idx``):
 #:     the sum of the rows' ``starts``, a row per claim (or late start), however many jobs;
 #:   - ``frees_in``: when ``recent`` has reached the count, the seconds until one more may
 #:     start: until the newest row whose starts, added to those of the rows newer than it,
-#:     reach the count leaves the window;
-#:   - ``refused``: always NULL; the statement fails instead when a key's ``taken`` jobs do
-#:     not fit (more live than the concurrency limit, or ``recent`` plus ``taken`` past the
-#:     rate's count) or the key has no row to lock. A claim made before its count
-#:     (``django_jobq.limited_claims``) sends this statement, the log of its starts and
-#:     ``COMMIT`` in one round trip: a claim that does not fit fails there, and its
-#:     transaction is rolled back. Plain SQL has no ``RAISE``: the failure is a cast to
-#:     integer of a text that names the key (``invalid_text_representation``, starting with
-#:     :data:`LIMIT_REFUSED`); it depends on the row, so the planner cannot fold it into an
-#:     error of every call.
-#: A new statement, so under READ COMMITTED it sees every claim and start committed before
-#: the lock was taken. Clock: ``clock_timestamp()``, as the starts are stamped. ``counted``
-#: is MATERIALIZED so that each count runs once.
-_COUNT_LIMITED_TEMPLATE = """
-WITH counted AS MATERIALIZED (
-    SELECT key.scope, key.name, key.concurrency, key.count, key.taken,
-           EXISTS (SELECT FROM jobq_limit_state AS state
-                   WHERE state.scope = key.scope AND state.name = key.name) AS has_row,
-           (SELECT count(*) FROM jobq_job AS job
-            WHERE job.status = 'running' AND job.lease_deadline >= now()
-              AND CASE key.scope WHEN 'queue' THEN job.queue = key.name
-                                 ELSE job.kind = key.name END) AS live,
-           (SELECT COALESCE(sum(start.starts), 0) FROM jobq_limit_start AS start
+#:     reach the count leaves the window.
+_KEY_COUNTS_TEMPLATE = """(SELECT COALESCE(sum(start.starts), 0) FROM jobq_limit_start AS start
             WHERE start.scope = key.scope AND start.name = key.name
               AND {in_window}) AS recent,
            (SELECT EXTRACT(EPOCH FROM newest.started_at
@@ -160,44 +137,55 @@ WITH counted AS MATERIALIZED (
                     AND {in_window}) AS newest
             WHERE newest.up_to_here >= key.count
             ORDER BY newest.started_at DESC, newest.id DESC
-            LIMIT 1) AS frees_in
-    FROM unnest(%(scopes)s::text[], %(names)s::text[], %(concurrencies)s::integer[],
-                %(windows)s::float8[], %(counts)s::integer[], %(taken)s::integer[])
-        AS key(scope, name, concurrency, window_seconds, count, taken)
-)
-SELECT scope, name, live, recent, frees_in,
-       CASE WHEN taken > 0
-                 AND (NOT has_row OR live > concurrency OR recent + taken > count)
-            THEN CAST('{refused} ' || scope || ' ' || name AS integer)
-       END AS refused
-FROM counted
-"""
-COUNT_LIMITED = _COUNT_LIMITED_TEMPLATE.format(in_window=_IN_WINDOW, refused=LIMIT_REFUSED)
+            LIMIT 1) AS frees_in"""
+_KEY_COUNTS = _KEY_COUNTS_TEMPLATE.format(in_window=_IN_WINDOW)
 
-#: The last statement before the commit: log the starts of this claim, one row per
-#: rate-limited key (zipped ``%(scopes)s``, ``%(names)s``, ``%(starts)s`` jobs claimed under
-#: it, ``%(aheads)s`` seconds and ``%(windows)s`` seconds), stamped ``clock_timestamp()``
-#: (after the claim's leases: never earlier than the claim) plus its ahead: the window's
-#: margin for jobs claimed for idle handler threads, which start at once; a fraction of the
-#: window for a claim that may hold them in the prefetch, so that the row counts every
-#: start within that long of the claim (``django_jobq.limited_claims``). Deletes each
-#: key's rows not in its window (``_IN_WINDOW``): the log holds about a window of rows. A
-#: row another transaction has locked (a late start moving out of it, a lock taken by
-#: hand) is left for a later claim to delete, not waited for: out of its window it counts
-#: nothing, and a wait would hold up, with this claim, every claim under its limit.
-#: Returns each new row's ``id``, ``scope`` and ``name``, for ``CONFIRM_START``.
-_RECORD_STARTS_TEMPLATE = """
-WITH pruned AS (
-    DELETE FROM jobq_limit_start
+#: Delete the rows of starts of each ``key`` (a rate limit's ``scope``, ``name`` and
+#: ``window_seconds``, from ``{keys}``) not in its window (``_IN_WINDOW``): the log holds
+#: about a window of rows. A row another transaction has locked (a late start moving out
+#: of it, a lock taken by hand) is left for a later claim to delete, not waited for: out
+#: of its window it counts nothing, and a wait would hold up, with this claim, every claim
+#: under its limit.
+_PRUNE_STARTS_TEMPLATE = """DELETE FROM jobq_limit_start
     WHERE id IN (
         SELECT start.id
         FROM jobq_limit_start AS start
-        JOIN unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[])
-            AS key(scope, name, window_seconds)
+        JOIN {keys}
             ON start.scope = key.scope AND start.name = key.name
         WHERE NOT {in_window}
         FOR UPDATE OF start SKIP LOCKED
-    )
+    )"""
+
+#: The next statement of a claim that locks first, after the locks (``LOCK_LIMIT_STATES``):
+#: per locked key (zipped ``%(scopes)s``, ``%(names)s``, for a rate limit ``%(windows)s``
+#: seconds and ``%(counts)s`` starts, NULL for none), fleet-wide, ``live``
+#: (``_LIVE_UNDER_KEY``), ``recent`` and ``frees_in`` (``_KEY_COUNTS``). A new statement,
+#: so under READ COMMITTED it sees every claim and start committed before the lock was
+#: taken. Clock: ``clock_timestamp()``, as the starts are stamped.
+_COUNT_LIMITED_TEMPLATE = """
+SELECT key.scope, key.name,
+       (SELECT count(*) FROM jobq_job AS job WHERE {live_under_key}) AS live,
+       {key_counts}
+FROM unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[],
+            %(counts)s::integer[]) AS key(scope, name, window_seconds, count)
+"""
+COUNT_LIMITED = _COUNT_LIMITED_TEMPLATE.format(
+    live_under_key=_LIVE_UNDER_KEY, key_counts=_KEY_COUNTS
+)
+
+#: The last statement of a claim that locks first, before the commit: log the starts of
+#: this claim, one row per rate-limited key (zipped ``%(scopes)s``, ``%(names)s``,
+#: ``%(starts)s`` jobs claimed under it, ``%(aheads)s`` seconds and ``%(windows)s``
+#: seconds), stamped ``clock_timestamp()`` (after the claim's leases: never earlier than the
+#: claim) plus its ahead: the window's margin for jobs claimed for idle handler threads,
+#: which start at once; a fraction of the window for a claim that may hold them in the
+#: prefetch, so that the row counts every start within that long of the claim
+#: (``django_jobq.limited_claims``). Prunes each key's rows out of the window
+#: (``_PRUNE_STARTS_TEMPLATE``). Returns each new row's ``id``, ``scope`` and ``name``, for
+#: ``CONFIRM_START``.
+_RECORD_STARTS_TEMPLATE = """
+WITH pruned AS (
+    {prune}
 )
 INSERT INTO jobq_limit_start (scope, name, started_at, starts)
 SELECT scope, name, clock_timestamp() + make_interval(secs => ahead), starts
@@ -205,7 +193,90 @@ FROM unnest(%(scopes)s::text[], %(names)s::text[], %(starts)s::integer[],
             %(aheads)s::float8[]) AS claimed(scope, name, starts, ahead)
 RETURNING id, scope, name
 """
-RECORD_STARTS = _RECORD_STARTS_TEMPLATE.format(in_window=_IN_WINDOW)
+RECORD_STARTS = _RECORD_STARTS_TEMPLATE.format(
+    prune=_PRUNE_STARTS_TEMPLATE.format(
+        keys="unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[])\n"
+        "            AS key(scope, name, window_seconds)",
+        in_window=_IN_WINDOW,
+    )
+)
+
+#: Where :data:`ADMIT_CLAIMED` refuses a claim, the start of its error's text.
+LIMIT_REFUSED = "no room left under the limit of"
+
+#: The statement after the locks (``WAIT_FOR_LIMIT_STATES``) of a claim made before its
+#: count (``django_jobq.limited_claims``), sent with ``COMMIT``: admit this transaction's
+#: jobs under each key, or refuse them all. Per key (zipped ``%(scopes)s``, ``%(names)s``,
+#: ``%(concurrencies)s`` (NULL: no concurrency limit), for a rate limit ``%(windows)s``
+#: seconds, ``%(counts)s`` starts and ``%(aheads)s`` seconds, NULL for none), fleet-wide:
+#:   - ``live`` (``_LIVE_UNDER_KEY``), this transaction's jobs included, and of them
+#:     ``own``: the jobs this transaction claimed (the worker ``%(worker_id)s``'s, started
+#:     at ``now()``, the transaction's start: a claim sets ``started_at = now()``, and
+#:     each of a worker's claims is a transaction of its own after the last), found
+#:     server-side, so the claim and this statement can travel in one round trip;
+#:   - ``recent`` and ``frees_in`` (``_KEY_COUNTS``), without this claim's starts;
+#:   - ``has_row``: the key's row in ``jobq_limit_state`` exists (the lock found it);
+#:   - ``start_id``: for a rate limit, the row logging the ``own`` starts (as
+#:     ``RECORD_STARTS`` does, ``%(aheads)s`` ahead; pruning the rows out of the window),
+#:     for ``CONFIRM_START``; NULL when nothing was claimed under it;
+#:   - ``refused``: always NULL; the statement fails instead when a key's ``own`` jobs do
+#:     not fit (more live than the concurrency limit, or ``recent`` plus ``own`` past the
+#:     rate's count) or the key has no row to lock, so the ``COMMIT`` sent after it never
+#:     runs and the transaction is rolled back. Plain SQL has no ``RAISE``: the failure is
+#:     a cast to integer of a text that names the key (``invalid_text_representation``,
+#:     starting with :data:`LIMIT_REFUSED`); it depends on the row, so the planner cannot
+#:     fold it into an error of every call.
+#: A new statement, so under READ COMMITTED it sees every claim and start committed before
+#: the locks were taken. ``counted`` and ``admitted`` are MATERIALIZED so that each count,
+#: and the refusal, run once per key, before the log is written.
+_ADMIT_CLAIMED_TEMPLATE = """
+WITH counted AS MATERIALIZED (
+    SELECT key.scope, key.name, key.concurrency, key.window_seconds, key.count, key.ahead,
+           running.live, running.own,
+           EXISTS (SELECT FROM jobq_limit_state AS state
+                   WHERE state.scope = key.scope AND state.name = key.name) AS has_row,
+           {key_counts}
+    FROM unnest(%(scopes)s::text[], %(names)s::text[], %(concurrencies)s::integer[],
+                %(windows)s::float8[], %(counts)s::integer[], %(aheads)s::float8[])
+        AS key(scope, name, concurrency, window_seconds, count, ahead)
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS live,
+               count(*) FILTER (WHERE job.worker_id = %(worker_id)s
+                                  AND job.started_at = now()) AS own
+        FROM jobq_job AS job
+        WHERE {live_under_key}
+    ) AS running
+), admitted AS MATERIALIZED (
+    SELECT counted.*,
+           CASE WHEN own > 0
+                     AND (NOT has_row OR live > concurrency OR recent + own > count)
+                THEN CAST('{refused} ' || scope || ' ' || name AS integer)
+           END AS refused
+    FROM counted
+), pruned AS (
+    {prune}
+), logged AS (
+    INSERT INTO jobq_limit_start (scope, name, started_at, starts)
+    SELECT scope, name, clock_timestamp() + make_interval(secs => ahead), own
+    FROM admitted
+    WHERE window_seconds IS NOT NULL AND own > 0 AND refused IS NULL
+    RETURNING id, scope, name
+)
+SELECT admitted.scope, admitted.name, admitted.live, admitted.recent, admitted.frees_in,
+       admitted.own, logged.id AS start_id, admitted.refused
+FROM admitted
+LEFT JOIN logged ON logged.scope = admitted.scope AND logged.name = admitted.name
+"""
+ADMIT_CLAIMED = _ADMIT_CLAIMED_TEMPLATE.format(
+    key_counts=_KEY_COUNTS,
+    live_under_key=_LIVE_UNDER_KEY,
+    refused=LIMIT_REFUSED,
+    prune=_PRUNE_STARTS_TEMPLATE.format(
+        keys="(SELECT scope, name, window_seconds FROM admitted\n"
+        "              WHERE window_seconds IS NOT NULL) AS key",
+        in_window=_IN_WINDOW,
+    ),
+)
 
 #: A rate-limited job's handler starts later than its claim's row counts it: move its start
 #: out of its claim's rows (``%(rows)s``, their ids; one start fewer each) into rows of its

@@ -115,14 +115,14 @@ def test_every_slot_of_every_statement_is_filled(module: ModuleType) -> None:
 
 
 def _literal_names(module: ModuleType) -> set[str]:
-    """Names bound at module level to literal text: a string, or a name imported from a
-    sibling module that binds it to a string."""
+    """Names bound at module level to literal text: a string, a template of literal text
+    filled with literal text (``_TEMPLATE.format(name=LITERAL)``, bound before its use), or
+    a name imported from a sibling module that binds it to literal text."""
     names: set[str] = set()
     for node in ast.parse(inspect.getsource(module)).body:
-        if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Constant):
+        if isinstance(node, ast.Assign | ast.AnnAssign) and _is_literal(node.value, names):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if isinstance(node.value.value, str):
-                names.update(target.id for target in targets if isinstance(target, ast.Name))
+            names.update(target.id for target in targets if isinstance(target, ast.Name))
         elif isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
             package = module.__name__.rsplit(".", 1)[0]
             sibling = importlib.import_module(f"{package}.{node.module}")
@@ -131,6 +131,20 @@ def _literal_names(module: ModuleType) -> set[str]:
                 alias.asname or alias.name for alias in node.names if alias.name in literal
             )
     return names
+
+
+def _is_literal(value: ast.expr | None, literal: set[str]) -> bool:
+    """Whether ``value`` is literal text, given the ``literal`` names bound so far."""
+    if isinstance(value, ast.Constant):
+        return isinstance(value.value, str)
+    if isinstance(value, ast.Name):
+        return value.id in literal
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        arguments = [*value.args, *(keyword.value for keyword in value.keywords)]
+        return value.func.attr == "format" and all(
+            _is_literal(each, literal) for each in [value.func.value, *arguments]
+        )
+    return False
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda module: module.__name__)
@@ -145,10 +159,7 @@ def test_templates_are_filled_with_literal_fragments_only(module: ModuleType) ->
         elif isinstance(node, ast.JoinedStr):
             arguments = [part.value for part in node.values if isinstance(part, ast.FormattedValue)]
         for argument in arguments:
-            is_literal = isinstance(argument, ast.Constant) or (
-                isinstance(argument, ast.Name) and argument.id in literal
-            )
-            if not is_literal:
+            if not _is_literal(argument, literal):
                 composed.append(ast.unparse(argument))
     assert composed == [], "a template filled from something other than literal text"
 

@@ -80,19 +80,12 @@ WHERE (scope = 'queue' AND name = ANY(%(queues)s::text[]))
 ORDER BY scope, name
 FOR UPDATE
 
--- name: LIMIT_REFUSED
-no room left under the limit of
-
 -- name: COUNT_LIMITED
-WITH counted AS MATERIALIZED (
-    SELECT key.scope, key.name, key.concurrency, key.count, key.taken,
-           EXISTS (SELECT FROM jobq_limit_state AS state
-                   WHERE state.scope = key.scope AND state.name = key.name) AS has_row,
-           (SELECT count(*) FROM jobq_job AS job
-            WHERE job.status = 'running' AND job.lease_deadline >= now()
+SELECT key.scope, key.name,
+       (SELECT count(*) FROM jobq_job AS job WHERE job.status = 'running' AND job.lease_deadline >= now()
               AND CASE key.scope WHEN 'queue' THEN job.queue = key.name
                                  ELSE job.kind = key.name END) AS live,
-           (SELECT COALESCE(sum(start.starts), 0) FROM jobq_limit_start AS start
+       (SELECT COALESCE(sum(start.starts), 0) FROM jobq_limit_start AS start
             WHERE start.scope = key.scope AND start.name = key.name
               AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
               AND start.started_at
@@ -111,16 +104,8 @@ WITH counted AS MATERIALIZED (
             WHERE newest.up_to_here >= key.count
             ORDER BY newest.started_at DESC, newest.id DESC
             LIMIT 1) AS frees_in
-    FROM unnest(%(scopes)s::text[], %(names)s::text[], %(concurrencies)s::integer[],
-                %(windows)s::float8[], %(counts)s::integer[], %(taken)s::integer[])
-        AS key(scope, name, concurrency, window_seconds, count, taken)
-)
-SELECT scope, name, live, recent, frees_in,
-       CASE WHEN taken > 0
-                 AND (NOT has_row OR live > concurrency OR recent + taken > count)
-            THEN CAST('no room left under the limit of ' || scope || ' ' || name AS integer)
-       END AS refused
-FROM counted
+FROM unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[],
+            %(counts)s::integer[]) AS key(scope, name, window_seconds, count)
 
 -- name: RECORD_STARTS
 WITH pruned AS (
@@ -142,6 +127,78 @@ SELECT scope, name, clock_timestamp() + make_interval(secs => ahead), starts
 FROM unnest(%(scopes)s::text[], %(names)s::text[], %(starts)s::integer[],
             %(aheads)s::float8[]) AS claimed(scope, name, starts, ahead)
 RETURNING id, scope, name
+
+-- name: LIMIT_REFUSED
+no room left under the limit of
+
+-- name: ADMIT_CLAIMED
+WITH counted AS MATERIALIZED (
+    SELECT key.scope, key.name, key.concurrency, key.window_seconds, key.count, key.ahead,
+           running.live, running.own,
+           EXISTS (SELECT FROM jobq_limit_state AS state
+                   WHERE state.scope = key.scope AND state.name = key.name) AS has_row,
+           (SELECT COALESCE(sum(start.starts), 0) FROM jobq_limit_start AS start
+            WHERE start.scope = key.scope AND start.name = key.name
+              AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+              AND start.started_at
+                  <= clock_timestamp() + make_interval(secs => key.window_seconds))) AS recent,
+           (SELECT EXTRACT(EPOCH FROM newest.started_at
+                                      + make_interval(secs => key.window_seconds)
+                                      - clock_timestamp())::float8
+            FROM (SELECT start.id, start.started_at,
+                         sum(start.starts) OVER (ORDER BY start.started_at DESC, start.id DESC
+                                                 ROWS UNBOUNDED PRECEDING) AS up_to_here
+                  FROM jobq_limit_start AS start
+                  WHERE start.scope = key.scope AND start.name = key.name
+                    AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+              AND start.started_at
+                  <= clock_timestamp() + make_interval(secs => key.window_seconds))) AS newest
+            WHERE newest.up_to_here >= key.count
+            ORDER BY newest.started_at DESC, newest.id DESC
+            LIMIT 1) AS frees_in
+    FROM unnest(%(scopes)s::text[], %(names)s::text[], %(concurrencies)s::integer[],
+                %(windows)s::float8[], %(counts)s::integer[], %(aheads)s::float8[])
+        AS key(scope, name, concurrency, window_seconds, count, ahead)
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS live,
+               count(*) FILTER (WHERE job.worker_id = %(worker_id)s
+                                  AND job.started_at = now()) AS own
+        FROM jobq_job AS job
+        WHERE job.status = 'running' AND job.lease_deadline >= now()
+              AND CASE key.scope WHEN 'queue' THEN job.queue = key.name
+                                 ELSE job.kind = key.name END
+    ) AS running
+), admitted AS MATERIALIZED (
+    SELECT counted.*,
+           CASE WHEN own > 0
+                     AND (NOT has_row OR live > concurrency OR recent + own > count)
+                THEN CAST('no room left under the limit of ' || scope || ' ' || name AS integer)
+           END AS refused
+    FROM counted
+), pruned AS (
+    DELETE FROM jobq_limit_start
+    WHERE id IN (
+        SELECT start.id
+        FROM jobq_limit_start AS start
+        JOIN (SELECT scope, name, window_seconds FROM admitted
+              WHERE window_seconds IS NOT NULL) AS key
+            ON start.scope = key.scope AND start.name = key.name
+        WHERE NOT (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+              AND start.started_at
+                  <= clock_timestamp() + make_interval(secs => key.window_seconds))
+        FOR UPDATE OF start SKIP LOCKED
+    )
+), logged AS (
+    INSERT INTO jobq_limit_start (scope, name, started_at, starts)
+    SELECT scope, name, clock_timestamp() + make_interval(secs => ahead), own
+    FROM admitted
+    WHERE window_seconds IS NOT NULL AND own > 0 AND refused IS NULL
+    RETURNING id, scope, name
+)
+SELECT admitted.scope, admitted.name, admitted.live, admitted.recent, admitted.frees_in,
+       admitted.own, logged.id AS start_id, admitted.refused
+FROM admitted
+LEFT JOIN logged ON logged.scope = admitted.scope AND logged.name = admitted.name
 
 -- name: CONFIRM_START
 WITH moved AS (
