@@ -3,18 +3,19 @@ a dead letter. (Real worker processes are tested in tests/acceptance.)"""
 
 import threading
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import connection
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_jobq import claims, job, registry
+from django_jobq import claims, job, registry, sql
 from django_jobq.models import DeadLetter, Job
 from django_jobq.worker import Worker
 from tests.conftest import wait_until
 from tests.factories import JobFactory
-from tests.testapp.jobs import always_fails, inspect_context, overrun, record
+from tests.testapp.jobs import always_fails, hold_lock, inspect_context, overrun, record
 from tests.testapp.models import Effect
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -134,6 +135,52 @@ def test_a_handler_taking_a_context_sees_its_lease():
         f"job {job.pk} attempt 1 tests.testapp.jobs.inspect_context ctx "
         "extended=True moved=True lost=False"
     )
+
+
+def test_a_worker_with_no_room_to_claim_does_not_ask_when_the_next_job_falls_due(monkeypatch):
+    """A worker whose handler threads and prefetch are full cannot claim a job that falls
+    due before an outcome frees room, and an outcome wakes its loop: its turns then send no
+    statement asking when the next job falls due (``sql.claims.SECONDS_UNTIL_DUE_*``, which
+    reads the claim index from its start); with room, a turn that claimed everything due
+    still asks."""
+    lock_id = 93
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [lock_id])
+    asked: list[bool] = []  # per SECONDS_UNTIL_DUE statement: had the worker room to claim?
+    turns: list[bool] = []  # per turn: had it room to claim at its end?
+
+    def has_room(worker: Worker) -> bool:
+        return worker._capacity - worker._outstanding >= worker._refill_at
+
+    execute_on_queues, turn = Worker._execute_on_queues, Worker._turn
+
+    def execute_and_note(worker: Worker, cursor: Any, statements: Any, params: Any) -> Any:
+        if sql.claims.SECONDS_UNTIL_DUE_ANY_QUEUE in statements:
+            asked.append(has_room(worker))
+        return execute_on_queues(worker, cursor, statements, params)
+
+    def turn_and_note(worker: Worker, connection_: Any) -> Any:
+        timeout = turn(worker, connection_)
+        turns.append(has_room(worker))
+        return timeout
+
+    monkeypatch.setattr(Worker, "_execute_on_queues", execute_and_note)
+    monkeypatch.setattr(Worker, "_turn", turn_and_note)
+    worker = Worker(queues=["leases"], concurrency=1, batch_size=1, poll_interval=0.05)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_until(lambda: True in asked, what="an idle turn that asks")
+        hold_lock.enqueue(lock_id=lock_id, label="holds its thread")
+        record.using(queue="leases").enqueue("prefetched")  # room for none after it
+        wait_until(lambda: turns[-3:] == [False] * 3, what="turns with no room to claim")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock_all()")
+        wait_until(lambda: Effect.objects.count() == 2, what="both jobs to run")
+        worker.stop()
+        thread.join(30)
+    assert False not in asked
 
 
 def test_a_job_past_max_runtime_is_no_longer_heartbeated(caplog, queue_cursor):

@@ -457,21 +457,24 @@ class Worker:
         ((value,),) = cursor.fetchall()
         return value
 
-    def _idle_timeout(self, cursor: psycopg.Cursor[Any]) -> float:
+    def _idle_timeout(self, cursor: psycopg.Cursor[Any] | None) -> float:
         """Seconds to sleep when nothing is due: until the next ready job's ``run_at``, the
         next lease deadline of a job this worker does not hold (another worker's, or a
-        predecessor's with the same worker id) or the next schedule tick, and at most the
-        poll interval."""
-        held = sorted({held.job.id for held in self._held.snapshot()})
-        until_due = self._execute_on_queues(  # None: no future run_at and no lease
-            cursor,
-            (
-                sql.claims.SECONDS_UNTIL_DUE_ANY_QUEUE,
-                sql.claims.SECONDS_UNTIL_DUE_ONE_QUEUE,
-                sql.claims.SECONDS_UNTIL_DUE_QUEUES,
-            ),
-            {"held": held, "horizon": self.poll_interval},
-        )
+        predecessor's with the same worker id), read on ``cursor`` (``None``: not read, the
+        worker cannot claim them yet), or the next schedule tick, and at most the poll
+        interval."""
+        until_due = None  # None: no future run_at and no lease
+        if cursor is not None:
+            held = sorted({held.job.id for held in self._held.snapshot()})
+            until_due = self._execute_on_queues(
+                cursor,
+                (
+                    sql.claims.SECONDS_UNTIL_DUE_ANY_QUEUE,
+                    sql.claims.SECONDS_UNTIL_DUE_ONE_QUEUE,
+                    sql.claims.SECONDS_UNTIL_DUE_QUEUES,
+                ),
+                {"held": held, "horizon": self.poll_interval},
+            )
         timeout = min(self.poll_interval, math.inf if until_due is None else until_due)
         next_tick = self._scheduler.next_due if self._scheduler is not None else None
         if next_tick is not None:
@@ -620,9 +623,11 @@ class Worker:
             return min(self._idle_timeout(cursor), BURST_RECHECK_INTERVAL)
         # Wait for an outcome to free room, a notification, or the poll interval; when the
         # claim took every due job, at most until the next one falls due (or a limited
-        # claim may be tried again).
+        # claim may be tried again). With too little room to claim, a job that falls due
+        # waits for an outcome to free room, which wakes the loop: no statement asks when.
         if (len(plain) < limit or not limit) and not self._limited_full:
-            return self._idle_timeout(cursor)
+            may_claim = self._capacity - self._outstanding >= self._refill_at
+            return self._idle_timeout(cursor if may_claim else None)
         # A claim took all it asked for, and the prefetch is full: its jobs' outcomes wake
         # the loop.
         return min(self.poll_interval, max(0.0, self._limited_retry_at - time.monotonic()))
