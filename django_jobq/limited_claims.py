@@ -5,7 +5,7 @@ A plain claim (:func:`django_jobq.claims.claim`) leaves limited queues and kinds
 limited claim takes their jobs in one transaction:
 
 1. lock the rows of the limited queues and kinds it may claim for (``sql.flow.LOCK_LIMIT_STATES``);
-   a claim for idle handler threads waits at most 20 ms for those another worker's limited
+   a claim for idle handler threads waits at most 100 ms for those another worker's limited
    claim holds (it holds them a few milliseconds), a claim for the prefetch alone not at
    all; a row not locked is left to that worker, the claim goes on with the others, and the
    worker tries it again soon (:func:`_lock_and_count`);
@@ -23,12 +23,17 @@ Steps 1 and 2 travel with the ``BEGIN`` in one round trip, step 4 with the ``COM
 limited queue, where each statement on its own took six, and the locks other workers' limited
 claims wait for are held for two of them (:func:`_count_then_claim`).
 
-Far from the limits (``FlowState.claim_first``: the worker's last count found every
-limit far from binding), the order changes (:func:`_claim_then_count`): step 3 comes first,
-without the locks, with the ``BEGIN``; steps 1, 2 and 4 and the ``COMMIT`` follow in one
-round trip. The count holds the claim's own jobs as running, and fails when they do not fit
-a limit (or a limit's row is gone), so the ``COMMIT`` never runs: the claim is rolled back
-and made again in the first order. The locks are then held only while PostgreSQL runs those
+Far from the limits (``FlowState.claim_first``: the worker's last count found every limit
+far from binding), the order changes (:func:`_claim_then_count`): step 3 comes first,
+without the locks, then step 1; instead of steps 2 and 4, one statement
+(``sql.flow.ADMIT_CLAIMED``) counts, holding the claim's own jobs (found server-side) as
+running, logs their starts, and fails when they do not fit a limit (or a limit's row is
+gone), so the ``COMMIT`` never runs: the claim is rolled back and made again in the first
+order. A claim of one limited queue or kind sends all of it, ``BEGIN`` to ``COMMIT``, in
+one round trip, as a plain claim does (its first claim statement only: when more would have
+followed, the claim comes back short and the worker claims again at once); a claim of
+several sends ``BEGIN`` with its first claim statement, and the locks, the admission and
+``COMMIT`` after its last. The locks are then held only while PostgreSQL runs those
 statements: never through a claim statement, nor while the worker waits for its turn on a
 busy machine, so many worker processes do not queue behind each other's claims.
 

@@ -87,11 +87,16 @@ FOR UPDATE{skip_locked}
 #: these limits, so the counts ``COUNT_LIMITED`` reads stay true. Returns the locked keys.
 LOCK_LIMIT_STATES = _LOCK_LIMIT_STATES_TEMPLATE.format(skip_locked=" SKIP LOCKED")
 
-#: In a savepoint after ``LOCK_LIMIT_STATES``, for the rows it skipped: wait at most 20 ms
-#: for a lock on each. Another worker's limited claim holds one for a few statements (about
-#: a millisecond); one held longer (a slow network, a stalled process) makes the wait give
-#: up, and the claim goes on with the rows it has: one stuck row never stops the others.
-SET_LIMIT_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '20ms'"
+#: In a savepoint after ``LOCK_LIMIT_STATES``, for the rows it skipped (or after a claim
+#: made before its count, for all): wait at most 100 ms for a lock on each. Another
+#: worker's limited claim holds one for a few statements (about a millisecond, more when
+#: many claims queue for it on a machine with more busy processes than cores); one held
+#: longer (a slow network, a stalled process) makes the wait give up, and the claim goes on
+#: with the rows it has: one stuck row never stops the others. (20 ms gave up on rows that
+#: were only busy: with eight worker processes on two cores, a worker that gave up counted
+#: first for a second, and its claims for the prefetch, which do not wait, found the row
+#: held again and again; docs/flow-control.md, "Cost when nothing binds".)
+SET_LIMIT_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '100ms'"
 
 #: After ``SET_LIMIT_LOCK_TIMEOUT``: ``LOCK_LIMIT_STATES`` waiting for the rows, in one
 #: order (scope, then name), so two claims waiting for each other's rows cannot deadlock

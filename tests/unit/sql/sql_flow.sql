@@ -70,7 +70,7 @@ ORDER BY scope, name
 FOR UPDATE SKIP LOCKED
 
 -- name: SET_LIMIT_LOCK_TIMEOUT
-SET LOCAL lock_timeout = '20ms'
+SET LOCAL lock_timeout = '100ms'
 
 -- name: WAIT_FOR_LIMIT_STATES
 SELECT scope, name
