@@ -150,8 +150,9 @@ class LimitedClaim:
     ``rated``: per job id, where its start is logged (:class:`RatedStart`);
     ``far_from_binding``: a limit it counted was far from binding
     (:func:`far_from_binding`), so the jobs under it could fill the prefetch too (a worker
-    with no idle slot may claim again for its prefetch); ``full``: it claimed as many jobs
-    as it asked for (more may wait)."""
+    with no idle slot may claim again for its prefetch); ``full``: more jobs may wait
+    (claim again at once): it claimed as many as it asked for, or, made in one round trip,
+    it stopped short of looking for all of them (:func:`_after_front`)."""
 
     jobs: list[ClaimedJob]
     held_elsewhere: bool = False
