@@ -433,13 +433,13 @@ def _after_front(
     front: claims.FrontClaim,
     wanted: int,
 ) -> bool:
-    """After a claim of one round trip (:func:`_claim_then_count`) under the limits
+    """After a claim of one round trip (:func:`_claim_in_one_round_trip`) under the limits
     ``keys`` that read from ``positions`` (moved on since; ``from_positions``: they were
-    set before) and asked for ``wanted`` jobs: keep the positions
-    where :func:`_claim_plan` would, and return whether more jobs may wait that the claim
-    did not look for (claim again at once): the front was followed by more (reading on, or
-    a walk, which the next claim of these limits then makes), or the claim read from
-    positions and found nothing (the next reads from the start)."""
+    set before) and asked for ``wanted`` jobs: keep the positions where
+    :func:`_claim_plan` would, and return whether more jobs may wait that the claim did not
+    look for (claim again at once): the front was followed by more (reading on, or a walk,
+    which the next claim of these limits then makes), or the claim read from positions and
+    found nothing (the next reads from the start)."""
     if front.after is claims.FrontAfter.WALK:
         state.walk_next.add(keys)
         return True
