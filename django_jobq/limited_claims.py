@@ -570,6 +570,7 @@ def _send_admission(
                 for key, each in zip(keys, limits, strict=True)
             ],
             "worker_id": worker_id,
+            "flow_digest": state.guard.digest,
         },
     )
     return sent

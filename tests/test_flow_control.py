@@ -454,6 +454,40 @@ def test_a_rate_limited_claim_made_first_logs_its_starts_as_it_commits(connect):
     assert timedelta(seconds=9) < newest.started_at - now <= timedelta(seconds=10)
 
 
+def test_a_claim_made_first_is_taken_back_when_the_limit_changed_before_its_admission(
+    connect,
+):
+    """A claim made before its count whose claim statement ran under the old limits, and
+    whose admission comes after a change committed (it waited for the limit's row
+    meanwhile), is refused: nothing commits, the jobs are ready again with their attempts
+    untouched, and the worker reads the change before it claims again."""
+    worker_connection, state = _far_from_its_limit(connect)
+    for n in range(3):
+        record.using(queue="tuned").enqueue(f"j{n}")
+    holder, onlooker = connect(autocommit=False), connect()
+    holder.execute("SELECT * FROM jobq_limit_state WHERE name = 'tuned' FOR UPDATE")
+    claimed: list[limited_claims.LimitedClaim] = []
+    claiming = threading.Thread(
+        target=lambda: claimed.append(
+            claim_limited_now(worker_connection, limit=1, prefetch=2, state=state)
+        )
+    )
+    claiming.start()
+    wait_until(
+        lambda: onlooker.execute(
+            "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
+            [worker_connection.info.backend_pid],
+        ).fetchone()[0],
+        what="the claim made first waiting for the limit's row",
+    )
+    Queue.objects.filter(name="tuned").update(concurrency_limit=1)  # commits
+    holder.rollback()
+    claiming.join(timeout=20)
+    assert claimed[0].jobs == [] and state.stale
+    assert Job.objects.filter(status="running").count() == 1  # the first claim's job
+    assert Job.objects.filter(status="ready", attempts=0).count() == 3
+
+
 def test_a_claim_made_before_its_count_is_taken_back_when_a_limit_row_is_held(connect):
     """A claim made before the count that cannot lock a limit's row (another worker's claim
     holds it past the lock timeout) is rolled back: its jobs are ready again, their attempts

@@ -226,7 +226,10 @@ LIMIT_REFUSED = "no room left under the limit of"
 #:     for ``CONFIRM_START``; NULL when nothing was claimed under it;
 #:   - ``refused``: always NULL; the statement fails instead when a key's ``own`` jobs do
 #:     not fit (more live than the concurrency limit, or ``recent`` plus ``own`` past the
-#:     rate's count) or the key has no row to lock, so the ``COMMIT`` sent after it never
+#:     rate's count), the key has no row to lock, or the pauses and limits changed since
+#:     the worker read them (``FLOW_DIGEST`` differs from ``%(flow_digest)s``: a change
+#:     that committed between the claim statement and the locks; the claim made again
+#:     with the locks first then finds the change), so the ``COMMIT`` sent after it never
 #:     runs and the transaction is rolled back. Plain SQL has no ``RAISE``: the failure is
 #:     a cast to integer of a text that names the key (``invalid_text_representation``,
 #:     starting with :data:`LIMIT_REFUSED`); it depends on the row, so the planner cannot
@@ -254,7 +257,8 @@ WITH counted AS MATERIALIZED (
 ), admitted AS MATERIALIZED (
     SELECT counted.*,
            CASE WHEN own > 0
-                     AND (NOT has_row OR live > concurrency OR recent + own > count)
+                     AND (NOT has_row OR live > concurrency OR recent + own > count
+                          OR {digest} IS DISTINCT FROM %(flow_digest)s)
                 THEN CAST('{refused} ' || scope || ' ' || name AS integer)
            END AS refused
     FROM counted
@@ -273,6 +277,7 @@ FROM admitted
 LEFT JOIN logged ON logged.scope = admitted.scope AND logged.name = admitted.name
 """
 ADMIT_CLAIMED = _ADMIT_CLAIMED_TEMPLATE.format(
+    digest=FLOW_DIGEST,
     key_counts=_KEY_COUNTS,
     live_under_key=_LIVE_UNDER_KEY,
     refused=LIMIT_REFUSED,

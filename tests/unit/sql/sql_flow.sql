@@ -171,7 +171,18 @@ WITH counted AS MATERIALIZED (
 ), admitted AS MATERIALIZED (
     SELECT counted.*,
            CASE WHEN own > 0
-                     AND (NOT has_row OR live > concurrency OR recent + own > count)
+                     AND (NOT has_row OR live > concurrency OR recent + own > count
+                          OR (SELECT md5(COALESCE(string_agg(line, ',' ORDER BY line), ''))
+     FROM (SELECT concat_ws(' ', 'queue', quote_nullable(name),
+                            quote_nullable(EXTRACT(EPOCH FROM paused_at)),
+                            quote_nullable(EXTRACT(EPOCH FROM paused_until)),
+                            quote_nullable(concurrency_limit), quote_nullable(rate_limit))
+               AS line
+           FROM jobq_queue
+           UNION ALL
+           SELECT concat_ws(' ', 'kind', quote_nullable(kind),
+                            quote_nullable(concurrency_limit), quote_nullable(rate_limit))
+           FROM jobq_kind_limit) AS settings) IS DISTINCT FROM %(flow_digest)s)
                 THEN CAST('no room left under the limit of ' || scope || ' ' || name AS integer)
            END AS refused
     FROM counted
