@@ -368,12 +368,8 @@ def test_far_from_its_limits_a_limited_claim_holds_no_limit_row_while_it_claims(
                 )
             )
             claiming.start()
-            wait_until(
-                lambda: onlooker.execute(
-                    "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
-                    [worker_connection.info.backend_pid],
-                ).fetchone()[0],
-                what="the claim statement waiting for the lock on jobq_queue",
+            _wait_for_a_lock_wait(
+                onlooker, worker_connection, "the claim statement waiting on jobq_queue"
             )
             try:
                 onlooker.execute(
@@ -473,13 +469,7 @@ def test_a_claim_made_first_is_taken_back_when_the_limit_changed_before_its_admi
         )
     )
     claiming.start()
-    wait_until(
-        lambda: onlooker.execute(
-            "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
-            [worker_connection.info.backend_pid],
-        ).fetchone()[0],
-        what="the claim made first waiting for the limit's row",
-    )
+    _wait_for_a_lock_wait(onlooker, worker_connection, "the claim waiting for the limit's row")
     Queue.objects.filter(name="tuned").update(concurrency_limit=1)  # commits
     holder.rollback()
     claiming.join(timeout=20)
@@ -605,6 +595,18 @@ def _counted(function: Callable[..., Any], calls: list[str]) -> Callable[..., An
         return function(*args, **kwargs)
 
     return counted
+
+
+def _wait_for_a_lock_wait(onlooker: Any, waiting: Any, what: str) -> None:
+    """Poll, on the connection ``onlooker``, until the connection ``waiting`` waits for a
+    lock (``pg_stat_activity``)."""
+    wait_until(
+        lambda: onlooker.execute(
+            "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
+            [waiting.info.backend_pid],
+        ).fetchone()[0],
+        what=what,
+    )
 
 
 def _far_from_its_limit(connect: Callable[..., Any]) -> tuple[Any, flow_state.FlowState]:
