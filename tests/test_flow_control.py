@@ -622,6 +622,39 @@ def _far_from_its_limit(connect: Callable[..., Any]) -> tuple[Any, flow_state.Fl
     return worker_connection, state
 
 
+@pytest.mark.parametrize(
+    "queues",
+    [["tuned"], ["tuned", "tuned_too"]],
+    ids=["one claim statement, one round trip", "a claim statement per limited queue"],
+)
+def test_a_limited_claim_made_first_that_finds_nothing_locks_and_writes_nothing(connect, queues):
+    """A claim made before its count that finds no job (a quiet limited queue, whose worker
+    claims after every job it runs) takes no limit row: it neither waits for a row another
+    worker's claim holds nor holds one up, and writes nothing (no pruning of the rate
+    limit's old starts: its commit waits for no flush of the WAL). It still counts: the
+    next claim is made first too, and prunes as it logs."""
+    for name in queues:
+        Queue.objects.create(name=name, concurrency_limit=1000, rate_limit="1000/h")
+        record.using(queue=name).enqueue(f"{name} first")
+    worker_connection = connect()
+    state = flow_state.load(worker_connection.cursor())
+    first = claim_limited_now(worker_connection, limit=2, queues=queues, state=state)
+    assert (len(first.jobs), state.claim_first) == (len(queues), True)
+    old = LimitStart.objects.create(
+        scope="queue", name="tuned", started_at=timezone.now() - timedelta(hours=2), starts=1
+    )
+    holder = connect(autocommit=False)
+    holder.execute("SELECT * FROM jobq_limit_state WHERE name = ANY(%s) FOR UPDATE", [queues])
+    result = claim_limited_now(worker_connection, limit=1, prefetch=1, queues=queues, state=state)
+    assert (result.jobs, result.held_elsewhere, result.far_from_binding) == ([], False, True)
+    assert (state.claim_first, state.stuck_until) == (True, {})
+    holder.rollback()
+    assert LimitStart.objects.filter(pk=old.pk).exists()  # not pruned by a claim of nothing
+    record.using(queue="tuned").enqueue("next")
+    assert len(claim_limited_now(worker_connection, queues=queues, state=state).jobs) == 1
+    assert not LimitStart.objects.filter(pk=old.pk).exists()  # a claim that logs prunes
+
+
 def test_a_claim_in_one_round_trip_that_found_only_other_kinds_walks_to_its_own_at_once(
     connect, monkeypatch
 ):

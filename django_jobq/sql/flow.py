@@ -74,8 +74,8 @@ ON CONFLICT (scope, name) DO NOTHING
 _LOCK_LIMIT_STATES_TEMPLATE = """
 SELECT scope, name
 FROM jobq_limit_state
-WHERE (scope = 'queue' AND name = ANY(%(queues)s::text[]))
-   OR (scope = 'kind' AND name = ANY(%(kinds)s::text[]))
+WHERE ((scope = 'queue' AND name = ANY(%(queues)s::text[]))
+       OR (scope = 'kind' AND name = ANY(%(kinds)s::text[]))){only_if}
 ORDER BY scope, name
 FOR UPDATE{skip_locked}
 """
@@ -85,7 +85,7 @@ FOR UPDATE{skip_locked}
 #: those another worker's limited claim holds (``WAIT_FOR_LIMIT_STATES`` then waits for
 #: them briefly). Until the transaction ends, no other claim counts or takes jobs under
 #: these limits, so the counts ``COUNT_LIMITED`` reads stay true. Returns the locked keys.
-LOCK_LIMIT_STATES = _LOCK_LIMIT_STATES_TEMPLATE.format(skip_locked=" SKIP LOCKED")
+LOCK_LIMIT_STATES = _LOCK_LIMIT_STATES_TEMPLATE.format(only_if="", skip_locked=" SKIP LOCKED")
 
 #: In a savepoint after ``LOCK_LIMIT_STATES``, for the rows it skipped (or after a claim
 #: made before its count, for all): wait at most 100 ms for a lock on each. Another
@@ -102,7 +102,18 @@ SET_LIMIT_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '100ms'"
 #: order (scope, then name), so two claims waiting for each other's rows cannot deadlock
 #: (the lock timeout ends such a wait long before PostgreSQL's deadlock check would). A key
 #: whose row it does not return has none (deleted by hand).
-WAIT_FOR_LIMIT_STATES = _LOCK_LIMIT_STATES_TEMPLATE.format(skip_locked="")
+WAIT_FOR_LIMIT_STATES = _LOCK_LIMIT_STATES_TEMPLATE.format(only_if="", skip_locked="")
+
+#: ``WAIT_FOR_LIMIT_STATES`` for a claim made before its count, after its claim statements:
+#: only if they claimed a job. A transaction gets an id when it first writes, and a claim
+#: statement that took no job wrote nothing, so ``pg_current_xact_id_if_assigned()`` is
+#: NULL (PostgreSQL 13+) and the rows are neither locked nor waited for: a lock is a
+#: write, whose commit waits for a flush of the WAL and holds up every other claim under
+#: these limits meanwhile, for a claim that has nothing to admit (the admission,
+#: ``ADMIT_CLAIMED``, then only counts; it refuses nothing and writes nothing).
+WAIT_FOR_LIMIT_STATES_IF_CLAIMED = _LOCK_LIMIT_STATES_TEMPLATE.format(
+    only_if="\n  AND pg_current_xact_id_if_assigned() IS NOT NULL", skip_locked=""
+)
 
 #: Whether the row of starts ``start`` (``jobq_limit_start``) is in the window of ``key``
 #: (``key.window_seconds``; NULL: no rate limit, never), on the clock starts are stamped
@@ -222,8 +233,9 @@ LIMIT_REFUSED = "no room left under the limit of"
 #:   - ``recent`` and ``frees_in`` (``_KEY_COUNTS``), without this claim's starts;
 #:   - ``has_row``: the key's row in ``jobq_limit_state`` exists (the lock found it);
 #:   - ``start_id``: for a rate limit, the row logging the ``own`` starts (as
-#:     ``RECORD_STARTS`` does, ``%(aheads)s`` ahead; pruning the rows out of the window),
-#:     for ``CONFIRM_START``; NULL when nothing was claimed under it;
+#:     ``RECORD_STARTS`` does, ``%(aheads)s`` ahead; pruning that key's rows out of the
+#:     window), for ``CONFIRM_START``; NULL when nothing was claimed under it (then nothing
+#:     is pruned either: a claim that took nothing writes nothing);
 #:   - ``refused``: always NULL; the statement fails instead when a key's ``own`` jobs do
 #:     not fit (more live than the concurrency limit, or ``recent`` plus ``own`` past the
 #:     rate's count), the key has no row to lock, or the pauses and limits changed since
@@ -283,7 +295,7 @@ ADMIT_CLAIMED = _ADMIT_CLAIMED_TEMPLATE.format(
     refused=LIMIT_REFUSED,
     prune=_PRUNE_STARTS_TEMPLATE.format(
         keys="(SELECT scope, name, window_seconds FROM admitted\n"
-        "              WHERE window_seconds IS NOT NULL) AS key",
+        "              WHERE window_seconds IS NOT NULL AND own > 0) AS key",
         in_window=_IN_WINDOW,
     ),
 )

@@ -64,8 +64,8 @@ ON CONFLICT (scope, name) DO NOTHING
 -- name: LOCK_LIMIT_STATES
 SELECT scope, name
 FROM jobq_limit_state
-WHERE (scope = 'queue' AND name = ANY(%(queues)s::text[]))
-   OR (scope = 'kind' AND name = ANY(%(kinds)s::text[]))
+WHERE ((scope = 'queue' AND name = ANY(%(queues)s::text[]))
+       OR (scope = 'kind' AND name = ANY(%(kinds)s::text[])))
 ORDER BY scope, name
 FOR UPDATE SKIP LOCKED
 
@@ -75,8 +75,17 @@ SET LOCAL lock_timeout = '100ms'
 -- name: WAIT_FOR_LIMIT_STATES
 SELECT scope, name
 FROM jobq_limit_state
-WHERE (scope = 'queue' AND name = ANY(%(queues)s::text[]))
-   OR (scope = 'kind' AND name = ANY(%(kinds)s::text[]))
+WHERE ((scope = 'queue' AND name = ANY(%(queues)s::text[]))
+       OR (scope = 'kind' AND name = ANY(%(kinds)s::text[])))
+ORDER BY scope, name
+FOR UPDATE
+
+-- name: WAIT_FOR_LIMIT_STATES_IF_CLAIMED
+SELECT scope, name
+FROM jobq_limit_state
+WHERE ((scope = 'queue' AND name = ANY(%(queues)s::text[]))
+       OR (scope = 'kind' AND name = ANY(%(kinds)s::text[])))
+  AND pg_current_xact_id_if_assigned() IS NOT NULL
 ORDER BY scope, name
 FOR UPDATE
 
@@ -192,7 +201,7 @@ WITH counted AS MATERIALIZED (
         SELECT start.id
         FROM jobq_limit_start AS start
         JOIN (SELECT scope, name, window_seconds FROM admitted
-              WHERE window_seconds IS NOT NULL) AS key
+              WHERE window_seconds IS NOT NULL AND own > 0) AS key
             ON start.scope = key.scope AND start.name = key.name
         WHERE NOT (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
               AND start.started_at
