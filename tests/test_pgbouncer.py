@@ -41,6 +41,7 @@ from django_jobq.models import DeadLetter, Job, Queue
 from django_jobq.worker import Worker
 from django_jobq.worker import listener as listener_module
 from django_jobq.worker.listener import Listener
+from django_jobq.worker.wakeup import Wakeup
 from tests import pgbouncer as pgbouncer_module
 from tests.conftest import database_url, wait_until
 from tests.pgbouncer import PgBouncer
@@ -48,6 +49,7 @@ from tests.test_wake import (
     WAKE_BOUND,
     Running,
     listener_pid,
+    served,
     sleeping_an_hour,  # noqa: F401  (a fixture)
 )
 from tests.testapp.jobs import pgbouncer_attempts, record
@@ -362,18 +364,16 @@ def test_a_direct_listener_hears_enqueues_made_through_pgbouncer(pgbouncer, djan
     alias = django_alias(pgbouncer)
     settings.JOBQ = {**settings.JOBQ, "DATABASE": alias, "LISTEN_DATABASE": "default"}
     wakes: list[int] = []
+    wakeup = Wakeup()
     listener = Listener(
-        queues=["pgbouncer"], wake=lambda queues: wakes.append(1), worker_id="direct"
+        queues=["pgbouncer"], wake=lambda queues: wakes.append(1), wakeup=wakeup, worker_id="direct"
     )
-    listener.start()
-    try:
+    with served(listener, wakeup):
         wait_until(lambda: wakes == [1], what="the listener's first connection")
         assert listener.listening.is_set() and not listener.cannot_hear.is_set()
         with transaction.atomic(using=alias):
             pgbouncer_attempts.enqueue(label="announced", failures=0)
         wait_until(lambda: len(wakes) == 2, what="the notification sent through PgBouncer")
-    finally:
-        listener.stop()
 
 
 def sleeping(worker: Worker) -> threading.Event:
@@ -384,16 +384,16 @@ def sleeping(worker: Worker) -> threading.Event:
     connection, so several can show the idle-time query: here the loop's own wait says it.
     """
     asleep = threading.Event()
-    wait = worker._wake.wait
+    wait = worker._wait_for_wake
 
-    def recorded(timeout: float | None = None) -> bool:
+    def recorded(timeout: float) -> bool:
         asleep.set()
         try:
             return wait(timeout)
         finally:
             asleep.clear()
 
-    worker._wake.wait = recorded  # type: ignore[method-assign]
+    worker._wait_for_wake = recorded  # type: ignore[method-assign]
     return asleep
 
 

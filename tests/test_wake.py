@@ -4,6 +4,8 @@ survives losing its listener or its main connection."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from django_jobq import claim_positions, enqueue_many, sql
 from django_jobq.models import Job
 from django_jobq.worker import Worker, WorkerStats, observer
 from django_jobq.worker.listener import Listener
+from django_jobq.worker.wakeup import Wakeup
 from tests.conftest import wait_until
 from tests.testapp.jobs import record, wait_for_lock
 from tests.testapp.models import Effect
@@ -164,11 +167,62 @@ def test_an_idle_worker_is_woken_by_enqueue_long_before_its_poll_interval(sleepi
         )
 
 
+@contextmanager
+def served(listener: Listener, wakeup: Wakeup) -> Iterator[None]:
+    """Start ``listener`` (made with ``wakeup``), with a thread that waits on it as the
+    worker's main loop does between turns (``Listener.wait``); stop both at the end."""
+    done = threading.Event()
+
+    def wait_like_the_loop() -> None:
+        while not done.is_set():
+            wakeup.clear()
+            listener.wait(None)
+
+    waiter = threading.Thread(target=wait_like_the_loop)
+    listener.start()
+    waiter.start()
+    try:
+        yield
+    finally:
+        done.set()
+        wakeup.set()
+        waiter.join(timeout=5)
+        listener.stop()
+
+
+def test_the_main_loop_reads_the_notification_itself(sleeping_an_hour):
+    """The worker's main loop waits on the listener's socket and reads a notification
+    itself: the job's pickup waits for no other thread to be scheduled to pass it on (the
+    listener's thread only opens the connection)."""
+    running = Running(worker_id="reader")
+    announced_on: list[threading.Thread] = []
+    announce = running.worker._announce
+
+    def recorded(queues: Any = None) -> None:
+        if queues is not None:  # a notification (None: a connection was made ready)
+            announced_on.append(threading.current_thread())
+        announce(queues)
+
+    running.worker._announce = recorded  # type: ignore[method-assign]
+    running.worker._listener._wake = recorded  # type: ignore[union-attr]
+    with running:
+        wait_until_idle("reader")
+        record.enqueue("announced")
+        wait_until(
+            lambda: Effect.objects.filter(label="announced").exists(),
+            timeout=WAKE_BOUND,
+            what="the job to run (only a wake-up runs it this soon)",
+        )
+    assert announced_on == [running.thread]
+
+
 def test_a_worker_ignores_notifications_for_queues_it_does_not_serve():
     wakes = []
-    listener = Listener(queues=["mine"], wake=lambda queues: wakes.append(1), worker_id="picky")
-    listener.start()
-    try:
+    wakeup = Wakeup()
+    listener = Listener(
+        queues=["mine"], wake=lambda queues: wakes.append(1), wakeup=wakeup, worker_id="picky"
+    )
+    with served(listener, wakeup):
         wait_until(lambda: wakes, what="the wake-up of the first connection")
         record.using(queue="theirs").enqueue("not for me")
         record.using(queue="mine").enqueue("for me")
@@ -176,16 +230,16 @@ def test_a_worker_ignores_notifications_for_queues_it_does_not_serve():
         record.using(queue="theirs").enqueue("not for me either")
         record.using(queue="mine").enqueue("for me too")
         wait_until(lambda: len(wakes) == 3, what="the second wake-up for queue mine")
-    finally:
-        listener.stop()
     assert len(wakes) == 3  # the "theirs" jobs woke nobody
 
 
 def test_a_listener_whose_connection_is_killed_reconnects_and_wakes_the_worker():
     wakes = []
-    listener = Listener(queues=None, wake=lambda queues: wakes.append(1), worker_id="cut-off")
-    listener.start()
-    try:
+    wakeup = Wakeup()
+    listener = Listener(
+        queues=None, wake=lambda queues: wakes.append(1), wakeup=wakeup, worker_id="cut-off"
+    )
+    with served(listener, wakeup):
         wait_until(lambda: listener.listening.is_set() and wakes == [1])
         assert terminate("jobq listener cut-off") == 1
         # No job was enqueued: the second wake-up is the reconnection's own, so the worker
@@ -194,8 +248,6 @@ def test_a_listener_whose_connection_is_killed_reconnects_and_wakes_the_worker()
         assert listener.reconnects == 1
         record.enqueue("after")
         wait_until(lambda: len(wakes) == 3, what="a notification on the new connection")
-    finally:
-        listener.stop()
 
 
 def test_pickup_by_notification_resumes_after_the_listener_is_killed(sleeping_an_hour):

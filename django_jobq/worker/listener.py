@@ -1,9 +1,17 @@
 """The listener: wakes the worker as soon as a job is enqueued.
 
-A thread with its own autocommit connection that runs ``LISTEN`` on ``sql.wake.WAKE_CHANNEL``.
-Enqueue sends one notification per queue at commit (``sql.enqueue.INSERT_JOBS``); when it names a
-queue this worker serves, the listener calls ``wake()`` and the worker claims at once instead
-of sleeping out its poll interval.
+An autocommit connection of its own runs ``LISTEN`` on ``sql.wake.WAKE_CHANNEL``. Enqueue
+sends one notification per queue at commit (``sql.enqueue.INSERT_JOBS``); when it names a
+queue this worker serves, ``wake()`` is called and the worker claims at once instead of
+sleeping out its poll interval.
+
+The worker's main loop waits on the connection's socket itself, beside its other wake-ups
+(:meth:`Listener.wait`, :class:`.wakeup.Wakeup`), and reads the notifications as they
+arrive: a job's pickup does not wait for another thread to be scheduled to pass them on.
+The listener's thread does the rest, which may block: it opens the connection, checks it,
+runs ``LISTEN``, then hands the connection to the loop (:meth:`Listener.fileno`) and waits.
+When the socket is readable but brings no notification (most likely the server closed the
+connection), the loop hands the connection back and the thread runs a round trip on it.
 
 If the connection is lost (``pg_terminate_backend``, a server restart, a network cut) the
 listener reconnects with exponential backoff (:func:`.timers.reconnect_delays`), listens
@@ -39,6 +47,7 @@ from .. import db, sql
 from ..conf import get_settings
 from .outage import OutageLog
 from .timers import reconnect_delays
+from .wakeup import Wakeup
 from .watchdog import Watchdog
 
 logger = logging.getLogger("django_jobq.worker")
@@ -55,13 +64,16 @@ class CannotHear(Exception):
 
 
 class Listener:
-    """Runs :meth:`run` on a thread of its own; stop with :meth:`stop`.
+    """Runs its connection's life on a thread of its own (:meth:`start`, :meth:`stop`);
+    whoever waits for its notifications calls :meth:`wait` (the worker's main loop).
 
     Args:
         queues: the worker's queues; ``None`` means every queue.
-        wake: called (on the listener thread) with the served queues named when they get a
-            job, and with ``None`` after each reconnection (jobs of any queue may have come
-            meanwhile).
+        wake: called with the served queues named when they get a job (on the thread in
+            :meth:`wait`), and with ``None`` after each connection is ready (on the
+            listener's thread: jobs of any queue may have come meanwhile).
+        wakeup: what the thread in :meth:`wait` waits on beside the socket; set when a
+            connection is handed over, so that a wait under way starts watching it.
         worker_id: names the connection (``application_name``) and the thread.
         watchdog: cuts the connection if a statement on it hangs.
     """
@@ -71,17 +83,23 @@ class Listener:
         *,
         queues: Collection[str] | None,
         wake: Callable[[frozenset[str] | None], None],
+        wakeup: Wakeup,
         worker_id: str,
         watchdog: Watchdog | None = None,
     ) -> None:
         self._queues = frozenset(queues) if queues else None
+        self._wakeup = wakeup
         self._watchdog = watchdog
         self._failures = OutageLog()
         self._wake = wake
         self._worker_id = worker_id
         self._stopping = threading.Event()
-        # A self-pipe: stop() writes to it so the select() in run() returns at once.
+        # A self-pipe: stop() writes to it so the thread's waits return at once.
         self._stop_read, self._stop_write = os.pipe()
+        # Written by wait() when it hands the connection back (see _handed_back).
+        self._back_read, self._back_write = os.pipe()
+        # The connection handed to wait(), or None while the thread has it.
+        self._ready: psycopg.Connection[Any] | None = None
         self._thread = threading.Thread(target=self.run, name=f"{worker_id}-listener", daemon=True)
         self.listening = threading.Event()  # set while a LISTEN connection is up
         #: Set when the check found that the connection hears no notifications: the listener
@@ -98,13 +116,53 @@ class Listener:
 
     def stop(self, timeout: float = 1.0) -> None:
         """Stop listening, close the connection and wait for the thread, ``timeout``
-        seconds at most (it may be opening a connection)."""
+        seconds at most (it may be opening a connection). Call it from the thread that
+        calls :meth:`wait`, or once no thread does."""
         self._stopping.set()
+        self._ready = None
         os.write(self._stop_write, b"x")
         self._thread.join(timeout)
-        if not self._thread.is_alive():  # else the pipe stays open for it (a daemon thread)
-            os.close(self._stop_read)
-            os.close(self._stop_write)
+        if not self._thread.is_alive():  # else the pipes stay open for it (a daemon thread)
+            for fd in (self._stop_read, self._stop_write, self._back_read, self._back_write):
+                os.close(fd)
+
+    def fileno(self) -> int | None:
+        """The socket of the connection :meth:`wait` reads; ``None`` while the listener's
+        thread has the connection (opening, checking or reconnecting it) or has stopped."""
+        ready = self._ready
+        return None if ready is None else ready.fileno()
+
+    def wait(self, timeout: float | None) -> bool:
+        """Wait until the wakeup is set or notifications arrive, ``timeout`` seconds at most
+        (``None`` or ``math.inf``: however long); call ``wake()`` with the served queues
+        they name. A connection whose socket is readable but brings no notification is
+        handed back to the listener's thread, which finds out whether it still works.
+
+        Returns:
+            Whether anything woke the caller before the timeout: the wakeup, or a
+            notification (of any queue; one of no served queue calls no ``wake()``).
+        """
+        connection = self._ready
+        woken, readable = self._wakeup.wait(
+            timeout, also=None if connection is None else connection.fileno()
+        )
+        if readable and connection is not None:
+            try:
+                notified = [n.payload for n in connection.notifies(timeout=0)]
+            except psycopg.Error:
+                notified = []  # the thread's round trip raises it again, and reconnects
+            if not notified:
+                self._hand_back()
+            elif self._queues is None or not self._queues.isdisjoint(notified):
+                named = frozenset(notified)
+                self._wake(named if self._queues is None else named & self._queues)
+            return True
+        return woken
+
+    def _hand_back(self) -> None:
+        """Give the connection back to the listener's thread (see :meth:`_serve`)."""
+        self._ready = None
+        os.write(self._back_write, b"x")
 
     def run(self) -> None:
         delays = reconnect_delays()
@@ -112,7 +170,7 @@ class Listener:
             try:
                 with self._connect() as connection:
                     delays = reconnect_delays()  # connected: the next outage starts afresh
-                    self._listen(connection)
+                    self._serve(connection)
             except CannotHear:
                 self.cannot_hear.set()
                 logger.error(
@@ -165,7 +223,6 @@ class Listener:
             raise
         self.listening.set()
         self._failures.restored("worker %s: listener reconnected", self._worker_id)
-        self._wake(None)  # whatever was enqueued while nobody listened
         return connection
 
     def _hears(self, connection: psycopg.Connection[Any]) -> bool:
@@ -192,8 +249,8 @@ class Listener:
                 heard = True
                 break
             if readable and not received:
-                # Readable but no notification (see _listen): the round trip raises if the
-                # server closed the connection; what it brings is read on the next turn.
+                # Readable but no notification (see Listener.wait): the round trip raises if
+                # the server closed the connection; what it brings is read on the next turn.
                 connection.execute(sql.wake.PING)
                 readable = []
                 continue
@@ -209,21 +266,22 @@ class Listener:
         connection.execute(sql.wake.UNLISTEN_CHECK)
         return heard
 
-    def _listen(self, connection: psycopg.Connection[Any]) -> None:
-        """Wait for notifications until stopped; raise ``psycopg.Error`` if the connection
-        breaks."""
-        while not self._stopping.is_set():
-            readable, _, _ = select.select([connection.fileno(), self._stop_read], [], [])
+    def _serve(self, connection: psycopg.Connection[Any]) -> None:
+        """Hand ``connection`` to :meth:`wait` (and end a wait under way, which then watches
+        it) and call ``wake()`` (whatever was enqueued while nobody listened); each time
+        :meth:`wait` hands it back, a round trip on it (``sql.wake.PING``) raises
+        ``psycopg.Error`` if it is broken, else it is handed on again. Returns when
+        stopped."""
+        while True:
+            self._ready = connection
+            self._wakeup.set()
+            self._wake(None)
+            readable, _, _ = select.select([self._back_read, self._stop_read], [], [])
             if self._stop_read in readable:
+                self._ready = None
                 return
-            notified = [n.payload for n in connection.notifies(timeout=0)]
-            if not notified:
-                # Readable but no notification: most likely the server closed the connection.
-                # A round trip turns that into an error (and is harmless otherwise).
-                connection.execute(sql.wake.PING)
-            elif self._queues is None or not self._queues.isdisjoint(notified):
-                named = frozenset(notified)
-                self._wake(named if self._queues is None else named & self._queues)
+            os.read(self._back_read, 512)
+            connection.execute(sql.wake.PING)
 
     def _wait_for_stop(self, seconds: float) -> None:
         select.select([self._stop_read], [], [], seconds)

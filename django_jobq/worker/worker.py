@@ -3,8 +3,10 @@
 One thread (the caller of :meth:`Worker.run`) owns a psycopg connection and does all the
 queue bookkeeping: it claims jobs in batches, hands them to the executor threads, and
 records their outcomes. Data flows one way: claim → executor → outcome → completer. A
-heartbeater thread keeps the leases of every held job alive meanwhile, and a listener
-thread wakes the loop when a job is enqueued (LISTEN/NOTIFY).
+heartbeater thread keeps the leases of every held job alive meanwhile. Between turns the
+loop waits on the listener's socket itself (LISTEN/NOTIFY: a job was enqueued) beside its
+other wake-ups (:mod:`.wakeup`); the listener's thread only opens and reopens that
+connection (:mod:`.listener`).
 
 The loop survives the loss of its connection: it logs, reconnects with backoff and carries
 on. Outcomes reported meanwhile wait in the completer and are recorded after the reconnect
@@ -70,6 +72,7 @@ from .observer import Observer
 from .outage import OutageLog
 from .scheduler import Scheduler
 from .timers import doubling, reconnect_delays
+from .wakeup import Wakeup
 from .watchdog import Watchdog
 
 logger = logging.getLogger("django_jobq.worker")
@@ -240,12 +243,14 @@ class Worker:
         self.shutdown_timeout = shutdown_timeout
         self._stopping = threading.Event()
         self._stop_requested_at: float | None = None
-        self._wake = threading.Event()
-        # Set by the listener when a job of a served queue is enqueued: the next turn claims
-        # before it records outcomes, and does not hold them back to share an ack.
+        # Ends the loop's wait between turns (and for outcomes to share an ack), beside
+        # the listener's socket (see .wakeup).
+        self._wakeup = Wakeup()
+        # Set when a job of a served queue is announced: the next turn claims before it
+        # records outcomes, and does not hold them back to share an ack.
         self._announced = threading.Event()
         self._outcomes: list[Outcome] = []
-        self._outcomes_changed = threading.Condition()
+        self._outcomes_lock = threading.Lock()
         self._first_outcome_at = 0.0  # time.monotonic() of the oldest untaken outcome
         self._held = HeldJobs()
         self._progress = Progress()
@@ -262,6 +267,7 @@ class Worker:
             Listener(
                 queues=self.queues,
                 wake=self._announce,
+                wakeup=self._wakeup,
                 worker_id=self.worker_id,
                 watchdog=self._watchdog,
             )
@@ -341,14 +347,7 @@ class Worker:
         if self._stop_requested_at is None:
             self._stop_requested_at = time.monotonic()
         self._stopping.set()
-        # End a wait for outcomes to share an ack. Not blocking: in a signal handler on the
-        # loop's own thread, the lock may be held by the code the signal interrupted.
-        if self._outcomes_changed.acquire(blocking=False):
-            try:
-                self._outcomes_changed.notify()
-            finally:
-                self._outcomes_changed.release()
-        self._wake.set()
+        self._wakeup.set()  # takes no lock: safe in a signal handler on the loop's thread
 
     @property
     def stopping(self) -> bool:
@@ -366,34 +365,42 @@ class Worker:
         elif not flow.kind_limits.keys().isdisjoint(self.kinds):
             self._limited_maybe.set()
         self._announced.set()
-        with self._outcomes_changed:
-            self._outcomes_changed.notify()
-        self._wake.set()
+        self._wakeup.set()
 
     def _report(self, outcome: Outcome) -> None:
-        with self._outcomes_changed:
+        with self._outcomes_lock:
             if not self._outcomes:
                 self._first_outcome_at = time.monotonic()
             self._outcomes.append(outcome)
-            self._outcomes_changed.notify()
-        self._wake.set()
+        self._wakeup.set()
+
+    def _wait_for_wake(self, timeout: float) -> bool:
+        """Wait for a wake-up (an outcome, a stop, a job announced: the listener's socket
+        is waited on here too, see :mod:`.listener`), ``timeout`` seconds at most
+        (``math.inf``: however long); return whether one came."""
+        if self._listener is None:
+            return self._wakeup.wait(timeout)[0]
+        return self._listener.wait(timeout)
 
     def _take_outcomes(self) -> list[Outcome]:
         """Take the reported outcomes, first letting others arrive for up to
         :data:`ACK_FLUSH_DELAY` after the oldest (unless every handler slot has reported, a
         job was announced, or the worker is stopping), so that one ack statement records many
         jobs."""
-        with self._outcomes_changed:
-            if self._outcomes and not self._stopping.is_set():
-                deadline = self._first_outcome_at + ACK_FLUSH_DELAY
-                self._outcomes_changed.wait_for(
-                    lambda: (
-                        len(self._outcomes) >= self._slots
-                        or self._announced.is_set()
-                        or self._stopping.is_set()
-                    ),
-                    timeout=max(0.0, deadline - time.monotonic()),
-                )
+        while True:
+            self._wakeup.clear()  # then look, then wait (see Wakeup)
+            if (
+                not self._outcomes
+                or len(self._outcomes) >= self._slots
+                or self._announced.is_set()
+                or self._stopping.is_set()
+            ):
+                break
+            time_left = self._first_outcome_at + ACK_FLUSH_DELAY - time.monotonic()
+            if time_left <= 0:
+                break
+            self._wait_for_wake(time_left)
+        with self._outcomes_lock:
             taken, self._outcomes = self._outcomes, []
         return taken
 
@@ -849,7 +856,7 @@ class Worker:
             self._async.start()
         try:
             while True:
-                self._wake.clear()
+                self._wakeup.clear()
                 self._progress.busy()
                 try:
                     if connection is None:
@@ -878,7 +885,9 @@ class Worker:
                 self._progress.progressed()
                 if timeout is None:
                     break
-                if timeout > 0 and not self._wake.wait(None if timeout == math.inf else timeout):
+                # Even with no time to wait: notifications that came during the turn are
+                # read now, so the next turn claims the announced jobs first.
+                if not self._wait_for_wake(timeout) and timeout > 0:
                     self._limited_idle_until = 0.0  # woken by the clock: a job fell due
         except BaseException:
             failed = True
