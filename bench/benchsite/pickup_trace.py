@@ -6,7 +6,8 @@ of the worker's functions and appends one line per event to
 ``$JOBQ_BENCH_RECORD_DIR/<pid>.trace`` (``time.monotonic_ns()``, the clock of the producer's
 commit times and of :mod:`benchsite.recorder`):
 
-- ``notify <ns>``: the listener heard a notification of a served queue (its ``wake``);
+- ``notify <ns>``: the worker read a notification of a served queue (the listener's
+  ``wake``, called on the main loop's thread, which waits on the listener's socket);
 - ``turn <ns>``: a pass of the main loop starts (:meth:`Worker._turn`);
 - ``claim <start ns> <end ns> <n>...``: a claim statement, and the numbers of the jobs it
   took (payload ``n``);
@@ -29,8 +30,8 @@ from .recorder import record_line
 
 #: The segments of a job's pickup, in order; their sum is its pickup latency.
 SEGMENTS = (
-    ("delivery", "commit -> the listener hears the NOTIFY"),
-    ("loop wake", "listener -> the main loop's turn starts (waiting for the loop)"),
+    ("delivery", "commit -> the main loop reads the NOTIFY"),
+    ("loop wake", "NOTIFY read -> the main loop's turn starts"),
     ("before claim", "turn start -> claim statement sent (outcomes flushed first)"),
     ("claim", "the claim statement's round trip"),
     ("thread handoff", "claim returned -> a handler thread takes the job"),
