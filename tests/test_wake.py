@@ -3,6 +3,8 @@ survives losing its listener or its main connection."""
 
 from __future__ import annotations
 
+import gc
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -231,6 +233,35 @@ def test_a_worker_ignores_notifications_for_queues_it_does_not_serve():
         record.using(queue="mine").enqueue("for me too")
         wait_until(lambda: len(wakes) == 3, what="the second wake-up for queue mine")
     assert len(wakes) == 3  # the "theirs" jobs woke nobody
+
+
+def test_a_notification_of_a_queue_not_served_does_not_end_the_wait():
+    """The loop's wait between turns reads a notification of another queue and goes on
+    waiting: enqueues into queues a worker does not serve cost it no turn (no claim)."""
+    wakes: list[frozenset[str] | None] = []
+    wakeup = Wakeup()
+    listener = Listener(queues=["mine"], wake=wakes.append, wakeup=wakeup, worker_id="picky")
+    listener.start()
+    try:
+        wait_until(lambda: wakes == [None], what="the connection to be handed over")
+        wakeup.clear()
+        record.using(queue="theirs").enqueue("not for me")
+        assert listener.wait(0.5) is False  # its timeout passed: nothing of "mine" came
+        record.using(queue="mine").enqueue("for me")
+        assert listener.wait(None) is True
+        assert wakes == [None, frozenset({"mine"})]
+    finally:
+        listener.stop()
+
+
+def test_a_listener_never_started_closes_its_pipes_once_collected():
+    listener = Listener(queues=None, wake=print, wakeup=Wakeup(), worker_id="unused")
+    pipes = [listener._stop_read, listener._stop_write, listener._back_read, listener._back_write]
+    del listener
+    gc.collect()
+    for fd in pipes:
+        with pytest.raises(OSError):
+            os.fstat(fd)
 
 
 def test_a_listener_whose_connection_is_killed_reconnects_and_wakes_the_worker():

@@ -9,14 +9,15 @@ The worker's main loop waits on the connection's socket itself, beside its other
 (:meth:`Listener.wait`, :class:`.wakeup.Wakeup`), and reads the notifications as they
 arrive: a job's pickup does not wait for another thread to be scheduled to pass them on.
 The listener's thread does the rest, which may block: it opens the connection, checks it,
-runs ``LISTEN``, then hands the connection to the loop (:meth:`Listener.fileno`) and waits.
+runs ``LISTEN``, then hands the connection to the loop and waits (:meth:`Listener._serve`).
 When the socket is readable but brings no notification (most likely the server closed the
 connection), the loop hands the connection back and the thread runs a round trip on it.
 
 If the connection is lost (``pg_terminate_backend``, a server restart, a network cut) the
 listener reconnects with exponential backoff (:func:`.timers.reconnect_delays`), listens
-again and calls ``wake()`` once: jobs enqueued while it was away were announced to nobody,
-so the worker claims them right away. Meanwhile the worker still polls at its poll interval; no
+again and calls ``wake()``: jobs enqueued while it was away were announced to nobody, so
+the worker claims them right away (so it does after each round trip on a connection handed
+back). Meanwhile the worker still polls at its poll interval; no
 job waits on the listener.
 
 Before it listens, each connection is checked (:meth:`Listener._hears`): after ``LISTEN`` on
@@ -32,12 +33,14 @@ database too slow to deliver one notification in that time costs pickup latency,
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import os
-import select
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -47,7 +50,7 @@ from .. import db, sql
 from ..conf import get_settings
 from .outage import OutageLog
 from .timers import reconnect_delays
-from .wakeup import Wakeup
+from .wakeup import Wakeup, close_all, readable
 from .watchdog import Watchdog
 
 logger = logging.getLogger("django_jobq.worker")
@@ -70,8 +73,8 @@ class Listener:
     Args:
         queues: the worker's queues; ``None`` means every queue.
         wake: called with the served queues named when they get a job (on the thread in
-            :meth:`wait`), and with ``None`` after each connection is ready (on the
-            listener's thread: jobs of any queue may have come meanwhile).
+            :meth:`wait`), and with ``None`` each time the thread hands a connection over
+            (on the listener's thread: jobs of any queue may have come meanwhile).
         wakeup: what the thread in :meth:`wait` waits on beside the socket; set when a
             connection is handed over, so that a wait under way starts watching it.
         worker_id: names the connection (``application_name``) and the thread.
@@ -96,8 +99,13 @@ class Listener:
         self._stopping = threading.Event()
         # A self-pipe: stop() writes to it so the thread's waits return at once.
         self._stop_read, self._stop_write = os.pipe()
-        # Written by wait() when it hands the connection back (see _handed_back).
+        # Written by wait() when it hands the connection back (see _serve).
         self._back_read, self._back_write = os.pipe()
+        # Closes the pipes: in stop() once the thread has ended, else once collected.
+        self._close_pipes = weakref.finalize(
+            self, close_all, self._stop_read, self._stop_write, self._back_read, self._back_write
+        )
+        self._close_pipes.atexit = False  # a daemon thread may still use them
         # The connection handed to wait(), or None while the thread has it.
         self._ready: psycopg.Connection[Any] | None = None
         self._thread = threading.Thread(target=self.run, name=f"{worker_id}-listener", daemon=True)
@@ -123,46 +131,56 @@ class Listener:
         os.write(self._stop_write, b"x")
         self._thread.join(timeout)
         if not self._thread.is_alive():  # else the pipes stay open for it (a daemon thread)
-            for fd in (self._stop_read, self._stop_write, self._back_read, self._back_write):
-                os.close(fd)
-
-    def fileno(self) -> int | None:
-        """The socket of the connection :meth:`wait` reads; ``None`` while the listener's
-        thread has the connection (opening, checking or reconnecting it) or has stopped."""
-        ready = self._ready
-        return None if ready is None else ready.fileno()
+            self._close_pipes()
 
     def wait(self, timeout: float | None) -> bool:
-        """Wait until the wakeup is set or notifications arrive, ``timeout`` seconds at most
-        (``None`` or ``math.inf``: however long); call ``wake()`` with the served queues
-        they name. A connection whose socket is readable but brings no notification is
-        handed back to the listener's thread, which finds out whether it still works.
+        """Wait until the wakeup is set or a notification names a served queue, ``timeout``
+        seconds at most (``None`` or ``math.inf``: however long; 0 or less: look only):
+        read the notifications that arrive meanwhile and call ``wake()`` with the served
+        queues they name (those of other queues are read and dropped).
 
         Returns:
-            Whether anything woke the caller before the timeout: the wakeup, or a
-            notification (of any queue; one of no served queue calls no ``wake()``).
+            Whether the wakeup was set or ``wake()`` called before the timeout.
         """
-        connection = self._ready
-        woken, readable = self._wakeup.wait(
-            timeout, also=None if connection is None else connection.fileno()
-        )
-        if readable and connection is not None:
-            try:
-                notified = [n.payload for n in connection.notifies(timeout=0)]
-            except psycopg.Error:
-                notified = []  # the thread's round trip raises it again, and reconnects
-            if not notified:
-                self._hand_back()
-            elif self._queues is None or not self._queues.isdisjoint(notified):
-                named = frozenset(notified)
-                self._wake(named if self._queues is None else named & self._queues)
-            return True
-        return woken
+        deadline = None if timeout is None or timeout == math.inf else time.monotonic() + timeout
+        while True:
+            connection = self._ready
+            socket = None
+            if connection is not None:
+                with contextlib.suppress(psycopg.Error):  # closed: _serve() is ending
+                    socket = connection.fileno()
+            time_left = None if deadline is None else deadline - time.monotonic()
+            woken, arrived = self._wakeup.wait(time_left, also=socket)
+            if woken:
+                return True
+            if not arrived or connection is None:
+                return False  # the timeout passed
+            if self._read(connection):
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
 
-    def _hand_back(self) -> None:
-        """Give the connection back to the listener's thread (see :meth:`_serve`)."""
-        self._ready = None
-        os.write(self._back_write, b"x")
+    def _read(self, connection: psycopg.Connection[Any]) -> bool:
+        """Read the notifications that arrived on ``connection`` (readable); call
+        ``wake()`` and return ``True`` if they name a served queue. A socket readable with
+        nothing to read (most likely the server closed the connection), or a fault, hands
+        the connection back to the listener's thread, whose round trip finds out whether it
+        still works (see :meth:`_serve`)."""
+        try:
+            received = list(connection.notifies(timeout=0))
+        except psycopg.Error:
+            received = []  # the thread's round trip raises it again, and reconnects
+        if not received:
+            self._ready = None
+            os.write(self._back_write, b"x")
+            return False
+        named = frozenset(n.payload for n in received if n.channel == sql.wake.WAKE_CHANNEL)
+        if self._queues is not None:
+            named &= self._queues
+        if not named:
+            return False
+        self._wake(named)
+        return True
 
     def run(self) -> None:
         delays = reconnect_delays()
@@ -242,46 +260,46 @@ class Listener:
                 self._watchdog.watch(notifier, name)
             notifier.execute(sql.wake.NOTIFY_CHECK, {"payload": payload})
         deadline = time.monotonic() + CHECK_TIMEOUT
-        readable: list[int] = []
+        arrived: set[int] = set()
         while True:
             received = list(connection.notifies(timeout=0))  # what arrived, and any backlog
             if any(n.channel == sql.wake.CHECK_CHANNEL and n.payload == payload for n in received):
                 heard = True
                 break
-            if readable and not received:
-                # Readable but no notification (see Listener.wait): the round trip raises if
+            if arrived and not received:
+                # Readable but no notification (see Listener._read): the round trip raises if
                 # the server closed the connection; what it brings is read on the next turn.
                 connection.execute(sql.wake.PING)
-                readable = []
+                arrived = set()
                 continue
             time_left = deadline - time.monotonic()
             if time_left <= 0:
                 heard = False
                 break
-            readable, _, _ = select.select(
-                [connection.fileno(), self._stop_read], [], [], time_left
-            )
-            if self._stop_read in readable:
+            arrived = readable([connection.fileno(), self._stop_read], time_left)
+            if self._stop_read in arrived:
                 return True
         connection.execute(sql.wake.UNLISTEN_CHECK)
         return heard
 
     def _serve(self, connection: psycopg.Connection[Any]) -> None:
         """Hand ``connection`` to :meth:`wait` (and end a wait under way, which then watches
-        it) and call ``wake()`` (whatever was enqueued while nobody listened); each time
-        :meth:`wait` hands it back, a round trip on it (``sql.wake.PING``) raises
-        ``psycopg.Error`` if it is broken, else it is handed on again. Returns when
-        stopped."""
-        while True:
-            self._ready = connection
-            self._wakeup.set()
-            self._wake(None)
-            readable, _, _ = select.select([self._back_read, self._stop_read], [], [])
-            if self._stop_read in readable:
-                self._ready = None
-                return
-            os.read(self._back_read, 512)
-            connection.execute(sql.wake.PING)
+        it) and call ``wake()`` (whatever was enqueued while nobody listened, or while the
+        connection was handed back: notifications read by the round trip wait in psycopg,
+        not on the socket); each time :meth:`wait` hands it back, a round trip on it
+        (``sql.wake.PING``) raises ``psycopg.Error`` if it is broken, else it is handed on
+        again. Returns when stopped."""
+        try:
+            while True:
+                self._ready = connection
+                self._wakeup.set()
+                self._wake(None)
+                if self._stop_read in readable([self._back_read, self._stop_read], None):
+                    return
+                os.read(self._back_read, 512)
+                connection.execute(sql.wake.PING)
+        finally:
+            self._ready = None
 
     def _wait_for_stop(self, seconds: float) -> None:
-        select.select([self._stop_read], [], [], seconds)
+        readable([self._stop_read], seconds)

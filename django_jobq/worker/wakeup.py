@@ -17,12 +17,26 @@ import math
 import os
 import select
 import weakref
+from collections.abc import Iterable
+
+
+def readable(fds: Iterable[int], timeout: float | None) -> set[int]:
+    """The file descriptors of ``fds`` that are readable (or closed, or in error) within
+    ``timeout`` seconds (``None`` or ``math.inf``: however long; 0 or less: look only).
+    ``poll``, not ``select``: a descriptor numbered past 1,023 is fine."""
+    poll = select.poll()
+    for fd in fds:
+        poll.register(fd, select.POLLIN)
+    if timeout is None or timeout == math.inf:
+        return {fd for fd, _ in poll.poll()}
+    return {fd for fd, _ in poll.poll(max(0.0, timeout) * 1000)}
 
 
 class Wakeup:
     """Like ``threading.Event`` for one waiter, whose :meth:`wait` also returns when a
-    given file descriptor is readable. Its pipe is closed when it is garbage collected:
-    once nothing refers to it, no thread can still :meth:`set` it.
+    given file descriptor is readable. Its pipe is closed when it is garbage collected
+    (once nothing refers to it, no thread can still :meth:`set` it), not at interpreter
+    exit, when a daemon thread may still set it.
 
     :meth:`set` takes no lock, so it is safe from a signal handler on the waiting thread
     too. The waiter's protocol: :meth:`clear`, then look at what it waits for, then
@@ -35,7 +49,7 @@ class Wakeup:
         os.set_blocking(self._read, False)
         os.set_blocking(self._write, False)
         self._set = False
-        weakref.finalize(self, _close, self._read, self._write)
+        weakref.finalize(self, close_all, self._read, self._write).atexit = False
 
     def set(self) -> None:
         """Wake the waiter (now, or its next :meth:`wait` returns at once)."""
@@ -56,21 +70,18 @@ class Wakeup:
 
     def wait(self, timeout: float | None, *, also: int | None = None) -> tuple[bool, bool]:
         """Wait until the event is set or the file descriptor ``also`` is readable, at
-        most ``timeout`` seconds (``None`` or ``math.inf``: however long).
+        most ``timeout`` seconds (``None`` or ``math.inf``: however long; 0 or less: look
+        only, do not wait).
 
         Returns:
             ``(set, readable)``: whether the event is set, and whether ``also`` is
             readable; both ``False`` when the timeout passed.
         """
-        poll = select.poll()
-        poll.register(self._read, select.POLLIN)
-        if also is not None:
-            poll.register(also, select.POLLIN)
-        milliseconds = None if timeout is None or timeout == math.inf else timeout * 1000
-        ready = {fd for fd, _ in poll.poll(milliseconds)}
+        ready = readable([self._read] if also is None else [self._read, also], timeout)
         return self._set or self._read in ready, also is not None and also in ready
 
 
-def _close(*fds: int) -> None:
+def close_all(*fds: int) -> None:
+    """Close the file descriptors ``fds``."""
     for fd in fds:
         os.close(fd)

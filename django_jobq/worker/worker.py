@@ -343,11 +343,13 @@ class Worker:
 
     def stop(self) -> None:
         """Ask the worker to stop: no new claims, prefetched jobs released, running jobs
-        finish (within the shutdown timeout). Safe from a signal handler or another thread."""
+        finish (within the shutdown timeout). Safe from a signal handler or another thread:
+        the loop's thread never holds the locks it takes (it never waits on ``_stopping``,
+        and the wake-up takes none)."""
         if self._stop_requested_at is None:
             self._stop_requested_at = time.monotonic()
         self._stopping.set()
-        self._wakeup.set()  # takes no lock: safe in a signal handler on the loop's thread
+        self._wakeup.set()
 
     @property
     def stopping(self) -> bool:
@@ -917,9 +919,14 @@ class Worker:
             exc,
         )
         # Outcomes arriving meanwhile must not hasten the reconnect, a stop may (it has
-        # jobs to release).
+        # jobs to release). What woke the loop meanwhile is handled by the turn after it.
         if not self._stopping.is_set():
-            self._stopping.wait(delay)
+            deadline = time.monotonic() + delay
+            while (backoff_left := deadline - time.monotonic()) > 0:
+                self._wakeup.clear()  # then look, then wait (see Wakeup)
+                if self._stopping.is_set():
+                    break
+                self._wakeup.wait(backoff_left)
             return
         time_left = self._shutdown_time_left()
         time.sleep(delay if time_left is None else max(0.0, min(delay, time_left)))

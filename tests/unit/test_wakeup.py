@@ -25,6 +25,17 @@ def test_a_wait_returns_at_once_once_set_and_times_out_once_cleared():
     assert wakeup.wait(BRIEF) == (False, False)
 
 
+def test_a_timeout_already_passed_only_looks():
+    """A negative timeout (a deadline computed a moment too late) waits for nothing, as
+    ``threading.Event.wait`` does; ``poll()`` itself would wait forever."""
+    wakeup = Wakeup()
+    results: list[tuple[bool, bool]] = []
+    waiter = threading.Thread(target=lambda: results.append(wakeup.wait(-0.001)))
+    waiter.start()
+    waiter.join(timeout=10)
+    assert results == [(False, False)]
+
+
 def test_many_sets_are_cleared_by_one_clear():
     wakeup = Wakeup()
     for _ in range(10_000):  # more than a pipe holds, had each set written a byte
