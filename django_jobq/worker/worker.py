@@ -920,13 +920,15 @@ class Worker:
         )
         # Outcomes arriving meanwhile must not hasten the reconnect, a stop may (it has
         # jobs to release). What woke the loop meanwhile is handled by the turn after it.
+        # The wait watches the listener's socket too: a listener connection lost in the
+        # same outage is found now and reopened by its thread meanwhile.
         if not self._stopping.is_set():
             deadline = time.monotonic() + delay
             while (backoff_left := deadline - time.monotonic()) > 0:
                 self._wakeup.clear()  # then look, then wait (see Wakeup)
                 if self._stopping.is_set():
                     break
-                self._wakeup.wait(backoff_left)
+                self._wait_for_wake(backoff_left)
             return
         time_left = self._shutdown_time_left()
         time.sleep(delay if time_left is None else max(0.0, min(delay, time_left)))
