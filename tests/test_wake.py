@@ -17,7 +17,7 @@ from django_jobq import claim_positions, enqueue_many, sql
 from django_jobq.models import Job
 from django_jobq.worker import Worker, WorkerStats, observer
 from django_jobq.worker.listener import Listener
-from django_jobq.worker.wakeup import Wakeup
+from django_jobq.worker.wakeup import Wakeup, readable
 from tests.conftest import wait_until
 from tests.testapp.jobs import record, wait_for_lock
 from tests.testapp.models import Effect
@@ -158,15 +158,22 @@ def sleeping_an_hour(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(observer, "SAMPLE_INTERVAL", NEVER)
 
 
+def run_by_a_wake_up(worker_id: str, label: str) -> None:
+    """Once the worker ``worker_id`` (sleeping an hour between polls) is idle, enqueue a job
+    ``label`` and wait until it has run: within :data:`WAKE_BOUND`, which only a wake-up
+    makes."""
+    wait_until_idle(worker_id)
+    record.enqueue(label)
+    wait_until(
+        lambda: Effect.objects.filter(label=label).exists(),
+        timeout=WAKE_BOUND,
+        what="the job to run (only a wake-up runs it this soon)",
+    )
+
+
 def test_an_idle_worker_is_woken_by_enqueue_long_before_its_poll_interval(sleeping_an_hour):
     with Running(worker_id="woken"):
-        wait_until_idle("woken")
-        record.enqueue("woken")
-        wait_until(
-            lambda: Effect.objects.filter(label="woken").exists(),
-            timeout=WAKE_BOUND,
-            what="the job to run (only a wake-up runs it this soon)",
-        )
+        run_by_a_wake_up("woken", "woken")
 
 
 @contextmanager
@@ -208,13 +215,7 @@ def test_the_main_loop_reads_the_notification_itself(sleeping_an_hour):
     running.worker._announce = recorded  # type: ignore[method-assign]
     running.worker._listener._wake = recorded  # type: ignore[union-attr]
     with running:
-        wait_until_idle("reader")
-        record.enqueue("announced")
-        wait_until(
-            lambda: Effect.objects.filter(label="announced").exists(),
-            timeout=WAKE_BOUND,
-            what="the job to run (only a wake-up runs it this soon)",
-        )
+        run_by_a_wake_up("reader", "announced")
     assert announced_on == [running.thread]
 
 
@@ -254,6 +255,48 @@ def test_a_notification_of_a_queue_not_served_does_not_end_the_wait():
         listener.stop()
 
 
+def test_a_turn_reads_a_notification_waiting_on_the_socket_without_waiting():
+    """What ended the loop's last wait may have been an outcome; a notification that came
+    meanwhile is read at the start of the next turn (``read_waiting``), so the turn knows
+    of the job before it decides what comes first."""
+    wakes: list[frozenset[str] | None] = []
+    wakeup = Wakeup()
+    listener = Listener(queues=["mine"], wake=wakes.append, wakeup=wakeup, worker_id="turn")
+    listener.start()
+    try:
+        wait_until(lambda: wakes == [None], what="the connection to be handed over")
+        listener.read_waiting()  # nothing waits: returns at once
+        record.using(queue="mine").enqueue("for me")
+        connection = listener._ready
+        assert connection is not None
+        assert readable([connection.fileno()], 10), "the notification never arrived"
+        listener.read_waiting()
+        assert wakes == [None, frozenset({"mine"})]
+    finally:
+        listener.stop()
+
+
+def test_while_the_loop_is_busy_the_listener_thread_reads_the_notifications_itself():
+    """Nobody is in ``wait`` (a long turn, or the loop reconnecting its own connection):
+    the listener's thread reads what arrives within its drain interval and calls ``wake()``
+    (which wakes the loop for the turn after), so unread notifications never fill the socket (the server's send
+    would block, holding back VACUUM)."""
+    wakes: list[frozenset[str] | None] = []
+    wakeup = Wakeup()
+    listener = Listener(queues=["mine"], wake=wakes.append, wakeup=wakeup, worker_id="busy")
+    listener.start()
+    try:
+        wait_until(lambda: wakes == [None], what="the connection to be handed over")
+        record.using(queue="mine").enqueue("for me")
+        wait_until(
+            lambda: wakes == [None, frozenset({"mine"})],
+            what="the listener's thread to read the notification",
+        )
+        assert listener._ready is not None  # read, not handed back
+    finally:
+        listener.stop()
+
+
 def test_a_listener_never_started_closes_its_pipes_once_collected():
     listener = Listener(queues=None, wake=print, wakeup=Wakeup(), worker_id="unused")
     pipes = [listener._stop_read, listener._stop_write, listener._back_read, listener._back_write]
@@ -288,13 +331,7 @@ def test_pickup_by_notification_resumes_after_the_listener_is_killed(sleeping_an
         wait_until(
             lambda: listener_pid("relisten") not in (None, cut), what="the listener to reconnect"
         )
-        wait_until_idle("relisten")
-        record.enqueue("after the cut")
-        wait_until(
-            lambda: Effect.objects.filter(label="after the cut").exists(),
-            timeout=WAKE_BOUND,
-            what="the job to run (only a wake-up runs it this soon)",
-        )
+        run_by_a_wake_up("relisten", "after the cut")
 
 
 def test_a_worker_whose_connection_is_killed_mid_job_reconnects_and_records_the_outcome(caplog):

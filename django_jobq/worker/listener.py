@@ -33,7 +33,6 @@ database too slow to deliver one notification in that time costs pickup latency,
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -59,6 +58,14 @@ logger = logging.getLogger("django_jobq.worker")
 #: the notifying transaction committed. Paid in full only by a connection that cannot hear
 #: (a healthy server delivers in milliseconds); generous, so a slow server passes.
 CHECK_TIMEOUT = 5.0
+
+#: Seconds between the listener thread's looks at the socket while the loop is busy (not in
+#: :meth:`Listener.wait`): it reads what waits there itself (``wake()`` then wakes the loop
+#: for the turn after), so a long turn or a reconnect of the loop's own connection never
+#: leaves notifications unread long enough to fill the socket's buffers. A server whose
+#: send to a full socket blocks holds its backend's snapshot meanwhile: VACUUM could then
+#: remove no dead row anywhere in the cluster.
+DRAIN_INTERVAL = 0.5
 
 
 class CannotHear(Exception):
@@ -108,6 +115,9 @@ class Listener:
         self._close_pipes.atexit = False  # a daemon thread may still use them
         # The connection handed to wait(), or None while the thread has it.
         self._ready: psycopg.Connection[Any] | None = None
+        # Held by whoever reads the handed-over connection: wait() (the loop) for its whole
+        # wait, the thread for a look while the loop is busy (see _serve).
+        self._reading = threading.Lock()
         self._thread = threading.Thread(target=self.run, name=f"{worker_id}-listener", daemon=True)
         self.listening = threading.Event()  # set while a LISTEN connection is up
         #: Set when the check found that the connection hears no notifications: the listener
@@ -143,22 +153,44 @@ class Listener:
             Whether the wakeup was set or ``wake()`` called before the timeout.
         """
         deadline = None if timeout is None or timeout == math.inf else time.monotonic() + timeout
+        with self._reading:
+            return self._wait_until(deadline)
+
+    def _wait_until(self, deadline: float | None) -> bool:
+        """:meth:`wait` until ``deadline`` (``time.monotonic()``; ``None``: however long),
+        holding ``_reading``."""
         while True:
-            connection = self._ready
-            socket = None
-            if connection is not None:
-                with contextlib.suppress(psycopg.Error):  # closed: _serve() is ending
-                    socket = connection.fileno()
+            connection, socket = self._handed_over()
             time_left = None if deadline is None else deadline - time.monotonic()
             woken, arrived = self._wakeup.wait(time_left, also=socket)
+            # Read what arrived even when the wakeup ended the wait: the next turn then
+            # knows of the job (and claims it before it records outcomes).
+            if arrived and connection is not None and self._read(connection):
+                return True
             if woken:
                 return True
-            if not arrived or connection is None:
+            if not arrived or (deadline is not None and time.monotonic() >= deadline):
                 return False  # the timeout passed
-            if self._read(connection):
-                return True
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
+
+    def read_waiting(self) -> None:
+        """Read the notifications waiting on the socket, without waiting: ``wake()`` is
+        called if they name a served queue (for a turn about to decide what comes first,
+        whatever ended the wait before it)."""
+        with self._reading:
+            connection, socket = self._handed_over()
+            if connection is not None and socket is not None and readable([socket], 0):
+                self._read(connection)
+
+    def _handed_over(self) -> tuple[psycopg.Connection[Any] | None, int | None]:
+        """The connection handed to :meth:`wait` and its socket; ``(None, None)`` while the
+        listener's thread has it, or once it is closed (``_serve()`` is ending)."""
+        connection = self._ready
+        if connection is None:
+            return None, None
+        try:
+            return connection, connection.fileno()
+        except psycopg.Error:
+            return None, None
 
     def _read(self, connection: psycopg.Connection[Any]) -> bool:
         """Read the notifications that arrived on ``connection`` (readable); call
@@ -288,13 +320,21 @@ class Listener:
         connection was handed back: notifications read by the round trip wait in psycopg,
         not on the socket); each time :meth:`wait` hands it back, a round trip on it
         (``sql.wake.PING``) raises ``psycopg.Error`` if it is broken, else it is handed on
-        again. Returns when stopped."""
+        again. Every :data:`DRAIN_INTERVAL` seconds meanwhile, if the loop is not waiting,
+        reads what waits on the socket itself. Returns when stopped."""
         try:
             while True:
                 self._ready = connection
                 self._wakeup.set()
                 self._wake(None)
-                if self._stop_read in readable([self._back_read, self._stop_read], None):
+                while not (woke := readable([self._back_read, self._stop_read], DRAIN_INTERVAL)):
+                    if self._reading.acquire(blocking=False):  # else the loop is waiting
+                        try:
+                            if readable([connection.fileno()], 0):
+                                self._read(connection)
+                        finally:
+                            self._reading.release()
+                if self._stop_read in woke:
                     return
                 os.read(self._back_read, 512)
                 connection.execute(sql.wake.PING)

@@ -527,6 +527,8 @@ class Worker:
             connection.prepare_threshold = PREPARE_THRESHOLD
         cursor = connection.cursor()
         self._completer.pending.extend(self._take_outcomes())
+        if self._listener is not None:
+            self._listener.read_waiting()  # a notification that came with the outcomes
         # A job was announced: claim it first, then record the outcomes (an ack statement
         # before the claim would add its round trip to the job's pickup).
         claim_first = self._announced.is_set() and not self._stopping.is_set()
