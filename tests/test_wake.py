@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django_jobq import claim_positions, enqueue_many, sql
 from django_jobq.models import Job
 from django_jobq.worker import Worker, WorkerStats, observer
+from django_jobq.worker import listener as listener_module
 from django_jobq.worker.listener import Listener
 from django_jobq.worker.wakeup import Wakeup, readable
 from tests.conftest import wait_until
@@ -236,6 +237,14 @@ def test_a_worker_ignores_notifications_for_queues_it_does_not_serve():
     assert len(wakes) == 3  # the "theirs" jobs woke nobody
 
 
+@pytest.fixture
+def no_drain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listener's thread never reads the socket itself (as it does while nobody is in
+    ``wait``): what a test's ``wait`` or ``read_waiting`` reads, only it read."""
+    monkeypatch.setattr(listener_module, "DRAIN_INTERVAL", NEVER)
+
+
+@pytest.mark.usefixtures("no_drain")
 def test_a_notification_of_a_queue_not_served_does_not_end_the_wait():
     """The loop's wait between turns reads a notification of another queue and goes on
     waiting: enqueues into queues a worker does not serve cost it no turn (no claim)."""
@@ -255,6 +264,7 @@ def test_a_notification_of_a_queue_not_served_does_not_end_the_wait():
         listener.stop()
 
 
+@pytest.mark.usefixtures("no_drain")
 def test_a_turn_reads_a_notification_waiting_on_the_socket_without_waiting():
     """What ended the loop's last wait may have been an outcome; a notification that came
     meanwhile is read at the start of the next turn (``read_waiting``), so the turn knows
@@ -279,8 +289,8 @@ def test_a_turn_reads_a_notification_waiting_on_the_socket_without_waiting():
 def test_while_the_loop_is_busy_the_listener_thread_reads_the_notifications_itself():
     """Nobody is in ``wait`` (a long turn, or the loop reconnecting its own connection):
     the listener's thread reads what arrives within its drain interval and calls ``wake()``
-    (which wakes the loop for the turn after), so unread notifications never fill the socket (the server's send
-    would block, holding back VACUUM)."""
+    (which wakes the loop for the turn after), so unread notifications never fill the
+    socket (the server's send would block, holding back VACUUM)."""
     wakes: list[frozenset[str] | None] = []
     wakeup = Wakeup()
     listener = Listener(queues=["mine"], wake=wakes.append, wakeup=wakeup, worker_id="busy")
