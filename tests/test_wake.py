@@ -244,24 +244,32 @@ def no_drain(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(listener_module, "DRAIN_INTERVAL", NEVER)
 
 
+@contextmanager
+def handed_over(worker_id: str) -> Iterator[tuple[Listener, list[frozenset[str] | None]]]:
+    """A started listener serving queue "mine" whose connection has been handed over (its
+    first ``wake(None)`` came), and the list of its ``wake()`` calls; stopped at the end.
+    Nobody waits on it unless the test does."""
+    wakes: list[frozenset[str] | None] = []
+    listener = Listener(queues=["mine"], wake=wakes.append, wakeup=Wakeup(), worker_id=worker_id)
+    listener.start()
+    try:
+        wait_until(lambda: wakes == [None], what="the connection to be handed over")
+        yield listener, wakes
+    finally:
+        listener.stop()
+
+
 @pytest.mark.usefixtures("no_drain")
 def test_a_notification_of_a_queue_not_served_does_not_end_the_wait():
     """The loop's wait between turns reads a notification of another queue and goes on
     waiting: enqueues into queues a worker does not serve cost it no turn (no claim)."""
-    wakes: list[frozenset[str] | None] = []
-    wakeup = Wakeup()
-    listener = Listener(queues=["mine"], wake=wakes.append, wakeup=wakeup, worker_id="picky")
-    listener.start()
-    try:
-        wait_until(lambda: wakes == [None], what="the connection to be handed over")
-        wakeup.clear()
+    with handed_over("picky") as (listener, wakes):
+        listener._wakeup.clear()  # set by the hand-over
         record.using(queue="theirs").enqueue("not for me")
         assert listener.wait(0.5) is False  # its timeout passed: nothing of "mine" came
         record.using(queue="mine").enqueue("for me")
         assert listener.wait(None) is True
         assert wakes == [None, frozenset({"mine"})]
-    finally:
-        listener.stop()
 
 
 @pytest.mark.usefixtures("no_drain")
@@ -269,12 +277,7 @@ def test_a_turn_reads_a_notification_waiting_on_the_socket_without_waiting():
     """What ended the loop's last wait may have been an outcome; a notification that came
     meanwhile is read at the start of the next turn (``read_waiting``), so the turn knows
     of the job before it decides what comes first."""
-    wakes: list[frozenset[str] | None] = []
-    wakeup = Wakeup()
-    listener = Listener(queues=["mine"], wake=wakes.append, wakeup=wakeup, worker_id="turn")
-    listener.start()
-    try:
-        wait_until(lambda: wakes == [None], what="the connection to be handed over")
+    with handed_over("turn") as (listener, wakes):
         listener.read_waiting()  # nothing waits: returns at once
         record.using(queue="mine").enqueue("for me")
         connection = listener._ready
@@ -282,8 +285,6 @@ def test_a_turn_reads_a_notification_waiting_on_the_socket_without_waiting():
         assert readable([connection.fileno()], 10), "the notification never arrived"
         listener.read_waiting()
         assert wakes == [None, frozenset({"mine"})]
-    finally:
-        listener.stop()
 
 
 def test_while_the_loop_is_busy_the_listener_thread_reads_the_notifications_itself():
@@ -291,20 +292,13 @@ def test_while_the_loop_is_busy_the_listener_thread_reads_the_notifications_itse
     the listener's thread reads what arrives within its drain interval and calls ``wake()``
     (which wakes the loop for the turn after), so unread notifications never fill the
     socket (the server's send would block, holding back VACUUM)."""
-    wakes: list[frozenset[str] | None] = []
-    wakeup = Wakeup()
-    listener = Listener(queues=["mine"], wake=wakes.append, wakeup=wakeup, worker_id="busy")
-    listener.start()
-    try:
-        wait_until(lambda: wakes == [None], what="the connection to be handed over")
+    with handed_over("busy") as (listener, wakes):
         record.using(queue="mine").enqueue("for me")
         wait_until(
             lambda: wakes == [None, frozenset({"mine"})],
             what="the listener's thread to read the notification",
         )
         assert listener._ready is not None  # read, not handed back
-    finally:
-        listener.stop()
 
 
 def test_a_listener_never_started_closes_its_pipes_once_collected():

@@ -59,6 +59,7 @@ class Wakeup:
                 os.write(self._write, b"\0")
 
     def is_set(self) -> bool:
+        """Whether :meth:`set` was called since the last :meth:`clear`."""
         return self._set
 
     def clear(self) -> None:
