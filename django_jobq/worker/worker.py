@@ -694,6 +694,7 @@ class Worker:
             else:
                 self._rated.pop(job.id, None)  # its logged start counts, on the safe side
                 self._report(refused)
+        self._pool.let_start()
         self._outstanding += len(jobs)
         self._claimed += len(jobs)
         return start_failed
