@@ -4,7 +4,8 @@
 - ``let_start()``, called by the main loop after a claim's jobs are submitted, waits until an
   idle thread has taken a job, so that the woken thread does not wait for the GIL while the
   loop builds its next statement; it does not wait when no thread is idle (a busy pool
-  takes the job when a thread frees, and the loop must not stall a claim for it).
+  takes the job when a thread frees, and the loop must not stall a claim for it), nor when
+  no job waits (a claim of async or refused jobs only).
 """
 
 import threading
@@ -65,6 +66,22 @@ def test_let_start_returns_once_an_idle_thread_has_taken_the_job(pool_and_jobs):
     assert outcomes[0].job.lease == held.job.lease
 
 
+def returns(action):
+    """Whether ``action()`` returns within 30 s (run on a thread of its own)."""
+    thread = threading.Thread(target=action, daemon=True)
+    thread.start()
+    thread.join(30)
+    return not thread.is_alive()
+
+
+def test_let_start_does_not_wait_when_no_job_was_submitted(pool_and_jobs, monkeypatch):
+    pool, *_ = pool_and_jobs
+    monkeypatch.setattr(executor, "LET_START_TIMEOUT", 600.0)
+    wait_until(lambda: pool._idle == 1, what="the thread waiting for a job")
+
+    assert returns(pool.let_start), "let_start waited with no job to take"
+
+
 def test_let_start_does_not_wait_when_every_thread_is_busy(pool_and_jobs, monkeypatch):
     pool, claimed, _, _ = pool_and_jobs
     monkeypatch.setattr(executor, "LET_START_TIMEOUT", 600.0)
@@ -74,9 +91,6 @@ def test_let_start_does_not_wait_when_every_thread_is_busy(pool_and_jobs, monkey
     queued = claimed()
 
     pool.submit(queued)
-    waiting = threading.Thread(target=pool.let_start, daemon=True)
-    waiting.start()
-    waiting.join(30)
 
-    assert not waiting.is_alive(), "let_start waited for a busy pool"
+    assert returns(pool.let_start), "let_start waited for a busy pool"
     assert pool.take_unstarted() == [queued]

@@ -512,13 +512,13 @@ class ExecutorPool:
     def let_start(self) -> None:
         """After :meth:`submit`, let an idle thread start the job before the caller goes on:
         wait until a thread took one, at most :data:`LET_START_TIMEOUT` seconds, or not at
-        all when no thread was idle.
+        all when no thread is idle or no job waits (the claim's jobs were async or refused).
 
         The thread woken for a job needs the GIL, which the caller (the main loop) holds
         until its next blocking call: the statement after the claim, once it is built.
         Waiting here hands the GIL over at once, which took 0.15-0.2 ms off the median
         pickup (docs/performance.md, "Where the time goes")."""
-        if self._idle:
+        if self._idle and not self._jobs.empty():
             self._taken.wait(LET_START_TIMEOUT)
 
     def take_unstarted(self) -> list[HeldJob]:
