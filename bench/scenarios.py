@@ -205,6 +205,7 @@ class Bench:
         seconds = max(seconds, 1e-6)  # a paced run of a single transaction has no window
         latencies = [starts[n] - commits[n] for n in range(jobs)]
         trace = pickup_trace.breakdown(record_dir, commits, starts) if traced else {}
+        traced_any = any(trace.values())  # a peer's run in a traced scenario traces nothing
         run = Run(
             scenario=scenario,
             system=system.name,
@@ -225,7 +226,7 @@ class Bench:
                 # From the producer's last commit until every job was finished.
                 "tail_s": (done_ns - last_commit) / 1e9,
                 **({"offered": f"{rate:g}" if rate else "max"} if scenario == "sustained" else {}),
-                **({"breakdown_ms": breakdown_ms(trace)} if trace else {}),
+                **({"breakdown_ms": breakdown_ms(trace)} if traced_any else {}),
             },
         )
         self.runs.append(run)

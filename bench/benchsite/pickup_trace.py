@@ -69,7 +69,7 @@ def install() -> None:
         started = time.monotonic_ns()
         jobs = original_claim(*args, **kwargs)
         if jobs:
-            numbers = b" ".join(b"%d" % job.payload.get("n", -1) for job in jobs)
+            numbers = b" ".join(b"%d" % _number(job.payload) for job in jobs)
             line = b"claim %d %d %s\n" % (started, time.monotonic_ns(), numbers)
             record_line(line, suffix="trace")
         return jobs
@@ -79,11 +79,19 @@ def install() -> None:
     original_execute = executor.execute
 
     def execute(held: Any, extend: Any) -> Any:
-        line = b"run %d %d\n" % (time.monotonic_ns(), held.job.payload.get("n", -1))
+        line = b"run %d %d\n" % (time.monotonic_ns(), _number(held.job.payload))
         record_line(line, suffix="trace")
         return original_execute(held, extend)
 
     executor.execute = execute
+
+
+def _number(payload: Mapping[str, Any]) -> int:
+    """The benchmark's job number ``n`` in a job's payload: a ``@job``'s own argument, or a
+    Django task's keyword argument (its job's payload holds the call); -1 if neither."""
+    kwargs = payload.get("kwargs")
+    number = kwargs.get("n", -1) if isinstance(kwargs, dict) else payload.get("n", -1)
+    return number if isinstance(number, int) else -1
 
 
 def read(directory: Path) -> dict[str, Any]:
