@@ -1,14 +1,15 @@
 """The handler threads' pool (``django_jobq.worker.executor.ExecutorPool``), as a specification.
 
 - The main loop submits each claimed job to the pool; one of its threads takes it.
-- ``let_start()``, called by the main loop after a claim's jobs are submitted, waits until an
-  idle thread has taken a job, so that the woken thread does not wait for the GIL while the
-  loop builds its next statement; it does not wait when no thread is idle (a busy pool
-  takes the job when a thread frees, and the loop must not stall a claim for it), nor when
-  no job waits (a claim of async or refused jobs only).
+- ``let_start()``, called by the main loop once a claim's jobs are submitted, waits until a
+  thread has taken a job, so that the woken thread does not wait for the GIL while the loop
+  builds its next statement. It waits only when every thread was idle and a job was
+  submitted since its last call: not while a handler runs (a CPU-bound one would hold the
+  GIL the loop needs to go on), nor for a claim of async or refused jobs only.
 """
 
 import threading
+import time
 
 import pytest
 
@@ -25,45 +26,41 @@ KIND = "pool_tests.wait"
 
 
 @pytest.fixture
-def pool_and_jobs(queue_cursor):
-    """A started pool of one thread, and a function that enqueues and claims a job whose
-    handler waits until ``release`` is set; the test's outcomes land in ``outcomes``."""
+def pool_of(queue_cursor, monkeypatch):
+    """``pool_of(size)``: a started pool of ``size`` threads, and a function that enqueues
+    and claims a job whose handler, if ``blocks``, waits until ``release`` is set; the
+    outcomes land in ``outcomes``. ``let_start`` waits up to 60 s here: a wait that should
+    not happen is seen, not cut short."""
+    monkeypatch.setattr(executor, "LET_START_TIMEOUT", 60.0)
     release = threading.Event()
     outcomes: list[Outcome] = []
+    pools: list[ExecutorPool] = []
 
-    def wait() -> None:
-        assert release.wait(60), "the test never released the handler"
+    def wait(blocks: bool) -> None:
+        if blocks:
+            assert release.wait(60), "the test never released the handler"
 
     with registry.isolated():
         definition = job(name=KIND)(wait)
-        pool = ExecutorPool(1, report=outcomes.append, extend=lambda held: True, name="pool")
-        pool.start()
 
-        def claimed() -> HeldJob:
-            definition.enqueue()
+        def claimed(*, blocks: bool = True) -> HeldJob:
+            definition.enqueue(blocks=blocks)
             (claimed_job,) = claims.claim(queue_cursor, worker_id="pool", limit=1, kinds=[KIND])
             return HeldJob(claimed_job)
 
+        def make(size: int) -> ExecutorPool:
+            pool = ExecutorPool(size, report=outcomes.append, extend=lambda held: True, name="p")
+            pool.start()
+            pools.append(pool)
+            wait_until(lambda: pool._idle == size, what="the threads waiting for a job")
+            return pool
+
         try:
-            yield pool, claimed, release, outcomes
+            yield make, claimed, release, outcomes
         finally:
             release.set()
-            pool.stop(timeout=30)
-
-
-def test_let_start_returns_once_an_idle_thread_has_taken_the_job(pool_and_jobs):
-    pool, claimed, release, outcomes = pool_and_jobs
-    wait_until(lambda: pool._idle == 1, what="the thread waiting for a job")
-    held = claimed()
-
-    pool.submit(held)
-    pool.let_start()
-
-    # Without the wait, this thread kept the GIL and the job would still be queued.
-    assert pool.take_unstarted() == []
-    release.set()
-    wait_until(lambda: outcomes, what="the job's outcome")
-    assert outcomes[0].job.lease == held.job.lease
+            for pool in pools:
+                pool.stop(timeout=30)
 
 
 def returns(action):
@@ -74,23 +71,63 @@ def returns(action):
     return not thread.is_alive()
 
 
-def test_let_start_does_not_wait_when_no_job_was_submitted(pool_and_jobs, monkeypatch):
-    pool, *_ = pool_and_jobs
-    monkeypatch.setattr(executor, "LET_START_TIMEOUT", 600.0)
-    wait_until(lambda: pool._idle == 1, what="the thread waiting for a job")
+def test_let_start_returns_once_an_idle_thread_has_taken_the_job(pool_of):
+    make, claimed, _, _ = pool_of
+    pool = make(1)
+    held = claimed()
 
-    assert returns(pool.let_start), "let_start waited with no job to take"
+    pool.submit(held)
+    started = time.monotonic()
+    pool.let_start()
+
+    # Without the wait this thread kept the GIL, and the woken one had taken nothing yet.
+    assert pool._idle == 0
+    assert time.monotonic() - started < 30, "it waited for its timeout, not for the take"
+    assert pool.take_unstarted() == []
 
 
-def test_let_start_does_not_wait_when_every_thread_is_busy(pool_and_jobs, monkeypatch):
-    pool, claimed, _, _ = pool_and_jobs
-    monkeypatch.setattr(executor, "LET_START_TIMEOUT", 600.0)
-    wait_until(lambda: pool._idle == 1, what="the thread waiting for a job")
+def test_each_claim_waits_for_a_take_of_its_own(pool_of):
+    make, claimed, _, outcomes = pool_of
+    pool = make(1)
+    pool.submit(claimed(blocks=False))
+    pool.let_start()
+    wait_until(lambda: outcomes and pool._idle == 1, what="the first job done")
+
     pool.submit(claimed())
-    wait_until(lambda: pool._idle == 0, what="the thread taking the first job")
+    pool.let_start()
+
+    assert pool._idle == 0  # the first job's take did not end this wait
+
+
+def test_let_start_does_not_wait_when_no_job_was_submitted(pool_of):
+    make, _, _, _ = pool_of
+    pool = make(1)  # every thread idle, and no take to end a wait
+
+    assert returns(pool.let_start), "let_start waited with no job submitted"
+
+
+def test_let_start_does_not_wait_when_every_thread_is_busy(pool_of):
+    make, claimed, _, _ = pool_of
+    pool = make(1)
+    pool.submit(claimed())
+    pool.let_start()
     queued = claimed()
 
     pool.submit(queued)
 
     assert returns(pool.let_start), "let_start waited for a busy pool"
     assert pool.take_unstarted() == [queued]
+
+
+def test_let_start_does_not_wait_while_a_handler_runs(pool_of):
+    make, claimed, _, _ = pool_of
+    pool = make(2)
+    pool.submit(claimed())
+    pool.let_start()
+    assert pool._idle == 1
+
+    pool.submit(claimed())
+    pool.let_start()
+
+    # This thread kept the GIL: the idle thread, woken for the job, has not taken it yet.
+    assert pool._idle == 1

@@ -468,9 +468,10 @@ def undecided(held: HeldJob, exc: Exception) -> Outcome:
     return Outcome(held.job, Action.RETRY, retry_delay=60.0, error=error, traceback=tb)
 
 
-#: The longest :meth:`ExecutorPool.let_start` waits for an idle thread to take a job, in
-#: seconds. A woken thread takes one in about 20 microseconds (``bench/``, this project's
-#: machines); the bound only matters if the thread cannot run at all.
+#: The longest :meth:`ExecutorPool.let_start` waits for a thread to take a job, in seconds.
+#: A woken thread takes one in 13-23 microseconds on the development machine (a thread
+#: blocked on a ``queue.SimpleQueue``, woken by ``put``); the bound is for a thread that is
+#: not scheduled at once.
 LET_START_TIMEOUT = 0.001
 
 
@@ -493,7 +494,10 @@ class ExecutorPool:
         self._jobs: queue.SimpleQueue[HeldJob | None] = queue.SimpleQueue()
         self._idle = 0  # threads waiting for a job (written under _idle_lock)
         self._idle_lock = threading.Lock()
-        self._taken = threading.Event()  # a thread took a job since the last submit
+        # Set when a thread takes a job (or a stop), cleared by submit: a take after the
+        # last submit, or one racing it (which only ends a let_start early).
+        self._taken = threading.Event()
+        self._submitted = False  # a job was submitted since the last let_start
         self._report = report
         self._extend = extend
         self._threads = [
@@ -507,18 +511,23 @@ class ExecutorPool:
 
     def submit(self, held: HeldJob) -> None:
         self._taken.clear()
+        self._submitted = True
         self._jobs.put(held)
 
     def let_start(self) -> None:
-        """After :meth:`submit`, let an idle thread start the job before the caller goes on:
-        wait until a thread took one, at most :data:`LET_START_TIMEOUT` seconds, or not at
-        all when no thread is idle or no job waits (the claim's jobs were async or refused).
+        """After a claim's jobs were submitted, let an idle thread take one before the
+        caller goes on: wait until a thread took a job, at most :data:`LET_START_TIMEOUT`
+        seconds. Only when every thread was idle and a job was submitted since the last
+        call (a claim of async or refused jobs only submits none).
 
         The thread woken for a job needs the GIL, which the caller (the main loop) holds
         until its next blocking call: the statement after the claim, once it is built.
-        Waiting here hands the GIL over at once, which took 0.15-0.2 ms off the median
-        pickup (docs/performance.md, "Where the time goes")."""
-        if self._idle and not self._jobs.empty():
+        Waiting releases it then and there: 0.05-0.13 ms off the mean of that handoff
+        (docs/performance.md, "Where the time goes"). Not while a handler runs: a CPU-bound
+        one holds the GIL, and the caller, to go on after the wait, would wait for it to be
+        switched out (``sys.getswitchinterval()``, 5 ms by default) once more per claim."""
+        submitted, self._submitted = self._submitted, False
+        if submitted and self._idle == len(self._threads):
             self._taken.wait(LET_START_TIMEOUT)
 
     def take_unstarted(self) -> list[HeldJob]:
