@@ -3,9 +3,11 @@
 - The main loop submits each claimed job to the pool; one of its threads takes it.
 - ``let_start()``, called by the main loop once a claim's jobs are submitted, waits until a
   thread has taken a job, so that the woken thread does not wait for the GIL while the loop
-  builds its next statement. It waits only when every thread was idle and a job was
-  submitted since its last call: not while a handler runs (a CPU-bound one would hold the
-  GIL the loop needs to go on), nor for a claim of async or refused jobs only.
+  builds its next statement. It waits only when exactly one job was submitted since its
+  last call, while every thread was idle: not while a handler runs (a CPU-bound one would
+  hold the GIL the loop needs to go on), not for a claim of several jobs (the threads they
+  wake would contend with the loop for the GIL), nor for a claim of async or refused jobs
+  only.
 """
 
 import threading
@@ -131,3 +133,16 @@ def test_let_start_does_not_wait_while_a_handler_runs(pool_of):
 
     # This thread kept the GIL: the idle thread, woken for the job, has not taken it yet.
     assert pool._idle == 1
+
+
+def test_let_start_does_not_wait_for_a_claim_of_several_jobs(pool_of):
+    make, claimed, _, _ = pool_of
+    pool = make(2)
+    first, second = claimed(), claimed()
+
+    pool.submit(first)
+    pool.submit(second)
+    pool.let_start()
+
+    # This thread kept the GIL: neither woken thread has taken its job yet.
+    assert pool._idle == 2
