@@ -54,7 +54,7 @@ def pool_of(queue_cursor, monkeypatch):
             pool = ExecutorPool(size, report=outcomes.append, extend=lambda held: True, name="p")
             pool.start()
             pools.append(pool)
-            wait_until(lambda: pool._idle == size, what="the threads waiting for a job")
+            wait_until(lambda: pool.idle_threads == size, what="the threads waiting for a job")
             return pool
 
         try:
@@ -83,7 +83,7 @@ def test_let_start_returns_once_an_idle_thread_has_taken_the_job(pool_of):
     pool.let_start()
 
     # Without the wait this thread kept the GIL, and the woken one had taken nothing yet.
-    assert pool._idle == 0
+    assert pool.idle_threads == 0
     assert time.monotonic() - started < 30, "it waited for its timeout, not for the take"
     assert pool.take_unstarted() == []
 
@@ -93,12 +93,12 @@ def test_each_claim_waits_for_a_take_of_its_own(pool_of):
     pool = make(1)
     pool.submit(claimed(blocks=False))
     pool.let_start()
-    wait_until(lambda: outcomes and pool._idle == 1, what="the first job done")
+    wait_until(lambda: outcomes and pool.idle_threads == 1, what="the first job done")
 
     pool.submit(claimed())
     pool.let_start()
 
-    assert pool._idle == 0  # the first job's take did not end this wait
+    assert pool.idle_threads == 0  # the first job's take did not end this wait
 
 
 def test_let_start_does_not_wait_when_no_job_was_submitted(pool_of):
@@ -126,13 +126,13 @@ def test_let_start_does_not_wait_while_a_handler_runs(pool_of):
     pool = make(2)
     pool.submit(claimed())
     pool.let_start()
-    assert pool._idle == 1
+    assert pool.idle_threads == 1
 
     pool.submit(claimed())
     pool.let_start()
 
     # This thread kept the GIL: the idle thread, woken for the job, has not taken it yet.
-    assert pool._idle == 1
+    assert pool.idle_threads == 1
 
 
 def test_let_start_does_not_wait_for_a_claim_of_several_jobs(pool_of):
@@ -145,4 +145,4 @@ def test_let_start_does_not_wait_for_a_claim_of_several_jobs(pool_of):
     pool.let_start()
 
     # This thread kept the GIL: neither woken thread has taken its job yet.
-    assert pool._idle == 2
+    assert pool.idle_threads == 2

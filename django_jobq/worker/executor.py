@@ -492,16 +492,18 @@ class ExecutorPool:
         name: str,
     ) -> None:
         self._jobs: queue.SimpleQueue[HeldJob | None] = queue.SimpleQueue()
-        self._idle = 0  # threads waiting for a job (written under _idle_lock)
-        self._idle_lock = threading.Lock()
-        # Set when a thread takes a job (or a stop), cleared by submit: a take after the
-        # last submit, or one racing it (which only ends a let_start early).
-        self._taken = threading.Event()
+        # Per thread (each writes only its own slot: no lock, no lost update): whether it
+        # waits for a job, and how many it took.
+        self._waiting = [False] * size
+        self._takes = [0] * size
         self._submitted = 0  # jobs submitted since the last let_start
+        self._takes_at_submit = 0  # sum(self._takes) when the first of them was submitted
+        self._awaited = False  # let_start waits: a take sets _taken
+        self._taken = threading.Event()
         self._report = report
         self._extend = extend
         self._threads = [
-            threading.Thread(target=self._run, name=f"{name}-executor-{n}", daemon=True)
+            threading.Thread(target=self._run, args=(n,), name=f"{name}-executor-{n}", daemon=True)
             for n in range(size)
         ]
 
@@ -509,8 +511,14 @@ class ExecutorPool:
         for thread in self._threads:
             thread.start()
 
+    @property
+    def idle_threads(self) -> int:
+        """How many threads wait for a job (a reading that may be out of date at once)."""
+        return sum(self._waiting)
+
     def submit(self, held: HeldJob) -> None:
-        self._taken.clear()
+        if not self._submitted:
+            self._takes_at_submit = sum(self._takes)
         self._submitted += 1
         self._jobs.put(held)
 
@@ -530,8 +538,13 @@ class ExecutorPool:
         it goes on, which cost a 32-thread worker bursting through no-op jobs about a fifth
         of its throughput."""
         submitted, self._submitted = self._submitted, 0
-        if submitted == 1 and self._idle == len(self._threads):
+        if submitted != 1 or not all(self._waiting):
+            return
+        self._taken.clear()
+        self._awaited = True  # from here on, a take sets _taken (before: it is counted)
+        if sum(self._takes) == self._takes_at_submit:
             self._taken.wait(LET_START_TIMEOUT)
+        self._awaited = False
 
     def take_unstarted(self) -> list[HeldJob]:
         """Remove and return the jobs no thread has started."""
@@ -554,9 +567,9 @@ class ExecutorPool:
             for thread in self._threads:
                 thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
-    def _run(self) -> None:
+    def _run(self, number: int) -> None:
         try:
-            while (held := self._take()) is not None:
+            while (held := self._take(number)) is not None:
                 try:
                     db.close_unusable_connections()
                     outcome = execute(held, self._extend)
@@ -571,14 +584,14 @@ class ExecutorPool:
         finally:
             connections.close_all()
 
-    def _take(self) -> HeldJob | None:
-        """The next job for this thread (``None``: stop), counted idle while it waits."""
-        with self._idle_lock:
-            self._idle += 1
+    def _take(self, number: int) -> HeldJob | None:
+        """The next job for thread ``number`` (``None``: stop), counted waiting meanwhile."""
+        self._waiting[number] = True
         try:
             held = self._jobs.get()
         finally:
-            with self._idle_lock:
-                self._idle -= 1
-        self._taken.set()
+            self._waiting[number] = False
+        self._takes[number] += 1
+        if self._awaited:
+            self._taken.set()
         return held
