@@ -535,8 +535,8 @@ class ExecutorPool:
         one holds the GIL, and the caller, to go on after the wait, would wait for it to be
         switched out (``sys.getswitchinterval()``, 5 ms by default) once more per claim.
         Not for several jobs: the threads they wake contend with the caller for the GIL when
-        it goes on, which cost a 32-thread worker bursting through no-op jobs about a fifth
-        of its throughput."""
+        it goes on (a 32-thread worker bursting through no-op jobs, waiting on every claim,
+        waited 1.4-1.8 ms on average, past this timeout)."""
         submitted, self._submitted = self._submitted, 0
         if submitted != 1 or not all(self._waiting):
             return
