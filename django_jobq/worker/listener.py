@@ -172,14 +172,19 @@ class Listener:
             if not arrived or (deadline is not None and time.monotonic() >= deadline):
                 return False  # the timeout passed
 
-    def read_waiting(self) -> None:
-        """Read the notifications waiting on the socket, without waiting: ``wake()`` is
-        called if they name a served queue (for a turn about to decide what comes first,
-        whatever ended the wait before it)."""
-        with self._reading:
+    def read_waiting(self, *, blocking: bool = True) -> None:
+        """Read the notifications waiting on the socket, without waiting for more: ``wake()``
+        is called if they name a served queue (for a turn about to decide what comes first,
+        whatever ended the wait before it). With ``blocking=False``, nothing is read while
+        another reader (the loop's :meth:`wait`) holds the socket."""
+        if not self._reading.acquire(blocking=blocking):
+            return
+        try:
             connection, socket = self._handed_over()
             if connection is not None and socket is not None and readable([socket], 0):
                 self._read(connection)
+        finally:
+            self._reading.release()
 
     def _handed_over(self) -> tuple[psycopg.Connection[Any] | None, int | None]:
         """The connection handed to :meth:`wait` and its socket; ``(None, None)`` while the
@@ -328,12 +333,7 @@ class Listener:
                 self._wakeup.set()
                 self._wake(None)
                 while not (woke := readable([self._back_read, self._stop_read], DRAIN_INTERVAL)):
-                    if self._reading.acquire(blocking=False):  # else the loop is waiting
-                        try:
-                            if readable([connection.fileno()], 0):
-                                self._read(connection)
-                        finally:
-                            self._reading.release()
+                    self.read_waiting(blocking=False)  # unless the loop is waiting on it
                 if self._stop_read in woke:
                     return
                 os.read(self._back_read, 512)
