@@ -27,6 +27,7 @@ import sql``:
 - ``mvcc``: what holds the xmin horizon back and what it costs (``jobq_doctor``);
 - ``operations``: operators' actions: cancel, run now, redrive;
 - ``outcomes``: ack, retry and dead letter, for plain jobs and Django tasks' jobs alike;
+- ``plans``: keeping the worker's prepared statements' plans fit for the job table's size;
 - ``schedules``: the schedules' last ticks;
 - ``stats``: queue states, samples and outcome rollups;
 - ``tasks``: Django tasks: enqueueing them with their results, an attempt's start;
@@ -58,6 +59,7 @@ from . import maintenance as maintenance
 from . import mvcc as mvcc
 from . import operations as operations
 from . import outcomes as outcomes
+from . import plans as plans
 from . import schedules as schedules
 from . import stats as stats
 from . import tasks as tasks

@@ -88,8 +88,10 @@ POISON_REASON = """CASE
 # own (a rolling deploy's new kind, or a removed one). It comes as two statements, each
 # one atomic: ``claims.claim`` runs ``CLAIM_JOBS_*``, small and cheap to plan, and only
 # when it may have missed claimable jobs the walk, ``CLAIM_JOBS_WALK_*``, for the rest.
-# django-jobq uses no prepared statements (PgBouncer), so every claim pays its statement's
-# planning, which grows with the statement. Both read from the worker's claim positions
+# Where statements are not prepared (behind PgBouncer in transaction mode), every claim pays
+# its statement's planning, which grows with the statement; a worker's main connection
+# prepares them where it can, and plans them again after each discard (``sql.plans``). Both
+# read from the worker's claim positions
 # (``django_jobq.claim_positions``: where its last claims got to, so that the dead index
 # entries of the jobs already claimed are not walked again while vacuum cannot remove
 # them), and both start with

@@ -70,6 +70,7 @@ from .listener import Listener
 from .maintenance import Maintenance
 from .observer import Observer
 from .outage import OutageLog
+from .plans import PlanRefresh
 from .scheduler import Scheduler
 from .timers import doubling, reconnect_delays
 from .wakeup import Wakeup
@@ -104,7 +105,8 @@ BUSY_RETRY_DELAYS = (0.005, 0.2)
 #: psycopg's ``prepare_threshold`` of the main loop's connection once its statements may be
 #: prepared (see :meth:`Worker._prepares_statements`): each is prepared on its first run, so
 #: PostgreSQL plans the claim and the acks once per connection (a generic plan) instead of on
-#: every run; planning is most of a small claim's server time (docs/performance.md).
+#: every run; planning is most of a small claim's server time (docs/performance.md). The
+#: plans are made again once the job table has grown (:mod:`.plans`).
 PREPARE_THRESHOLD = 0
 #: Seconds the worker's threads and its deregistration may take, together, once the main
 #: loop is done (each is cut short by then: the threads are daemons, the statement is cut).
@@ -281,6 +283,7 @@ class Worker:
             and settings.LISTEN_DATABASE in (None, settings.DATABASE)
             and not db.prepares_by_choice()
         )
+        self._plans = PlanRefresh(worker_id=self.worker_id)
         self._heartbeater = Heartbeater(
             self._held, worker_id=self.worker_id, progress=self._progress, watchdog=self._watchdog
         )
@@ -538,6 +541,9 @@ class Worker:
         self._observer.tick(cursor)
         if self._stopping.is_set():
             return self._shutdown_turn(cursor)
+        if not claim_first and connection.prepare_threshold is not None:
+            # Not before an announced job's claim: its pickup would wait for the read.
+            self._plans.check(cursor, claimed=self._claimed)
         timeout = self._claim_turn(connection, cursor)
         if claim_first:
             outstanding = self._outstanding
