@@ -14,6 +14,11 @@ keeps a generic plan made while ``jobq_job`` was empty however much the table gr
    no job is left;
    ``backlog`` (the control): inserts the backlog first, then starts the worker, and times
    from its start until no job is left (the worker's start-up included);
+   ``again`` (``--orders again,again-fresh``): a first backlog drained by the worker, then
+   ``VACUUM`` (which cuts the emptied table to nothing) and ``ANALYZE``, the settling jobs,
+   and the second backlog, timed as ``idle``; ``again-fresh`` (its control): the same
+   history, but the worker that drained the first backlog stops after the settling jobs,
+   and a new one starts after the second backlog is inserted, timed as ``backlog``;
 3. stops the worker (SIGTERM) and checks that no job and no dead letter is left.
 
 A run that has not drained after ``--give-up`` seconds reports the jobs it ran by then.
@@ -22,6 +27,7 @@ Usage (from the repository root)::
 
     .venv/bin/python bench/idle_backlog.py --database-url postgres://postgres@127.0.0.1:5440/jobq_bench
     .venv/bin/python bench/idle_backlog.py --no-autovacuum --jobs 100000 --reps 2
+    .venv/bin/python bench/idle_backlog.py --orders again,again-fresh
 """
 
 from __future__ import annotations
@@ -102,6 +108,26 @@ def wait_for_listener(conn: psycopg.Connection) -> None:
     raise SystemExit("the worker's listener did not connect within 30 s")
 
 
+def settle(conn: psycopg.Connection) -> None:
+    """Run :data:`SETTLING_JOBS` jobs one at a time through the worker."""
+    wait_for_listener(conn)
+    for _ in range(SETTLING_JOBS):
+        fill(conn, 1)
+        if wait_until_empty(conn, 30) is None:
+            raise SystemExit("a single job did not run within 30 s")
+
+
+def empty_the_table(conn: psycopg.Connection) -> None:
+    """The drained table as autovacuum leaves it: cut to nothing, analysed empty."""
+    conn.execute("VACUUM jobq_job")
+    conn.execute("ANALYZE jobq_job")
+
+
+def stop(worker: subprocess.Popen[bytes]) -> None:
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(timeout=60)
+
+
 def run_once(database_url: str, order: str, jobs: int, give_up: float) -> tuple[float | None, int]:
     """One run; returns (seconds to drain or ``None``, jobs run)."""
     with (
@@ -110,17 +136,23 @@ def run_once(database_url: str, order: str, jobs: int, give_up: float) -> tuple[
     ):
         conn.execute("TRUNCATE jobq_job, jobq_dead_letter")
         conn.execute("ANALYZE jobq_job")
-        if order == "backlog":
+        if order in ("backlog", "again", "again-fresh"):
             fill(conn, jobs)
         worker = start_worker(database_url, record_dir)
         try:
+            if order in ("again", "again-fresh"):
+                if wait_until_empty(conn, give_up) is None:
+                    raise SystemExit(f"the first backlog did not drain within {give_up} s")
+                empty_the_table(conn)
+                settle(conn)
+                if order == "again-fresh":
+                    stop(worker)
+                    fill(conn, jobs)
+                    worker = start_worker(database_url, record_dir)
             started = time.perf_counter()
-            if order == "idle":
-                wait_for_listener(conn)
-                for _ in range(SETTLING_JOBS):
-                    fill(conn, 1)
-                    if wait_until_empty(conn, 30) is None:
-                        raise SystemExit("a single job did not run within 30 s")
+            if order in ("idle", "again"):
+                if order == "idle":
+                    settle(conn)
                 fill(conn, jobs)
                 started = time.perf_counter()
             drained = wait_until_empty(conn, give_up)
@@ -128,8 +160,7 @@ def run_once(database_url: str, order: str, jobs: int, give_up: float) -> tuple[
                 drained = time.perf_counter() - started
             ran = jobs - jobs_left(conn)
         finally:
-            worker.send_signal(signal.SIGTERM)
-            worker.wait(timeout=60)
+            stop(worker)
         row = conn.execute("SELECT count(*) FROM jobq_dead_letter").fetchone()
         if drained is not None and row is not None and row[0]:
             raise SystemExit(f"{row[0]} dead letters: broken")
@@ -143,6 +174,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--no-autovacuum", action="store_true")
     parser.add_argument("--give-up", type=float, default=180.0, help="seconds")
+    parser.add_argument(
+        "--orders",
+        default="idle,backlog",
+        help="comma-separated: idle, backlog, again, again-fresh",
+    )
     args = parser.parse_args(argv)
     database_url = args.database_url or os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL)
     prepare_database(database_url)
@@ -156,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             print(f"{'order':>8}  {'seconds':>8}  {'jobs/s':>8}")
             for _ in range(args.reps):
-                for order in ("idle", "backlog"):
+                for order in args.orders.split(","):
                     drained, ran = run_once(database_url, order, args.jobs, args.give_up)
                     if drained is None:
                         print(

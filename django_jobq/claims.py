@@ -21,7 +21,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import class_row, kwargs_row
 
-from . import sql
+from . import db, sql
 from .claim_positions import FROM_THE_START, ClaimPositions, Probe
 from .leases import Lease
 
@@ -168,6 +168,7 @@ def claim(
         rows = _execute_with_lane_retry(
             cursor, statements.front, {**params, **scan, **_limits(limit - len(jobs))}, _front_row
         )
+        _saw_job_table_size(cursor, rows)
         front = _take_front(rows, limit - len(jobs), positions, flow)
         jobs += front.jobs
         if front.after is FrontAfter.DONE:
@@ -218,6 +219,7 @@ def send_front(
     def read() -> FrontClaim:
         with front_cursor:
             rows = front_cursor.fetchall()
+        _saw_job_table_size(cursor, rows)
         front = _take_front(rows, limit, positions, flow)
         return front._replace(jobs=_in_claim_order(front.jobs))
 
@@ -275,6 +277,13 @@ def _take_front(
     if front.front_unserved or not moved:
         return FrontClaim(claimed, FrontAfter.WALK)
     return FrontClaim(claimed, FrontAfter.READ_ON)
+
+
+def _saw_job_table_size(cursor: psycopg.Cursor[Any], rows: list[_FrontRow]) -> None:
+    """Tell a worker's connection the size of ``jobq_job`` its front statement read (see
+    :class:`django_jobq.db.WatchedConnection`)."""
+    if isinstance(cursor.connection, db.WatchedConnection):
+        cursor.connection.saw_job_table_size(rows[0].front.job_table_size)
 
 
 def _in_claim_order(jobs: list[ClaimedJob]) -> list[ClaimedJob]:
@@ -473,6 +482,7 @@ class _Front:
     position_run_ats: list[datetime | None] | None
     position_ids: list[int] | None
     flow_digest: str
+    job_table_size: int
 
 
 class _FrontRow(NamedTuple):
@@ -492,6 +502,7 @@ def _front_row(
     position_run_ats: list[datetime | None] | None,
     position_ids: list[int] | None,
     flow_digest: str,
+    job_table_size: int,
     **job: Any,
 ) -> _FrontRow:
     front = _Front(
@@ -502,6 +513,7 @@ def _front_row(
         position_run_ats,
         position_ids,
         flow_digest,
+        job_table_size,
     )
     return _FrontRow(front, _claimed_job(**job) if job["id"] is not None else None)
 

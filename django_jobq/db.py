@@ -60,10 +60,26 @@ class WatchedConnection(psycopg.Connection[Any]):
     writes per statement."""
 
     in_flight_since: float | None = None
+    #: What the claims on this connection read of the size of ``jobq_job`` since
+    #: :meth:`take_job_table_sizes`: the smallest and the latest, in bytes (``None``: no
+    #: claim yet). Written by :mod:`django_jobq.claims`, read by the worker's
+    #: :mod:`~django_jobq.worker.plans`: this connection's prepared statements' plans.
+    _job_table_sizes: tuple[int, int] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._cut_lock = threading.Lock()  # the socket is not closed while being cut
+
+    def saw_job_table_size(self, size: int) -> None:
+        """Record the size of ``jobq_job`` (bytes) a claim on this connection read."""
+        seen = self._job_table_sizes
+        self._job_table_sizes = (size if seen is None else min(seen[0], size), size)
+
+    def take_job_table_sizes(self) -> tuple[int, int] | None:
+        """The smallest and the latest size of ``jobq_job`` (bytes) the claims on this
+        connection read since the last call; ``None`` if none did."""
+        seen, self._job_table_sizes = self._job_table_sizes, None
+        return seen
 
     def wait(self, *args: Any, **kwargs: Any) -> Any:
         self.in_flight_since = time.monotonic()

@@ -2,22 +2,23 @@
 
 PostgreSQL keeps a prepared statement's generic plan until the table's statistics change.
 One made while ``jobq_job`` was empty reads the whole table, and stays however large the
-table grows (:mod:`django_jobq.worker.plans`). The plans each statement runs with are read
+table grows. Each claim reads the table's size, and the worker discards its plans once the
+table has grown (:mod:`django_jobq.worker.plans`). The plans each statement runs with are read
 from PostgreSQL itself: ``auto_explain`` sends them to the test's connection as notices.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
 
-from django_jobq import claims, enqueue_many, sql
+from django_jobq import claims, db, enqueue_many
 from django_jobq.models import Job
-from django_jobq.worker.plans import CHECK_INTERVAL, PlanRefresh
+from django_jobq.worker.plans import PlanRefresh
 from tests.conftest import wait_until
 from tests.test_wake import Running
 from tests.testapp.jobs import record
@@ -32,13 +33,25 @@ BACKLOG = 2000
 
 
 class Explained:
-    """A connection that prepares every statement on its first run (as the worker's main
-    connection does) and collects the plan of each statement it runs."""
+    """A worker's connection that prepares every statement on its first run (as the main
+    loop's does) and collects the plan of each statement it runs, sent by ``auto_explain``."""
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        assert isinstance(conn, db.WatchedConnection)
         self.conn = conn
         self.plans: list[str] = []
+        try:
+            conn.execute("LOAD 'auto_explain'")
+        except psycopg.Error as exc:
+            pytest.skip(f"auto_explain cannot be loaded here: {exc}")
+        for setting, value in (
+            ("auto_explain.log_min_duration", "0"),
+            ("auto_explain.log_level", "notice"),
+            ("client_min_messages", "notice"),
+        ):
+            conn.execute("SELECT set_config(%s, %s, false)", [setting, value])
         conn.add_notice_handler(self._notice)
+        conn.prepare_threshold = 0
 
     def _notice(self, diagnostic: psycopg.errors.Diagnostic) -> None:
         if diagnostic.message_primary and "plan:" in diagnostic.message_primary:
@@ -47,29 +60,19 @@ class Explained:
     def claim(self) -> list[claims.ClaimedJob]:
         return claims.claim(self.conn.cursor(), worker_id="plans", limit=4)
 
-    def claim_reads_the_whole_table(self) -> bool:
-        """Whether a claim run now reads ``jobq_job`` by a sequential scan."""
+    def claim_uses_the_claim_index(self) -> bool:
+        """Whether a claim run now reads the ready jobs at the front of the claim order
+        through ``jobq_job_claim_all_idx``. A plan made while the table was empty reads
+        them by a sequential scan of the whole table instead."""
         self.plans.clear()
         self.claim()
         assert self.plans, "auto_explain sent no plan"
-        return any("Seq Scan on jobq_job" in plan for plan in self.plans)
+        return any("Index Scan using jobq_job_claim_all_idx" in plan for plan in self.plans)
 
 
 @pytest.fixture
-def explained(connect: Callable[..., psycopg.Connection[Any]]) -> Iterator[Explained]:
-    conn = connect()
-    try:
-        conn.execute("LOAD 'auto_explain'")
-    except psycopg.Error as exc:
-        pytest.skip(f"auto_explain cannot be loaded here: {exc}")
-    for setting, value in (
-        ("auto_explain.log_min_duration", "0"),
-        ("auto_explain.log_level", "notice"),
-        ("client_min_messages", "notice"),
-    ):
-        conn.execute("SELECT set_config(%s, %s, false)", [setting, value])
-    conn.prepare_threshold = 0
-    yield Explained(conn)
+def explained(connect: Callable[..., psycopg.Connection[Any]]) -> Explained:
+    return Explained(connect())
 
 
 def empty_and_analysed(conn: psycopg.Connection[Any]) -> None:
@@ -82,79 +85,69 @@ def backlog(count: int = BACKLOG) -> None:
     enqueue_many([record.prepare(label=f"backlog {n}") for n in range(count)])
 
 
+def claims_then_refresh(explained: Explained, refresh: PlanRefresh, count: int = 1) -> bool:
+    """``count`` claims, then the refresh, as a worker's turns run them; whether it
+    discarded the plans."""
+    for _ in range(count):
+        explained.claim()
+    return refresh.refresh(explained.conn)
+
+
 def test_plans_made_for_an_empty_table_are_made_again_once_it_has_grown(explained):
     empty_and_analysed(explained.conn)
-    now = [0.0]
-    refresh = PlanRefresh(worker_id="plans", clock=lambda: now[0])
-    assert refresh.check(explained.conn.cursor(), claimed=0) is False  # its size read
-    for _ in range(CLAIMS_TO_SETTLE):
-        assert explained.claim() == []
+    refresh = PlanRefresh(worker_id="plans")
+    assert claims_then_refresh(explained, refresh, CLAIMS_TO_SETTLE) is False
     backlog()
     # What PostgreSQL does by itself: the plan it kept reads every row of the grown table.
-    assert explained.claim_reads_the_whole_table()
+    assert not explained.claim_uses_the_claim_index()
 
-    now[0] += CHECK_INTERVAL
-    assert refresh.check(explained.conn.cursor(), claimed=4) is True
+    assert refresh.refresh(explained.conn) is True  # the claim read the grown table's size
 
-    assert not explained.claim_reads_the_whole_table()
+    assert explained.claim_uses_the_claim_index()
     assert len(explained.claim()) == 4
+    assert refresh.refresh(explained.conn) is False  # planned for this size already
 
 
-def test_the_size_is_read_only_when_due_and_jobs_were_claimed_since_the_last_read(explained):
-    empty_and_analysed(explained.conn)
-    now = [0.0]
-    refresh = PlanRefresh(worker_id="plans", clock=lambda: now[0])
-    cursor = explained.conn.cursor()
-    refresh.check(cursor, claimed=0)  # a new connection: read at once
-    assert any(sql.plans.JOB_TABLE_SIZE in plan for plan in explained.plans)
-    backlog()
-
-    explained.plans.clear()
-    assert refresh.check(cursor, claimed=4) is False  # not due yet
-    now[0] += CHECK_INTERVAL
-    assert refresh.check(cursor, claimed=0) is False  # nothing claimed: nothing sent
-    assert explained.plans == []
-
-    assert refresh.check(cursor, claimed=4) is True
-    assert any(sql.plans.JOB_TABLE_SIZE in plan for plan in explained.plans)
-    backlog()
-    now[0] += CHECK_INTERVAL
-    explained.plans.clear()
-    assert refresh.check(cursor, claimed=4) is False  # nothing claimed since that read
-    assert explained.plans == []
-
-
-def test_growth_of_less_than_twice_the_smallest_size_read_keeps_the_plans(explained, connect):
+def test_a_table_emptied_while_the_worker_idles_then_filled_again_is_planned_again(explained):
     empty_and_analysed(explained.conn)
     backlog()
-    now = [0.0]
-    claimed = [0]
-
-    def check(cursor: psycopg.Cursor[Any]) -> bool:
-        now[0] += CHECK_INTERVAL
-        claimed[0] += 1
-        return refresh.check(cursor, claimed=claimed[0])
-
-    refresh = PlanRefresh(worker_id="plans", clock=lambda: now[0])
-    cursor = explained.conn.cursor()
-    assert check(cursor) is False  # a new connection: its size read
-    backlog(BACKLOG // 2)  # half as much again
-    assert check(cursor) is False
-
-    # The table shrinks (VACUUM truncates it): growth counts from the smallest size read.
+    refresh = PlanRefresh(worker_id="plans")
+    assert claims_then_refresh(explained, refresh, CLAIMS_TO_SETTLE) is False
+    # The backlog drains; VACUUM cuts the table to nothing and ANALYZE says it is empty:
+    # PostgreSQL plans the idle worker's next claims for an empty table.
     Job.objects.all().delete()
-    explained.conn.execute("VACUUM jobq_job")
-    assert check(cursor) is False
-    backlog()
-    assert check(cursor) is True
+    explained.conn.execute("VACUUM ANALYZE jobq_job")
+    assert claims_then_refresh(explained, refresh, CLAIMS_TO_SETTLE) is False
+    backlog()  # no larger than the first
+    assert not explained.claim_uses_the_claim_index()
 
-    # The worker reconnects while the queue is empty: its new connection's plans are made
-    # for an empty table, whatever size the old connection last read.
+    assert refresh.refresh(explained.conn) is True
+    assert explained.claim_uses_the_claim_index()
+
+
+def test_growth_of_less_than_twice_or_of_a_few_pages_keeps_the_plans(explained):
     empty_and_analysed(explained.conn)
-    other = connect().cursor()
-    assert refresh.check(other, claimed=claimed[0]) is False  # read at once, due or not
+    refresh = PlanRefresh(worker_id="plans")
+    assert claims_then_refresh(explained, refresh) is False
+    backlog(20)  # from nothing to a few pages: less than MIN_GROWTH
+    assert claims_then_refresh(explained, refresh) is False
     backlog()
-    assert check(other) is True
+    assert claims_then_refresh(explained, refresh) is True
+    backlog(BACKLOG // 2)  # half as much again
+    assert claims_then_refresh(explained, refresh) is False
+    assert refresh.refresh(explained.conn) is False  # no claim since: nothing to go by
+
+
+def test_a_new_connection_counts_from_what_its_own_claims_read(explained, connect):
+    empty_and_analysed(explained.conn)
+    refresh = PlanRefresh(worker_id="plans")
+    assert claims_then_refresh(explained, refresh) is False
+    backlog()
+    # The worker reconnects: the new connection's plans are made for the grown table, and
+    # the old connection's empty-table sizes say nothing of them.
+    reconnected = Explained(connect())
+    assert claims_then_refresh(reconnected, refresh, CLAIMS_TO_SETTLE) is False
+    assert reconnected.claim_uses_the_claim_index()
 
 
 def test_a_worker_that_waited_on_an_empty_queue_plans_again_when_a_backlog_arrives(caplog, connect):

@@ -90,11 +90,10 @@ POISON_REASON = """CASE
 # when it may have missed claimable jobs the walk, ``CLAIM_JOBS_WALK_*``, for the rest.
 # Where statements are not prepared (behind PgBouncer in transaction mode), every claim pays
 # its statement's planning, which grows with the statement; a worker's main connection
-# prepares them where it can, and plans them again after each discard (``sql.plans``). Both
-# read from the worker's claim positions
-# (``django_jobq.claim_positions``: where its last claims got to, so that the dead index
-# entries of the jobs already claimed are not walked again while vacuum cannot remove
-# them), and both start with
+# prepares them where it can, and plans them again after each discard (``sql.plans``).
+# Both read from the worker's claim positions (``django_jobq.claim_positions``: where its
+# last claims got to, so that the dead index entries of the jobs already claimed are not
+# walked again while vacuum cannot remove them), and both start with
 #   - ``lapsed``: the rows whose lease lapsed since ``%(lapsed_from)s`` (NULL: ever),
 #     locked FOR UPDATE SKIP LOCKED;
 #   - ``front``: the first ``%(front)s`` due jobs of the queues in claim order, read without
@@ -172,6 +171,9 @@ POISON_REASON = """CASE
 #     fewer than it asked for (every served row it read was leased or held by another
 #     claimer), else just before the level's first row (``run_at`` NULL when outside what
 #     Python holds: read the level from its start);
+#   - ``job_table_size``: the size of ``jobq_job`` in bytes (``pg_relation_size``: the
+#     length of its files, under the lock the statement holds anyway), from which the
+#     worker decides whether to plan its prepared statements again (``sql.plans``);
 # then the claimed job's columns, as the walk returns them. Costs: the lapsed rows since the last
 # look, the
 # front's ``2 * limit`` index entries from the positions, the locked rows.
@@ -249,9 +251,9 @@ WITH flow AS MATERIALIZED (
 )
 SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_priorities,
        flag.position_run_ats, flag.position_ids, (SELECT digest FROM flow) AS flow_digest,
-       claimed.id, claimed.queue, claimed.kind, claimed.payload, claimed.priority,
-       claimed.run_at, claimed.attempts, claimed.max_attempts, claimed.visibility_timeout,
-       claimed.lease_deadline, claimed.expired,
+       flag.job_table_size, claimed.id, claimed.queue, claimed.kind, claimed.payload,
+       claimed.priority, claimed.run_at, claimed.attempts, claimed.max_attempts,
+       claimed.visibility_timeout, claimed.lease_deadline, claimed.expired,
        lapsed.id IS NOT NULL AS reclaimed,
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
@@ -264,7 +266,8 @@ FROM (
            array_agg(position.priority ORDER BY position.priority DESC)
                AS position_priorities,
            array_agg(position.run_at ORDER BY position.priority DESC) AS position_run_ats,
-           array_agg(position.id ORDER BY position.priority DESC) AS position_ids
+           array_agg(position.id ORDER BY position.priority DESC) AS position_ids,
+           pg_relation_size('jobq_job'::regclass) AS job_table_size
     FROM (
         SELECT DISTINCT ON (seen.priority) seen.priority,
                CASE WHEN seen.run_at BETWEEN '0001-01-02 00:00:00+00'::timestamptz

@@ -541,10 +541,12 @@ class Worker:
         self._observer.tick(cursor)
         if self._stopping.is_set():
             return self._shutdown_turn(cursor)
-        if not claim_first and connection.prepare_threshold is not None:
-            # Not before an announced job's claim: its pickup would wait for the read.
-            self._plans.check(cursor, claimed=self._claimed)
         timeout = self._claim_turn(connection, cursor)
+        if (
+            isinstance(connection, db.WatchedConnection)
+            and connection.prepare_threshold is not None
+        ):
+            self._plans.refresh(connection)  # after the claims: their jobs are handed on
         if claim_first:
             outstanding = self._outstanding
             self._flush(cursor)

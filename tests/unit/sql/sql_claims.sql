@@ -126,9 +126,9 @@ WITH flow AS MATERIALIZED (
 )
 SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_priorities,
        flag.position_run_ats, flag.position_ids, (SELECT digest FROM flow) AS flow_digest,
-       claimed.id, claimed.queue, claimed.kind, claimed.payload, claimed.priority,
-       claimed.run_at, claimed.attempts, claimed.max_attempts, claimed.visibility_timeout,
-       claimed.lease_deadline, claimed.expired,
+       flag.job_table_size, claimed.id, claimed.queue, claimed.kind, claimed.payload,
+       claimed.priority, claimed.run_at, claimed.attempts, claimed.max_attempts,
+       claimed.visibility_timeout, claimed.lease_deadline, claimed.expired,
        lapsed.id IS NOT NULL AS reclaimed,
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
@@ -141,7 +141,8 @@ FROM (
            array_agg(position.priority ORDER BY position.priority DESC)
                AS position_priorities,
            array_agg(position.run_at ORDER BY position.priority DESC) AS position_run_ats,
-           array_agg(position.id ORDER BY position.priority DESC) AS position_ids
+           array_agg(position.id ORDER BY position.priority DESC) AS position_ids,
+           pg_relation_size('jobq_job'::regclass) AS job_table_size
     FROM (
         SELECT DISTINCT ON (seen.priority) seen.priority,
                CASE WHEN seen.run_at BETWEEN '0001-01-02 00:00:00+00'::timestamptz
@@ -264,9 +265,9 @@ WITH flow AS MATERIALIZED (
 )
 SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_priorities,
        flag.position_run_ats, flag.position_ids, (SELECT digest FROM flow) AS flow_digest,
-       claimed.id, claimed.queue, claimed.kind, claimed.payload, claimed.priority,
-       claimed.run_at, claimed.attempts, claimed.max_attempts, claimed.visibility_timeout,
-       claimed.lease_deadline, claimed.expired,
+       flag.job_table_size, claimed.id, claimed.queue, claimed.kind, claimed.payload,
+       claimed.priority, claimed.run_at, claimed.attempts, claimed.max_attempts,
+       claimed.visibility_timeout, claimed.lease_deadline, claimed.expired,
        lapsed.id IS NOT NULL AS reclaimed,
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
@@ -279,7 +280,8 @@ FROM (
            array_agg(position.priority ORDER BY position.priority DESC)
                AS position_priorities,
            array_agg(position.run_at ORDER BY position.priority DESC) AS position_run_ats,
-           array_agg(position.id ORDER BY position.priority DESC) AS position_ids
+           array_agg(position.id ORDER BY position.priority DESC) AS position_ids,
+           pg_relation_size('jobq_job'::regclass) AS job_table_size
     FROM (
         SELECT DISTINCT ON (seen.priority) seen.priority,
                CASE WHEN seen.run_at BETWEEN '0001-01-02 00:00:00+00'::timestamptz
@@ -402,9 +404,9 @@ WITH flow AS MATERIALIZED (
 )
 SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_priorities,
        flag.position_run_ats, flag.position_ids, (SELECT digest FROM flow) AS flow_digest,
-       claimed.id, claimed.queue, claimed.kind, claimed.payload, claimed.priority,
-       claimed.run_at, claimed.attempts, claimed.max_attempts, claimed.visibility_timeout,
-       claimed.lease_deadline, claimed.expired,
+       flag.job_table_size, claimed.id, claimed.queue, claimed.kind, claimed.payload,
+       claimed.priority, claimed.run_at, claimed.attempts, claimed.max_attempts,
+       claimed.visibility_timeout, claimed.lease_deadline, claimed.expired,
        lapsed.id IS NOT NULL AS reclaimed,
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
@@ -417,7 +419,8 @@ FROM (
            array_agg(position.priority ORDER BY position.priority DESC)
                AS position_priorities,
            array_agg(position.run_at ORDER BY position.priority DESC) AS position_run_ats,
-           array_agg(position.id ORDER BY position.priority DESC) AS position_ids
+           array_agg(position.id ORDER BY position.priority DESC) AS position_ids,
+           pg_relation_size('jobq_job'::regclass) AS job_table_size
     FROM (
         SELECT DISTINCT ON (seen.priority) seen.priority,
                CASE WHEN seen.run_at BETWEEN '0001-01-02 00:00:00+00'::timestamptz
@@ -540,9 +543,9 @@ WITH flow AS MATERIALIZED (
 )
 SELECT flag.front_full, flag.front_unserved, flag.claimed_at, flag.position_priorities,
        flag.position_run_ats, flag.position_ids, (SELECT digest FROM flow) AS flow_digest,
-       claimed.id, claimed.queue, claimed.kind, claimed.payload, claimed.priority,
-       claimed.run_at, claimed.attempts, claimed.max_attempts, claimed.visibility_timeout,
-       claimed.lease_deadline, claimed.expired,
+       flag.job_table_size, claimed.id, claimed.queue, claimed.kind, claimed.payload,
+       claimed.priority, claimed.run_at, claimed.attempts, claimed.max_attempts,
+       claimed.visibility_timeout, claimed.lease_deadline, claimed.expired,
        lapsed.id IS NOT NULL AS reclaimed,
        (EXTRACT(EPOCH FROM now())
         - EXTRACT(EPOCH FROM COALESCE(lapsed.lease_deadline, claimed.waiting_since)))::float8
@@ -555,7 +558,8 @@ FROM (
            array_agg(position.priority ORDER BY position.priority DESC)
                AS position_priorities,
            array_agg(position.run_at ORDER BY position.priority DESC) AS position_run_ats,
-           array_agg(position.id ORDER BY position.priority DESC) AS position_ids
+           array_agg(position.id ORDER BY position.priority DESC) AS position_ids,
+           pg_relation_size('jobq_job'::regclass) AS job_table_size
     FROM (
         SELECT DISTINCT ON (seen.priority) seen.priority,
                CASE WHEN seen.run_at BETWEEN '0001-01-02 00:00:00+00'::timestamptz
