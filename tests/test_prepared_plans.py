@@ -164,3 +164,19 @@ def test_a_worker_that_waited_on_an_empty_queue_plans_again_when_a_backlog_arriv
     planned_again = [r for r in caplog.records if "planned again" in r.getMessage()]
     assert planned_again, "the worker kept the plans it made for an empty table"
     assert "plans-worker" in planned_again[0].getMessage()
+
+
+def test_a_worker_that_prepares_nothing_discards_nothing(caplog, connect):
+    caplog.set_level(logging.DEBUG, logger="django_jobq.worker")
+    empty_and_analysed(connect())
+    running = Running(listen=False, poll_interval=0.05, worker_id="plans-unprepared")
+    running.thread.start()  # not ``with``: that waits for a listener
+    try:
+        for n in range(CLAIMS_TO_SETTLE):
+            record.enqueue(f"alone {n}")
+            wait_until(lambda: not Job.objects.exists(), what="the job to be acked")
+        backlog()
+        wait_until(lambda: not Job.objects.exists(), timeout=60, what="the backlog to drain")
+    finally:
+        running.__exit__(None, None, None)
+    assert not [r for r in caplog.records if "planned again" in r.getMessage()]
