@@ -10,7 +10,7 @@ from PostgreSQL itself: ``auto_explain`` sends them to the test's connection as 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -71,8 +71,20 @@ class Explained:
 
 
 @pytest.fixture
-def explained(connect: Callable[..., psycopg.Connection[Any]]) -> Explained:
+def explained(
+    connect: Callable[..., psycopg.Connection[Any]], without_autovacuum: None
+) -> Explained:
     return Explained(connect())
+
+
+@pytest.fixture
+def without_autovacuum(connect: Callable[..., psycopg.Connection[Any]]) -> Iterator[None]:
+    """Autovacuum off for ``jobq_job`` during the test: its ANALYZE would make the plans
+    again whenever it came by."""
+    conn = connect()
+    conn.execute("ALTER TABLE jobq_job SET (autovacuum_enabled = off)")
+    yield
+    conn.execute("ALTER TABLE jobq_job RESET (autovacuum_enabled)")
 
 
 def empty_and_analysed(conn: psycopg.Connection[Any]) -> None:
