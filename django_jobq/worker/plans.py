@@ -10,15 +10,20 @@ in about 17 s (docs/performance.md, "A backlog that arrives at an idle worker").
 
 Every claim's first statement returns the table's size (``job_table_size``), which the
 connection keeps (:meth:`django_jobq.db.WatchedConnection.saw_job_table_size`): the plans
-in use were made at one of the sizes the claims read since the last discard, or larger
-(a statement is planned when it runs, and every turn of the main loop with room to claim
-runs a claim). After each turn, :class:`PlanRefresh` compares the latest size with the smallest
+in use were made at one of the sizes the claims read since the last discard, or larger (a
+statement is planned when it runs, and every turn of the main loop with room to claim runs
+a claim). After each turn, :class:`PlanRefresh` compares the latest size with the smallest
 read since the plans were last discarded (or since the connection opened): once the table
 has grown to :data:`GROWTH_FACTOR` times that, by at least :data:`MIN_GROWTH` bytes, it
 discards them (``sql.plans.DISCARD_PLANS``): each statement is planned again at its next
 run, for the table as it is then. Nothing is sent otherwise. A table that grows from empty
 to N bytes costs about log2(N / MIN_GROWTH) discards, each a few plannings of every
 statement (a claim's takes about a millisecond).
+
+Not solved here: plans made from statistics that say the table is empty (VACUUM cut the
+emptied table, and its indexes' ``reltuples`` stay 0 until the next ANALYZE) may still sort
+a claim index whole (docs/performance.md, "Not solved: statistics that say the table is
+empty").
 """
 
 from __future__ import annotations
