@@ -13,6 +13,7 @@ durations are kept per minute instead.
 from __future__ import annotations
 
 import functools
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -397,9 +398,41 @@ def stored_task_result(**columns: Any) -> StoredTaskResult:
     return StoredTaskResult(**{name: value for name, value in columns.items() if name in known})
 
 
+def stored_task_result_from_json(text: str) -> StoredTaskResult:
+    """A :class:`StoredTaskResult` from the JSON text of its row (``to_jsonb(result)``, as a
+    claim returns the results it started: ``sql.tasks.START_CLAIMED_TASKS``): its times
+    arrive as ISO 8601 strings, its ``jsonb`` columns as JSON. Columns the model does not
+    know are left out, as by :func:`stored_task_result`.
+
+    Raises:
+        ValueError: the text is not a JSON object, or a time is not one Python holds
+            (``infinity``, a year BC: a value written by hand); ``RecursionError``: JSON
+            nested deeper than Python's recursion limit.
+    """
+    columns = json.loads(text)
+    if not isinstance(columns, dict):
+        raise ValueError(f"a task result's row is not a JSON object: {text[:100]!r}")
+    for name in _stored_task_result_time_columns():
+        value = columns.get(name)
+        if value is not None:
+            if not isinstance(value, str):
+                raise ValueError(f"a task result's {name} is not a time: {value!r}")
+            columns[name] = datetime.fromisoformat(value)
+    return stored_task_result(**columns)
+
+
 @functools.cache
 def _stored_task_result_columns() -> frozenset[str]:
     return frozenset(field.attname for field in StoredTaskResult._meta.concrete_fields)
+
+
+@functools.cache
+def _stored_task_result_time_columns() -> tuple[str, ...]:
+    return tuple(
+        field.attname
+        for field in StoredTaskResult._meta.concrete_fields
+        if isinstance(field, models.DateTimeField)
+    )
 
 
 class OutcomeRollup(models.Model):

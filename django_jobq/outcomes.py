@@ -16,6 +16,7 @@ results (:mod:`django_jobq.task_results`). :func:`ack_in_transaction` is the ack
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -27,7 +28,9 @@ from . import sql, text
 from .claims import ClaimedJob
 from .db import Cursor
 from .leases import Lease, LeaseBusy, Written, lease_arrays
-from .models import StoredTaskResult, stored_task_result
+from .models import StoredTaskResult, stored_task_result_from_json
+
+logger = logging.getLogger("django_jobq.worker")
 
 
 class Action(enum.Enum):
@@ -84,9 +87,23 @@ class _Row(NamedTuple):
     result: StoredTaskResult | None
 
 
-def _row(*, job: int, busy: bool, **result: Any) -> _Row:
-    """Read by psycopg on the worker's connection: a result's jsonb columns arrive decoded."""
-    return _Row(job, busy, stored_task_result(**result) if result.get("id") is not None else None)
+def _row(*, job: int, busy: bool, task_result: str | None = None) -> _Row:
+    """A row of an outcome statement; its result, if it finished one, from JSON text. A
+    result Python cannot read (a time of ``'infinity'`` written by hand) is logged and left
+    out: the outcome stands, only that result's ``task_finished`` is not sent."""
+    if task_result is None:
+        return _Row(job, busy, None)
+    try:
+        return _Row(job, busy, stored_task_result_from_json(task_result))
+    except (RecursionError, ValueError) as exc:
+        logger.warning(
+            "job %s: the task result its outcome finished cannot be read (%s: %s); its "
+            "task_finished signal is not sent",
+            job,
+            type(exc).__name__,
+            text.first_line(str(exc))[:200],
+        )
+        return _Row(job, busy, None)
 
 
 def _recorded(cursor: psycopg.Cursor[Any], statement: str, params: dict[str, Any]) -> Recorded:

@@ -704,6 +704,26 @@ def test_a_task_that_waited_past_its_lease_in_the_prefetch_is_not_called(queue_c
     assert outcome.action is Action.LEASE_LOST
 
 
+def test_a_result_python_cannot_read_fails_that_task_alone(caplog):
+    """A result row holding what Python cannot (a time of 'infinity', written by hand):
+    the task's attempts fail (its start meets the value), and its dead letter is recorded,
+    the outcome statement returning the result as text (before, reading it failed, and the
+    job was reclaimed for ever). The other tasks run."""
+    with with_options(MAX_ATTEMPTS=2):
+        odd = tasks.record.enqueue("odd")
+    healthy = tasks.record.enqueue("healthy")
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE jobq_task_result SET run_after = 'infinity' WHERE id = %s", [odd.id])
+
+    run_burst(concurrency=2)
+
+    assert list(Effect.objects.values_list("label", flat=True)) == ["healthy"]
+    assert StoredTaskResult.objects.get(id=healthy.id).status == "SUCCESSFUL"
+    dead = DeadLetter.objects.get()
+    assert dead.attempts == 2 and "timestamp too large" in dead.last_error
+    assert "cannot be read" in caplog.text  # its task_finished is not sent, and says so
+
+
 @pytest.mark.parametrize(
     ("result_id", "error"),
     [("null", 'null value in column "id"'), (None, "missing 1 required positional argument")],

@@ -11,9 +11,10 @@ RESULT(S)`` that also writes the result, from the task's part (``%(return_values
 ``CREATE INDEX``, ``LOCK TABLE``) never delays a plain job's outcome.
 
 Each statement returns one row per job written or busy: ``job`` (its id), ``busy``, and for
-``ACK_JOBS_WITH_RESULTS`` and ``DEAD_LETTER_JOB_WITH_RESULT`` the columns of
-``jobq_task_result`` (the result the statement finished, all NULL for a plain job or a busy
-one).
+``ACK_JOBS_WITH_RESULTS`` and ``DEAD_LETTER_JOB_WITH_RESULT`` ``task_result``: the row of
+``jobq_task_result`` the statement finished, as JSON text (``to_jsonb``; NULL for a plain
+job or a busy one). Text, decoded by the worker row by row: a value Python cannot hold (a
+time of ``'infinity'`` written by hand) never keeps the outcome from being recorded.
 """
 
 from __future__ import annotations
@@ -50,7 +51,10 @@ SELECT id, true FROM busy"""
 #: its return value (``%(return_values)s``, zipped with the ids: JSON text for a task's job,
 #: NULL for a plain job), so that a result is successful exactly when its job is gone; the
 #: ``ON CONFLICT`` recreates a result that is missing (pruned while its job sat in the dead
-#: letters). Returns the results' columns after each job's.
+#: letters). Returns each job's result as JSON text after it: the tasks' jobs from
+#: ``stored``, the others from ``acked`` (``NOT IN``, a hashed subplan). Not a join of the
+#: two: both are CTEs, estimated at one row, and the planner joins them by a nested loop that
+#: reads ``stored`` whole for every acked job (7 of the 12.8 ms of an ack of 255 tasks).
 _WITH_RESULTS = """, stored AS (
     INSERT INTO jobq_task_result AS result (id, task_path, backend, queue, priority, args,
                                             kwargs, job_id, enqueued_at, status, finished_at,
@@ -68,12 +72,13 @@ _WITH_RESULTS = """, stored AS (
         job_id = EXCLUDED.job_id,
         finished_at = EXCLUDED.finished_at,
         return_value = EXCLUDED.return_value
-    RETURNING result.*
+    RETURNING result.job_id, to_jsonb(result)::text AS task_result
 )
-SELECT acked.id AS job, false AS busy, stored.* FROM acked
-LEFT JOIN stored ON stored.job_id = acked.id
+SELECT job_id AS job, false AS busy, task_result FROM stored
 UNION ALL
-SELECT busy.id, true, (NULL::jobq_task_result).* FROM busy"""
+SELECT id, false, NULL FROM acked WHERE id NOT IN (SELECT job_id FROM stored)
+UNION ALL
+SELECT busy.id, true, NULL FROM busy"""
 #: The acks of a batch none of whose jobs is a task's: it touches no result, so it takes
 #: no lock on ``jobq_task_result`` (a ``CREATE INDEX`` there delays no plain job's ack).
 ACK_JOBS = _ACK_JOBS_TEMPLATE.format(fenced=FENCED, results=_JOBS_ONLY)
@@ -178,7 +183,7 @@ SELECT job_id AS job, false AS busy FROM dead
 UNION ALL
 SELECT id, true FROM busy"""
 #: What ``DEAD_LETTER_JOB_WITH_RESULT`` adds: the task's result FAILED, with
-#: ``%(task_error)s`` (a JSON object) appended to its errors; its columns follow the job's.
+#: ``%(task_error)s`` (a JSON object) appended to its errors; its JSON text follows the job.
 #: A job of unknown kind whose payload names no result of its kind updates none.
 _FAILED_RESULT = """, failed AS (
     UPDATE jobq_task_result AS result
@@ -187,11 +192,11 @@ _FAILED_RESULT = """, failed AS (
         errors = result.errors || jsonb_build_array(%(task_error)s::jsonb)
     FROM moved
     WHERE result.id = moved.payload->>'result_id' AND result.task_path = moved.kind
-    RETURNING result.*
+    RETURNING to_jsonb(result)::text AS task_result
 )
-SELECT dead.job_id AS job, false AS busy, failed.* FROM dead LEFT JOIN failed ON true
+SELECT dead.job_id AS job, false AS busy, failed.task_result FROM dead LEFT JOIN failed ON true
 UNION ALL
-SELECT busy.id, true, (NULL::jobq_task_result).* FROM busy"""
+SELECT busy.id, true, NULL FROM busy"""
 #: The dead letter of a plain job: it names no task result, so it takes no lock on
 #: ``jobq_task_result``.
 DEAD_LETTER_JOB = _DEAD_LETTER_JOB_TEMPLATE.format(fenced=FENCED, results=_DEAD_LETTER_ONLY)

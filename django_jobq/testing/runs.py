@@ -49,7 +49,6 @@ import psycopg
 from asgiref.sync import async_to_sync
 from django.db import connections, transaction
 from psycopg.pq import TransactionStatus
-from psycopg.types.json import JsonbLoader
 
 from .. import claims, lanes, operations, outcomes, registry, sql, task_results
 from ..claims import ClaimedJob
@@ -239,23 +238,6 @@ def _driver_cursor(alias: str) -> Iterator[psycopg.Cursor[Any]]:
         yield cursor
 
 
-@contextlib.contextmanager
-def _worker_json_loader(cursor: psycopg.Cursor[Any]) -> Iterator[None]:
-    """While the block runs, ``jsonb`` arrives decoded on the cursor's connection, as on a
-    worker's own connection (Django's connection reads it as text, for its ``JSONField``):
-    the outcome statements return a task's result with its ``jsonb`` columns. Django's
-    loader is restored afterwards, before any handler or ORM query runs again."""
-    adapters = cursor.connection.adapters
-    oid = adapters.types["jsonb"].oid
-    django_loader = adapters.get_loader(oid, psycopg.pq.Format.TEXT)
-    adapters.register_loader("jsonb", JsonbLoader)
-    try:
-        yield
-    finally:
-        if django_loader is not None:
-            adapters.register_loader("jsonb", django_loader)
-
-
 def _attempt(job: ClaimedJob, *, raise_exceptions: bool) -> RanJob:
     """Run one claimed job's attempt and record its outcome, in the caller's transaction.
 
@@ -264,7 +246,7 @@ def _attempt(job: ClaimedJob, *, raise_exceptions: bool) -> RanJob:
     """
     outcome = _execute(job)
     alias = get_settings().DATABASE
-    with _driver_cursor(alias) as cursor, _worker_json_loader(cursor):
+    with _driver_cursor(alias) as cursor:
         recorder = outcomes.Recorder(task_results.TaskOutcomes())
         recorded = recorder.record(cursor, outcome)
         if job.ordering_key is not None and job.id in recorded:  # as a worker moves it on

@@ -52,12 +52,13 @@ WITH locked AS MATERIALIZED (
         job_id = EXCLUDED.job_id,
         finished_at = EXCLUDED.finished_at,
         return_value = EXCLUDED.return_value
-    RETURNING result.*
+    RETURNING result.job_id, to_jsonb(result)::text AS task_result
 )
-SELECT acked.id AS job, false AS busy, stored.* FROM acked
-LEFT JOIN stored ON stored.job_id = acked.id
+SELECT job_id AS job, false AS busy, task_result FROM stored
 UNION ALL
-SELECT busy.id, true, (NULL::jobq_task_result).* FROM busy
+SELECT id, false, NULL FROM acked WHERE id NOT IN (SELECT job_id FROM stored)
+UNION ALL
+SELECT busy.id, true, NULL FROM busy
 
 -- name: ACK_JOB_IN_TRANSACTION
 DELETE FROM jobq_job AS job
@@ -182,11 +183,11 @@ WITH locked AS MATERIALIZED (
         errors = result.errors || jsonb_build_array(%(task_error)s::jsonb)
     FROM moved
     WHERE result.id = moved.payload->>'result_id' AND result.task_path = moved.kind
-    RETURNING result.*
+    RETURNING to_jsonb(result)::text AS task_result
 )
-SELECT dead.job_id AS job, false AS busy, failed.* FROM dead LEFT JOIN failed ON true
+SELECT dead.job_id AS job, false AS busy, failed.task_result FROM dead LEFT JOIN failed ON true
 UNION ALL
-SELECT busy.id, true, (NULL::jobq_task_result).* FROM busy
+SELECT busy.id, true, NULL FROM busy
 
 -- name: SET_SHORT_LOCK_TIMEOUT
 SET LOCAL lock_timeout = '100ms'
