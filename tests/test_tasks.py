@@ -715,7 +715,11 @@ def test_a_result_python_cannot_read_fails_that_task_alone(caplog):
     with connection.cursor() as cursor:
         cursor.execute("UPDATE jobq_task_result SET run_after = 'infinity' WHERE id = %s", [odd.id])
 
-    run_burst(concurrency=2)
+    def dead_lettered():
+        run_burst(concurrency=2)  # again while the retry is not yet due (~10 ms)
+        return DeadLetter.objects.exists()
+
+    wait_until(dead_lettered, what="the odd task's dead letter")
 
     assert list(Effect.objects.values_list("label", flat=True)) == ["healthy"]
     assert StoredTaskResult.objects.get(id=healthy.id).status == "SUCCESSFUL"
