@@ -43,13 +43,12 @@ import psycopg
 from django.conf import settings
 from django.db import connections
 from django.utils.module_loading import autodiscover_modules, import_string
-from psycopg.rows import kwargs_row
 
-from . import db, leases, registry, sql, text
+from . import leases, registry, sql, text
 from .claims import ClaimedJob
 from .conf import get_settings
 from .leases import Lease, Written
-from .models import StoredTaskResult, stored_task_result
+from .models import StoredTaskResult, stored_task_result_from_json
 from .outcomes import Action, Outcome
 
 #: The ``TASKS`` backend path of django-jobq's backend (:mod:`django_jobq.tasks_backend`).
@@ -163,16 +162,28 @@ def start_claimed(cursor: psycopg.Cursor[Any], jobs: Sequence[ClaimedJob]) -> No
 
 
 def _start(cursor: psycopg.Cursor[Any], starting: Sequence[Lease]) -> dict[Lease, StoredTaskResult]:
-    """Run ``sql.tasks.START_TASK_ATTEMPTS`` on a worker's connection; the results, by lease."""
+    """Run ``sql.tasks.START_TASK_ATTEMPTS`` on a worker's connection; the results, by lease.
+    A result Python cannot read (see the statement) is left out: its runner starts the task
+    again, meets the value, and that attempt fails with it."""
     attempts = dict(starting)
-    with cursor.connection.cursor(row_factory=kwargs_row(stored_task_result)) as typed:
-        typed.execute(sql.tasks.START_TASK_ATTEMPTS, leases.lease_arrays(starting))
-        started = typed.fetchall()
+    with cursor.connection.cursor() as plain:
+        plain.execute(sql.tasks.START_TASK_ATTEMPTS, leases.lease_arrays(starting))
+        rows = plain.fetchall()
     return {
         Lease(job_id, attempts[job_id]): result
-        for result in started
-        if (job_id := result.job_id) is not None  # the statement writes it: never None
+        for job_id, task_result in rows
+        if (result := _readable(task_result)) is not None
     }
+
+
+def _readable(task_result: str) -> StoredTaskResult | None:
+    """A result from the JSON text a statement returned (``to_jsonb``), or ``None`` if it
+    holds a value Python cannot (JSON nested deeper than its recursion limit, a time of
+    ``'infinity'``: written by hand)."""
+    try:
+        return stored_task_result_from_json(task_result)
+    except (RecursionError, ValueError):
+        return None
 
 
 def take_started(lease: Lease) -> tuple[StoredTaskResult, bool] | None:
@@ -213,13 +224,16 @@ def start_attempt(job_id: int, attempt: int) -> StoredTaskResult | None:
     it is one round trip.
 
     Returns ``None`` (and writes nothing) if that attempt no longer holds the job's lease.
+
+    Raises:
+        ValueError, RecursionError: the result holds a value Python cannot (see
+            ``sql.tasks.START_TASK_ATTEMPTS``); the attempt fails with it.
     """
     alias = get_settings().DATABASE
     with connections[alias].cursor() as cursor:
         cursor.execute(sql.tasks.START_TASK_ATTEMPTS, {"ids": [job_id], "attempts": [attempt]})
-        names = [column.name for column in cursor.description]
         rows = cursor.fetchall()
-    return db.from_rows(StoredTaskResult, alias, names, rows)[0] if rows else None
+    return stored_task_result_from_json(rows[0][1]) if rows else None
 
 
 def is_task_outcome(outcome: Outcome) -> bool:
@@ -290,7 +304,8 @@ def fail_unrun(
     :func:`announce_finished` with the returned results after the commit.
 
     Returns:
-        The results made FAILED.
+        The results made FAILED (but one holding a value Python cannot, see
+        ``sql.tasks.FAIL_UNRUN_TASK_RESULTS``: failed, not announced).
 
     Raises:
         psycopg.Error: the statement failed; nothing was written.
@@ -303,12 +318,13 @@ def fail_unrun(
     if not unrun:
         return []
     result_ids, task_paths, task_errors = (list(column) for column in zip(*unrun, strict=True))
-    with cursor.connection.cursor(row_factory=kwargs_row(stored_task_result)) as typed:
-        typed.execute(
+    with cursor.connection.cursor() as plain:
+        plain.execute(
             sql.tasks.FAIL_UNRUN_TASK_RESULTS,
             {"result_ids": result_ids, "task_paths": task_paths, "task_errors": task_errors},
         )
-        results = typed.fetchall()
+        rows = plain.fetchall()
+    results = [result for (task_result,) in rows if (result := _readable(task_result))]
     if announce:
         announce_finished(results)
     return results

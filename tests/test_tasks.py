@@ -704,16 +704,32 @@ def test_a_task_that_waited_past_its_lease_in_the_prefetch_is_not_called(queue_c
     assert outcome.action is Action.LEASE_LOST
 
 
-def test_a_result_python_cannot_read_fails_that_task_alone(caplog):
-    """A result row holding what Python cannot (a time of 'infinity', written by hand):
-    the task's attempts fail (its start meets the value), and its dead letter is recorded,
-    the outcome statement returning the result as text (before, reading it failed, and the
-    job was reclaimed for ever). The other tasks run."""
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        pytest.param("run_after = 'infinity'", "'infinity'", id="a time of infinity"),
+        pytest.param(
+            "kwargs = jsonb_build_object('deep', (repeat('[', 3000) || repeat(']', 3000))::jsonb)",
+            "RecursionError",
+            id="JSON nested 3,000 deep",
+        ),
+    ],
+)
+def test_a_result_python_cannot_read_fails_that_task_alone(change, error, caplog):
+    """A result row holding what Python cannot (written by hand): the statements that start
+    the task and record its outcome return the result as JSON text, read row by row, so the
+    worker stays up, only that task's attempts fail (its runner's start meets the value),
+    and its dead letter is recorded. Before, the start of the claim's tasks raised out of
+    the worker's main loop (JSON too deep: the process exited, and so did every restart),
+    or the dead letter could not be read back (a time of infinity: reclaimed for ever)."""
     with with_options(MAX_ATTEMPTS=2):
         odd = tasks.record.enqueue("odd")
     healthy = tasks.record.enqueue("healthy")
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE jobq_task_result SET run_after = 'infinity' WHERE id = %s", [odd.id])
+        cursor.execute(
+            "UPDATE jobq_task_result SET " + change + " WHERE id = %s",  # noqa: S608 (the test's own)
+            [odd.id],
+        )
 
     def dead_lettered():
         run_burst(concurrency=2)  # again while the retry is not yet due (~10 ms)
@@ -724,7 +740,7 @@ def test_a_result_python_cannot_read_fails_that_task_alone(caplog):
     assert list(Effect.objects.values_list("label", flat=True)) == ["healthy"]
     assert StoredTaskResult.objects.get(id=healthy.id).status == "SUCCESSFUL"
     dead = DeadLetter.objects.get()
-    assert dead.attempts == 2 and "timestamp too large" in dead.last_error
+    assert dead.attempts == 2 and error in dead.last_error
     assert "cannot be read" in caplog.text  # its task_finished is not sent, and says so
 
 

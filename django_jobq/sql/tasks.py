@@ -34,7 +34,9 @@ INSERT_TASK_JOBS = INSERT_JOBS_TEMPLATE.format(
 #: worker id the claim wrote on the job; ``%(ids)s`` and ``%(attempts)s`` are zipped leases
 #: (the worker starts a whole claim's tasks in one statement, right after the claim; a test's
 #: ``run_jobs`` one task at a time). Fenced: a lease the attempt no longer holds gets no row
-#: (and no write). Returns the results' rows.
+#: (and no write). Returns each result's job id and the result as JSON text (``to_jsonb``),
+#: decoded by the worker row by row: a value Python cannot hold (JSON nested deeper than its
+#: recursion limit, a time of ``'infinity'``, written by hand) fails that task's start only.
 #: ``commit_mode`` lets the transaction commit without waiting for its WAL to reach the disk
 #: (``set_config(..., true)``: this transaction only, the whole statement when autocommit):
 #: visible at once, lost only if the database server crashes within a fraction of a second.
@@ -63,7 +65,7 @@ SET status = 'RUNNING',
     last_attempted_at = EXCLUDED.last_attempted_at,
     finished_at = NULL,
     worker_ids = result.worker_ids || EXCLUDED.worker_ids
-RETURNING result.*
+RETURNING result.job_id, to_jsonb(result)::text AS task_result
 """
 START_TASK_ATTEMPTS = _START_TASK_ATTEMPTS_TEMPLATE.format(fenced=FENCED)
 
@@ -72,7 +74,8 @@ START_TASK_ATTEMPTS = _START_TASK_ATTEMPTS_TEMPLATE.format(fenced=FENCED)
 #: result is of that task and not finished becomes FAILED, ``task_error`` (a JSON object)
 #: appended to its errors. A result already finished is left as it is, so failing one twice
 #: (or one the worker's ``sql.outcomes.DEAD_LETTER_JOB_WITH_RESULT`` failed) changes nothing.
-#: Returns the results it failed.
+#: Returns the results it failed, each as JSON text (``to_jsonb``), decoded by the worker row
+#: by row (see ``START_TASK_ATTEMPTS``).
 FAIL_UNRUN_TASK_RESULTS = """
 UPDATE jobq_task_result AS result
 SET status = 'FAILED',
@@ -83,5 +86,5 @@ FROM unnest(%(result_ids)s::text[], %(task_paths)s::text[], %(task_errors)s::tex
 WHERE result.id = unrun.result_id
   AND result.task_path = unrun.task_path
   AND result.status NOT IN ('SUCCESSFUL', 'FAILED')
-RETURNING result.*
+RETURNING to_jsonb(result)::text AS task_result
 """

@@ -67,7 +67,7 @@ SET status = 'RUNNING',
     last_attempted_at = EXCLUDED.last_attempted_at,
     finished_at = NULL,
     worker_ids = result.worker_ids || EXCLUDED.worker_ids
-RETURNING result.*
+RETURNING result.job_id, to_jsonb(result)::text AS task_result
 
 -- name: FAIL_UNRUN_TASK_RESULTS
 UPDATE jobq_task_result AS result
@@ -79,4 +79,4 @@ FROM unnest(%(result_ids)s::text[], %(task_paths)s::text[], %(task_errors)s::tex
 WHERE result.id = unrun.result_id
   AND result.task_path = unrun.task_path
   AND result.status NOT IN ('SUCCESSFUL', 'FAILED')
-RETURNING result.*
+RETURNING to_jsonb(result)::text AS task_result
