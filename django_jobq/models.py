@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import json
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
@@ -389,20 +388,13 @@ class StoredTaskResult(models.Model):
         return f"{self.task_path} {self.id} ({self.status})"
 
 
-def stored_task_result(**columns: Any) -> StoredTaskResult:
-    """A :class:`StoredTaskResult` from a row a worker's psycopg connection read
-    (``RETURNING result.*``; jsonb arrives decoded). Columns the model does not know are
-    left out: one a newer migration added (a rolling deploy, old workers on the new schema)
-    must not stop the worker reading its results."""
-    known = _stored_task_result_columns()
-    return StoredTaskResult(**{name: value for name, value in columns.items() if name in known})
-
-
 def stored_task_result_from_json(text: str) -> StoredTaskResult:
-    """A :class:`StoredTaskResult` from the JSON text of its row (``to_jsonb(result)``, as a
-    claim returns the results it started: ``sql.tasks.START_CLAIMED_TASKS``): its times
-    arrive as ISO 8601 strings, its ``jsonb`` columns as JSON. Columns the model does not
-    know are left out, as by :func:`stored_task_result`.
+    """A :class:`StoredTaskResult` from the JSON text of its row (``to_jsonb(result)``, as
+    the worker's statements that start tasks and record their outcomes return it:
+    ``sql.tasks``, ``sql.outcomes``): its times arrive as ISO 8601 strings, its ``jsonb``
+    columns as JSON. Columns the model does not know are left out: one a newer migration
+    added (a rolling deploy, old workers on the new schema) must not stop the worker reading
+    its results.
 
     Raises:
         ValueError: the text is not a JSON object, or a time is not one Python holds
@@ -418,7 +410,8 @@ def stored_task_result_from_json(text: str) -> StoredTaskResult:
             if not isinstance(value, str):
                 raise ValueError(f"a task result's {name} is not a time: {value!r}")
             columns[name] = datetime.fromisoformat(value)
-    return stored_task_result(**columns)
+    known = _stored_task_result_columns()
+    return StoredTaskResult(**{name: value for name, value in columns.items() if name in known})
 
 
 @functools.cache

@@ -324,7 +324,7 @@ def fail_unrun(
             {"result_ids": result_ids, "task_paths": task_paths, "task_errors": task_errors},
         )
         rows = plain.fetchall()
-    results = [result for (task_result,) in rows if (result := _readable(task_result))]
+    results = [result for (task_result,) in rows if (result := _readable(task_result)) is not None]
     if announce:
         announce_finished(results)
     return results
