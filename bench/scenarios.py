@@ -445,8 +445,10 @@ class Bench:
             print(f"SKIPPED tasks: {self.skipped['tasks']}", file=sys.stderr)
             return
         args = self.args
+        # django-tasks-db runs beside it unless ``--systems`` leaves ``tasksdb`` out.
+        names = ["tasks-jobq", "tasks-db"] if "tasksdb" in args.systems else ["tasks-jobq"]
         configs = {"tasks-jobq": args.configs["jobq"], "tasks-db": args.configs["tasksdb"]}
-        entries = self.entries(["tasks-jobq", "tasks-db"], configs)
+        entries = self.entries(names, configs)
 
         def burndown(entry: Entry, rep: int) -> Run:
             return self.run_workers(
@@ -471,7 +473,7 @@ class Bench:
                 rate=args.pickup_rate,
             )
 
-        self.interleaved(self.entries(["tasks-jobq", "tasks-db"], pickup_configs), pickup)
+        self.interleaved(self.entries(names, pickup_configs), pickup)
 
 
 def producer_command(

@@ -110,6 +110,7 @@ def claim(
     positions: ClaimPositions | None = None,
     excluded_queues: Collection[str] = (),
     flow: FlowGuard | None = None,
+    first_front: FrontClaim | None = None,
 ) -> list[ClaimedJob]:
     """Lease up to ``limit`` due jobs, highest priority first, then oldest ``run_at``, then id.
 
@@ -130,6 +131,8 @@ def claim(
             changed since (and sets ``flow.changed``). ``None``: no flow control: pauses and
             limits are the caller's business (the worker's claims honour them,
             :mod:`django_jobq.limited_claims`).
+        first_front: what the claim's first statement took, when the caller ran it
+            (:func:`send_front`, with the same arguments): the claim goes on from there.
 
     A ready job in a lane (``ordering_key``) is claimed only while no job of its lane runs.
 
@@ -162,14 +165,21 @@ def claim(
     statements, params = _queue_params(queues, kinds, excluded_queues)
     params["worker_id"] = worker_id
     params["flow_digest"] = None if flow is None else flow.digest
+    params["claim_note"] = None
     jobs: list[ClaimedJob] = []
     for _ in range(CLAIM_FRONT_TRIES):
         scan = FROM_THE_START if positions is None else positions.params()
-        rows = _execute_with_lane_retry(
-            cursor, statements.front, {**params, **scan, **_limits(limit - len(jobs))}, _front_row
-        )
-        _saw_job_table_size(cursor, rows)
-        front = _take_front(rows, limit - len(jobs), positions, flow)
+        if first_front is None:
+            rows = _execute_with_lane_retry(
+                cursor,
+                statements.front,
+                {**params, **scan, **_limits(limit - len(jobs))},
+                _front_row,
+            )
+            _saw_job_table_size(cursor, rows)
+            front = _take_front(rows, limit - len(jobs), positions, flow)
+        else:
+            front, first_front = first_front, None
         jobs += front.jobs
         if front.after is FrontAfter.DONE:
             break
@@ -191,11 +201,12 @@ def send_front(
     *,
     worker_id: str,
     limit: int,
-    queues: Collection[str] | None,
-    kinds: Collection[str],
-    positions: ClaimPositions | None,
+    queues: Collection[str] | None = None,
+    kinds: Collection[str] | None = None,
+    positions: ClaimPositions | None = None,
     excluded_queues: Collection[str] = (),
     flow: FlowGuard | None = None,
+    note: str | None = None,
 ) -> Callable[[], FrontClaim]:
     """Send the first statement of :func:`claim` (its arguments; ``limit`` at least 1)
     without waiting for its result: inside a pipeline, it travels with the statements
@@ -203,7 +214,9 @@ def send_front(
     function returned reads the result once the pipeline has synced, moves ``positions``
     on and checks ``flow`` as :func:`claim` does, and returns a :class:`FrontClaim`:
     ``after`` says what :func:`claim` would have run next, which the caller does in a
-    transaction of its own, or not.
+    transaction of its own (:func:`claim` with ``first_front``), or not. ``note``: keep
+    the leases taken in the session, after ``note``, for a statement sent next in the same
+    round trip (``claim_noted`` in ``sql.claims``).
 
     Raises:
         psycopg.Error: from the function returned, when the statement failed (a second
@@ -212,6 +225,7 @@ def send_front(
     statements, params = _queue_params(queues, kinds, excluded_queues)
     params["worker_id"] = worker_id
     params["flow_digest"] = None if flow is None else flow.digest
+    params["claim_note"] = note
     scan = FROM_THE_START if positions is None else positions.params()
     front_cursor = cursor.connection.cursor(row_factory=kwargs_row(_front_row))
     front_cursor.execute(statements.front, {**params, **scan, **_limits(limit)})

@@ -33,18 +33,20 @@ only when configured. Neither is imported from here.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
 
 import psycopg
 from django.conf import settings
 from django.db import connections
 from django.utils.module_loading import autodiscover_modules, import_string
+from psycopg.pq import TransactionStatus
 
-from . import leases, registry, sql, text
+from . import claims, db, leases, registry, sql, text
 from .claims import ClaimedJob
 from .conf import get_settings
 from .leases import Lease, Written
@@ -130,13 +132,99 @@ def handler(kind: str) -> TaskJobHandler | None:
 _started: dict[Lease, tuple[StoredTaskResult, float]] = {}
 
 
-def start_claimed(cursor: psycopg.Cursor[Any], jobs: Sequence[ClaimedJob]) -> None:
+class TasksClaim(NamedTuple):
+    """What :func:`claim_and_start` claimed and started."""
+
+    #: The claimed jobs, in claim order.
+    jobs: list[ClaimedJob]
+    #: The leases whose start was tried in the claim's round trip (started, or refused by
+    #: the statement's fence or filter): :func:`start_claimed` passes them over.
+    tried: frozenset[Lease]
+    #: The error of that start, if it failed (nothing started; each task's runner starts
+    #: its own, as after a failure of :func:`start_claimed`).
+    start_error: psycopg.Error | None = None
+    #: Whether that start found ``jobq_task_result`` locked (a migration's lock, say): the
+    #: claim's tasks are left to :func:`start_claimed`, and the caller should start its
+    #: next claims' tasks apart for a while (:data:`START_APART_AFTER_LOCK`).
+    results_locked: bool = False
+
+
+def claim_and_start(
+    cursor: psycopg.Cursor[Any], *, task_kinds: Sequence[str], **claim_arguments: Any
+) -> TasksClaim:
+    """:func:`django_jobq.claims.claim` (``claim_arguments``) on the worker's connection
+    ``cursor``, whose first statement's tasks start in the same round trip: ``BEGIN``, the
+    claim's first statement (:func:`django_jobq.claims.send_front`, noting its leases in the
+    session), ``COMMIT``, then ``sql.tasks.START_NOTED_TASK_ATTEMPTS`` in a transaction of
+    its own. So a claim of tasks costs one round trip, as a claim of plain jobs does, and
+    its transactions are those of a claim followed by :func:`start_claimed`: the start never
+    holds the claim back. A lock on ``jobq_task_result`` (a migration's) fails the start
+    after ``sql.tasks.SET_START_LOCK_TIMEOUT`` (``results_locked``); the claim's tasks are
+    then left to :func:`start_claimed`. The note
+    lives in the session: only for a connection that keeps session state between
+    transactions (PostgreSQL itself, or a pool in session mode).
+
+    If the claim's first statement failed, nothing was leased: the claim is made again as
+    :func:`django_jobq.claims.claim` makes it (once more after a lane's refusal, say), and
+    its tasks are left to :func:`start_claimed`.
+
+    Raises:
+        psycopg.Error: the claim failed (see :func:`django_jobq.claims.claim`), or the
+            connection did while the claim's first statement ran (its leases, if it
+            committed, lapse and are reclaimed).
+    """
+    connection = cursor.connection
+    note = f"{next(_claim_notes)}:"
+    starting = connection.cursor()
+    start_error: psycopg.Error | None = None
+    try:
+        with connection.pipeline():
+            connection.execute(sql.transactions.BEGIN)
+            read_front = claims.send_front(cursor, note=note, **claim_arguments)
+            connection.execute(sql.transactions.COMMIT)
+            connection.execute(sql.tasks.SET_START_LOCK_TIMEOUT)
+            starting.execute(
+                sql.tasks.START_NOTED_TASK_ATTEMPTS,
+                {"claim_note": note, "kinds": list(task_kinds)},
+            )
+    except psycopg.Error as exc:
+        if connection.info.transaction_status != TransactionStatus.IDLE:
+            # The claim's first statement (or the connection) failed: nothing leased.
+            if connection.info.transaction_status == TransactionStatus.INERROR:
+                connection.execute(sql.transactions.ROLLBACK)
+            if db.is_connection_fault(exc):
+                raise
+            return TasksClaim(claims.claim(cursor, **claim_arguments), frozenset())
+        start_error = exc  # the claim committed; its start did not
+    front = read_front()
+    jobs = claims.claim(cursor, first_front=front, **claim_arguments)
+    if isinstance(start_error, psycopg.errors.LockNotAvailable):
+        return TasksClaim(jobs, frozenset(), results_locked=True)
+    if start_error is None:
+        _keep_started(front.jobs, starting.fetchall())
+    return TasksClaim(jobs, frozenset(job.lease for job in front.jobs), start_error)
+
+
+#: Seconds for which a worker whose claim found ``jobq_task_result`` locked starts its
+#: claims' tasks apart (:func:`start_claimed`), so that its claims of plain jobs name no task
+#: result; then a claim tries again, waiting at most ``sql.tasks.SET_START_LOCK_TIMEOUT``.
+START_APART_AFTER_LOCK = 10.0
+
+
+#: Distinct notes for the claims of a process (``claim_and_start``).
+_claim_notes = itertools.count(1)
+
+
+def start_claimed(
+    cursor: psycopg.Cursor[Any], jobs: Sequence[ClaimedJob], *, tried: Collection[Lease] = ()
+) -> None:
     """Mark RUNNING, in one statement on the worker's connection ``cursor``, the results of
     the claimed ``jobs`` that are tasks' jobs and will run (not poison rows, expired or past
     their attempts: those are dead-lettered unrun), appending the worker's id; keep them for
     the task runner (:func:`take_started`). Called by the worker right after a claim: one
     statement per claim instead of one per task on its handler thread. A no-op (no
-    statement) when no job is a task's.
+    statement) when no job is a task's but those of ``tried`` (:func:`claim_and_start`
+    started them already).
 
     Its commit does not wait for the disk (see ``sql.tasks.START_TASK_ATTEMPTS``): this write
     only informs (status, start time, worker id), and a durable commit per claim would slow
@@ -146,34 +234,36 @@ def start_claimed(cursor: psycopg.Cursor[Any], jobs: Sequence[ClaimedJob]) -> No
     Raises:
         psycopg.Error: the statement failed; nothing was written.
     """
-    starting = [
-        job.lease
-        for job in jobs
-        if handler(job.kind) is not None
-        and not (job.poison or job.expired or job.attempts_exhausted)
-    ]
+    starting = [job.lease for job in jobs if job.lease not in tried and _runs_as_task(job)]
     if starting:
-        started = _start(cursor, starting)
-        now = time.monotonic()
-        for job in jobs:
-            if job.lease in started:
-                surely_held_until = now + job.visibility_timeout.total_seconds() / 3
-                _started[job.lease] = (started[job.lease], surely_held_until)
+        with cursor.connection.cursor() as plain:
+            plain.execute(sql.tasks.START_TASK_ATTEMPTS, leases.lease_arrays(starting))
+            _keep_started(jobs, plain.fetchall())
 
 
-def _start(cursor: psycopg.Cursor[Any], starting: Sequence[Lease]) -> dict[Lease, StoredTaskResult]:
-    """Run ``sql.tasks.START_TASK_ATTEMPTS`` on a worker's connection; the results, by lease.
-    A result Python cannot read (see the statement) is left out: its runner starts the task
-    again, meets the value, and that attempt fails with it."""
-    attempts = dict(starting)
-    with cursor.connection.cursor() as plain:
-        plain.execute(sql.tasks.START_TASK_ATTEMPTS, leases.lease_arrays(starting))
-        rows = plain.fetchall()
-    return {
-        Lease(job_id, attempts[job_id]): result
-        for job_id, task_result in rows
-        if (result := _readable(task_result)) is not None
-    }
+def _runs_as_task(job: ClaimedJob) -> bool:
+    """Whether ``job`` is a task's job that the worker will run (the others are
+    dead-lettered unrun: poison rows, expired, past their attempts)."""
+    return handler(job.kind) is not None and not (
+        job.poison or job.expired or job.attempts_exhausted
+    )
+
+
+def _keep_started(jobs: Sequence[ClaimedJob], rows: Sequence[tuple[int, str]]) -> None:
+    """Keep for the task runner the results a start statement returned (``rows`` of job id
+    and result as JSON text) of the claimed ``jobs`` that will run as tasks. A result Python
+    cannot read (see ``sql.tasks.START_TASK_ATTEMPTS``) is left out: its runner starts the
+    task again, meets the value, and that attempt fails with it."""
+    returned = dict(rows)
+    now = time.monotonic()
+    for job in jobs:
+        task_result = returned.get(job.id)
+        if task_result is None or not _runs_as_task(job):
+            continue
+        result = _readable(task_result)
+        if result is not None:
+            surely_held_until = now + job.visibility_timeout.total_seconds() / 3
+            _started[job.lease] = (result, surely_held_until)
 
 
 def _readable(task_result: str) -> StoredTaskResult | None:

@@ -56,7 +56,7 @@ def front_buffers(connect, positions):
     """Shared buffers the claim's ``front`` CTE reads (EXPLAIN ANALYZE, rolled back)."""
     conn = connect()
     params: dict[str, Any] = {"worker_id": "explain", "kinds": [record.kind], "queue": "default"}
-    params["flow_digest"] = None
+    params["flow_digest"] = params["claim_note"] = None
     params.update(limit=10, front=10 * sql.claims.CLAIM_FRONT_FACTOR)
     params.update(FROM_THE_START if positions is None else positions.params())
     with conn.transaction(force_rollback=True):

@@ -208,7 +208,13 @@ def insert_rows(select):
 def explain(conn, statement, params_given, *, analyze=False):
     """The plan of a claim as a worker's connection would plan it (server-side parameters);
     with ``analyze``, run it (in a transaction rolled back) and return the JSON plan."""
-    defaults: dict[str, Any] = {"limit": 10, "worker_id": "w", "kinds": ["k"], "flow_digest": None}
+    defaults: dict[str, Any] = {
+        "limit": 10,
+        "worker_id": "w",
+        "kinds": ["k"],
+        "flow_digest": None,
+        "claim_note": None,
+    }
     params: dict[str, Any] = {**defaults, **FROM_THE_START, **params_given}
     params["front"] = params["limit"] * sql.claims.CLAIM_FRONT_FACTOR  # as leases.claim passes it
     if not analyze:

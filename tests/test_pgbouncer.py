@@ -408,9 +408,11 @@ def test_a_worker_through_pgbouncer_with_a_direct_listener_is_woken_by_enqueue(
     with running:
         assert running.worker._listener is not None
         assert not running.worker._listener.cannot_hear.is_set()
-        # The direct listener proves nothing of the pooled alias: nothing is prepared there.
+        # The direct listener proves nothing of the pooled alias: nothing is prepared there,
+        # and no claim leaves a note in the session for its tasks' start.
         assert running.worker._listener.keeps_session_state.is_set()
         assert not running.worker._prepares_statements()
+        assert not running.worker._keeps_session_state()
         wait_until(asleep.is_set, what="the worker to wait for work")
         with transaction.atomic(using=alias):
             pgbouncer_attempts.enqueue(label="woken", failures=0)

@@ -15,13 +15,14 @@ from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
+import psycopg
 import pytest
 from asgiref.sync import async_to_sync
 from django.db import connection, transaction
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_jobq import claims, enqueue, leases, outcomes, registry, task_results
+from django_jobq import claims, enqueue, leases, outcomes, registry, sql, task_results
 from django_jobq.checks import check_tasks_backends
 from django_jobq.conf import validate_tasks_backend
 from django_jobq.models import DeadLetter, Job, StoredTaskResult
@@ -324,6 +325,99 @@ def test_a_released_task_is_ready_again_without_the_released_attempt(queue_curso
     assert result.worker_ids == [] and result.started_at is None
     assert result.last_attempted_at is None
     assert Job.objects.get().status == "ready"
+
+
+def task_kinds():
+    """The kinds of this process's registry that are tasks (what a worker passes)."""
+    return sorted(kind for kind in registry.claimable_kinds() if task_results.handler(kind))
+
+
+def test_a_claim_of_tasks_starts_them_in_its_own_round_trip(queue_cursor):
+    first, second = tasks.record.enqueue("one"), tasks.record.enqueue("two")
+    plain = enqueue("tests.testapp.jobs.record", {"label": "plain"})
+    claimed = task_results.claim_and_start(
+        queue_cursor, task_kinds=task_kinds(), worker_id="w", limit=3
+    )
+
+    assert claimed.start_error is None and not claimed.results_locked
+    assert {job.id for job in claimed.jobs} == {first_job_id(first), first_job_id(second), plain.pk}
+    assert claimed.tried == frozenset(job.lease for job in claimed.jobs)  # none started twice
+    assert Job.objects.filter(status="running").count() == 3  # the claim committed
+    for result in (first, second):
+        result.refresh()
+        assert result.status == TaskResultStatus.RUNNING and result.worker_ids == ["w"]
+    taken = {job.id: task_results.take_started(job.lease) for job in claimed.jobs}
+    assert taken[plain.pk] is None
+    assert {stored.id for stored, _ in filter(None, taken.values())} == {first.id, second.id}
+
+
+def first_job_id(result):
+    """The id of the job that runs a task ``result`` (its stored ``job_id``)."""
+    return StoredTaskResult.objects.get(pk=result.id).job_id
+
+
+def test_a_note_of_an_earlier_claim_starts_nothing(queue_cursor):
+    # The start reads the leases its own claim statement noted in the session: should that
+    # statement fail, the note left there is an earlier claim's, and must not start again.
+    result = tasks.record.enqueue("once")
+    claimed = task_results.claim_and_start(
+        queue_cursor, task_kinds=task_kinds(), worker_id="w", limit=1
+    )
+    (job,) = claimed.jobs
+    queue_cursor.execute("SELECT current_setting('jobq.claim_note')")
+    (note,) = queue_cursor.fetchone()
+    assert note.endswith(f"[[{job.id}, {job.attempt}]]")
+    queue_cursor.execute(
+        sql.tasks.START_NOTED_TASK_ATTEMPTS, {"claim_note": "0:", "kinds": task_kinds()}
+    )
+
+    assert queue_cursor.fetchall() == []
+    result.refresh()
+    assert result.worker_ids == ["w"]  # started once, by its claim
+
+
+def test_a_start_that_fails_leaves_the_claim_leased_and_each_task_to_its_runner(queue_cursor):
+    # Two jobs naming one result (written past enqueue): the start's upsert cannot touch one
+    # row twice, and fails as a whole. The claim had committed; the tasks are not started
+    # again by the worker (each runner starts its own, and meets the problem alone).
+    first, second = tasks.record.enqueue("one"), tasks.record.enqueue("two")
+    queue_cursor.execute(
+        "UPDATE jobq_job SET payload = jsonb_set(payload, '{result_id}', to_jsonb(%s::text))"
+        " WHERE id = %s",
+        [first.id, first_job_id(second)],
+    )
+    claimed = task_results.claim_and_start(
+        queue_cursor, task_kinds=task_kinds(), worker_id="w", limit=2
+    )
+
+    assert isinstance(claimed.start_error, psycopg.errors.CardinalityViolation)
+    assert len(claimed.jobs) == 2 and Job.objects.filter(status="running").count() == 2
+    assert claimed.tried == frozenset(job.lease for job in claimed.jobs)
+    first.refresh()
+    assert first.status == TaskResultStatus.READY and first.worker_ids == []
+    assert all(task_results.take_started(job.lease) is None for job in claimed.jobs)
+
+
+def test_a_lock_on_the_task_results_delays_a_claim_of_tasks_a_moment_only(connect, queue_cursor):
+    result = tasks.record.enqueue("locked out")
+    operator = connect(autocommit=False)
+    operator.execute("LOCK TABLE jobq_task_result IN ACCESS EXCLUSIVE MODE")
+    # A wait for the lock would end in the statement timeout, not in a lock timeout.
+    queue_cursor.execute("SET lock_timeout = '20s'")
+    queue_cursor.execute("SET statement_timeout = '5s'")
+    try:
+        claimed = task_results.claim_and_start(
+            queue_cursor, task_kinds=task_kinds(), worker_id="w", limit=1
+        )
+        assert len(claimed.jobs) == 1
+        assert claimed.results_locked and claimed.start_error is None
+        assert claimed.tried == frozenset()  # its task is left to start_claimed
+        assert Job.objects.get().status == "running"  # leased, and committed
+    finally:
+        operator.rollback()
+    task_results.start_claimed(queue_cursor, claimed.jobs, tried=claimed.tried)
+    result.refresh()
+    assert result.status == TaskResultStatus.RUNNING and result.worker_ids == ["w"]
 
 
 def test_a_release_after_an_earlier_attempt_keeps_that_attempts_start(queue_cursor):

@@ -174,6 +174,12 @@ POISON_REASON = """CASE
 #   - ``job_table_size``: the size of ``jobq_job`` in bytes (``pg_relation_size``: the
 #     length of its files, under the lock the statement holds anyway), from which the
 #     worker decides whether to plan its prepared statements again (``sql.plans``);
+#   - ``claim_noted``: unless ``%(claim_note)s`` is NULL, the leases the statement took, as
+#     ``%(claim_note)s`` followed by a JSON array of ``[id, attempt]``, kept in the session's
+#     setting ``jobq.claim_note`` (``set_config(..., false)``: it outlives the statement's
+#     commit), where the start of the claim's tasks, sent in the same round trip, reads them
+#     (``sql.tasks.START_NOTED_TASK_ATTEMPTS``). A volatile column, so it is computed even
+#     though the statement's result leaves it out;
 # then the claimed job's columns, as the walk returns them. Costs: the lapsed rows since the last
 # look, the
 # front's ``2 * limit`` index entries from the positions, the locked rows.
@@ -267,7 +273,14 @@ FROM (
                AS position_priorities,
            array_agg(position.run_at ORDER BY position.priority DESC) AS position_run_ats,
            array_agg(position.id ORDER BY position.priority DESC) AS position_ids,
-           pg_relation_size('jobq_job'::regclass) AS job_table_size
+           pg_relation_size('jobq_job'::regclass) AS job_table_size,
+           CASE WHEN %(claim_note)s::text IS NOT NULL THEN set_config(
+               'jobq.claim_note',
+               %(claim_note)s::text || (
+                   SELECT COALESCE(jsonb_agg(jsonb_build_array(id, attempts)), '[]')::text
+                   FROM claimed),
+               false)
+           END AS claim_noted
     FROM (
         SELECT DISTINCT ON (seen.priority) seen.priority,
                CASE WHEN seen.run_at BETWEEN '0001-01-02 00:00:00+00'::timestamptz

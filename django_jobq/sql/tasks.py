@@ -10,6 +10,7 @@ their own.
 
 from __future__ import annotations
 
+from .claims import POISON_REASON
 from .enqueue import INSERT_JOBS_TEMPLATE, LANE_STATUS
 from .leases import FENCED
 
@@ -42,12 +43,11 @@ INSERT_TASK_JOBS = INSERT_JOBS_TEMPLATE.format(
 #: visible at once, lost only if the database server crashes within a fraction of a second.
 #: Fit for this informative write only; outcomes are always committed durably.
 _START_TASK_ATTEMPTS_TEMPLATE = """
-WITH started AS (
+WITH {leases}started AS (
     SELECT job.id, job.kind, job.queue, job.priority, job.payload, job.created_at,
            job.worker_id
     FROM jobq_job AS job
-    JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS fence (id, attempt)
-        ON {fenced}
+    JOIN {fence} AS fence (id, attempt) ON {fenced}{which}
 ), commit_mode AS (
     SELECT set_config('synchronous_commit', 'off', true)
 )
@@ -67,7 +67,53 @@ SET status = 'RUNNING',
     worker_ids = result.worker_ids || EXCLUDED.worker_ids
 RETURNING result.job_id, to_jsonb(result)::text AS task_result
 """
-START_TASK_ATTEMPTS = _START_TASK_ATTEMPTS_TEMPLATE.format(fenced=FENCED)
+START_TASK_ATTEMPTS = _START_TASK_ATTEMPTS_TEMPLATE.format(
+    leases="",
+    fence="unnest(%(ids)s::bigint[], %(attempts)s::integer[])",
+    fenced=FENCED,
+    which="",
+)
+
+# Which of the noted leases start (see ``START_NOTED_TASK_ATTEMPTS``).
+_NOTED_STARTABLE_TEMPLATE = """
+    WHERE job.id = ANY(ARRAY(SELECT id FROM noted))
+      AND job.kind = ANY(%(kinds)s::text[])
+      AND ({poison_reason}) IS NULL
+      AND NOT COALESCE(job.expires_at <= now(), false)
+      AND job.attempts <= job.max_attempts"""
+
+#: ``START_TASK_ATTEMPTS`` for the leases a claim statement just took and noted in the
+#: session (``claim_noted`` in ``sql.claims``, after ``%(claim_note)s``): the worker sends
+#: it after that statement's ``COMMIT``, in the same round trip, so a claim's tasks start
+#: without a round trip of their own. A note that is not this claim's (the claim statement
+#: failed and the note is an earlier one's) starts nothing. Of those leases it starts the
+#: jobs the worker would: of the worker's task kinds (``%(kinds)s``), not poison rows
+#: (``sql.claims.POISON_REASON``), not expired, not past their attempts (the worker
+#: dead-letters those unrun). The jobs are found by primary key (``id = ANY(ARRAY(...))``):
+#: joined to the note alone, whose length the planner cannot know, a generic plan may read
+#: the whole job table.
+START_NOTED_TASK_ATTEMPTS = _START_TASK_ATTEMPTS_TEMPLATE.format(
+    leases="""noted AS (
+    SELECT (lease->>0)::bigint AS id, (lease->>1)::integer AS attempt
+    FROM jsonb_array_elements(
+        CASE WHEN starts_with(current_setting('jobq.claim_note', true), %(claim_note)s::text)
+            THEN substr(current_setting('jobq.claim_note', true),
+                        length(%(claim_note)s::text) + 1)::jsonb
+            ELSE '[]'::jsonb
+        END) AS lease
+), """,
+    fence="noted",
+    fenced=FENCED,
+    which=_NOTED_STARTABLE_TEMPLATE.format(poison_reason=POISON_REASON),
+)
+
+#: Sent before ``START_NOTED_TASK_ATTEMPTS``, in the same transaction (the implicit one a
+#: pipeline's statements share until its sync; ``SET LOCAL`` wants an explicit block): that
+#: start waits at most this long for a lock on ``jobq_task_result`` (a migration's, a
+#: ``CREATE INDEX``), then fails alone; its claim has committed already. The worker then
+#: starts its tasks apart for a while (``task_results.START_APART_AFTER_LOCK``), so that its
+#: claims of plain jobs name no task result.
+SET_START_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', '10ms', true)"
 
 #: Fail the results of tasks' jobs that were dead-lettered without running (as unknown
 #: kinds, by a statement of their own): each ``(result_id, task_path, task_error)`` whose

@@ -276,12 +276,10 @@ class Worker:
             if listen
             else None
         )
-        # Statements may be prepared once the listener proves that connections to the queue
-        # database keep session state, unless DATABASES' OPTIONS decide (prepare_threshold).
-        self._prepare_once_heard = (
-            self._listener is not None
-            and settings.LISTEN_DATABASE in (None, settings.DATABASE)
-            and not db.prepares_by_choice()
+        # The listener's check notification proves that connections to the queue database
+        # keep session state (see _keeps_session_state) when it connects with their alias.
+        self._listener_proves_session = self._listener is not None and (
+            settings.LISTEN_DATABASE in (None, settings.DATABASE)
         )
         self._plans = PlanRefresh(worker_id=self.worker_id)
         self._heartbeater = Heartbeater(
@@ -295,6 +293,10 @@ class Worker:
         )
         task_results.discover()
         self.kinds = registry.claimable_kinds()
+        # The kinds that are Django tasks (their results are started as they are claimed).
+        self._task_kinds = sorted(kind for kind in self.kinds if task_results.handler(kind))
+        self._claims_take_tasks = bool(self._task_kinds)
+        self._start_tasks_apart_until = 0.0  # time.monotonic()
         self.serves_async = any(_is_async_kind(kind) for kind in self.kinds)
         self.async_concurrency = async_concurrency or settings.ASYNC_CONCURRENCY
         self._async = AsyncExecutor(
@@ -597,7 +599,7 @@ class Worker:
                 crash_points.reach("before_claim")
             if self._positions.seconds_until_probe() == 0:
                 self._probe(cursor)
-        plain = claims.claim(
+        claimed = self._claim_plain(
             cursor,
             worker_id=self.worker_id,
             limit=limit,
@@ -607,7 +609,8 @@ class Worker:
             excluded_queues=excluded,
             flow=flow.guard,
         )
-        start_failed = self._hand_on(cursor, plain) or start_failed
+        plain = claimed.jobs
+        start_failed = self._hand_on(cursor, plain, claimed) or start_failed
         if (
             not limited_first
             and not flow.guard.changed
@@ -651,6 +654,37 @@ class Worker:
         # the loop.
         return min(self.poll_interval, max(0.0, self._limited_retry_at - time.monotonic()))
 
+    def _claim_plain(
+        self, cursor: psycopg.Cursor[Any], *, limit: int, **claim_arguments: Any
+    ) -> task_results.TasksClaim:
+        """The plain claim (:func:`django_jobq.claims.claim`). Where the connection keeps
+        session state (the listener's check), a worker that runs tasks, and whose last claim
+        that took jobs took a task's, starts the claim's tasks in the claim's round trip
+        (:func:`django_jobq.task_results.claim_and_start`); a worker whose claims take plain
+        jobs only sends no statement about task results, nor does one for a while after
+        that start found the task results' table locked (a migration's lock)."""
+        if (
+            limit
+            and self._claims_take_tasks
+            and time.monotonic() >= self._start_tasks_apart_until
+            and self._keeps_session_state()
+            and psycopg.Pipeline.is_supported()
+        ):
+            claimed = task_results.claim_and_start(
+                cursor, task_kinds=self._task_kinds, limit=limit, **claim_arguments
+            )
+            if claimed.results_locked:
+                apart = task_results.START_APART_AFTER_LOCK
+                self._start_tasks_apart_until = time.monotonic() + apart
+        else:
+            jobs = claims.claim(cursor, limit=limit, **claim_arguments)
+            claimed = task_results.TasksClaim(jobs, frozenset())
+        if claimed.jobs and self._task_kinds:
+            self._claims_take_tasks = any(
+                task_results.handler(job.kind) is not None for job in claimed.jobs
+            )
+        return claimed
+
     def _limited_may_wait(self) -> bool:
         """Whether a limited job may wait that no limited claim has seen: a job that a kind
         limit may bind was announced, or the last limited claim that found none is at least a
@@ -664,19 +698,26 @@ class Worker:
         return time.monotonic() >= self._limited_idle_until
 
     def _hand_on(
-        self, cursor: psycopg.Cursor[Any], jobs: list[claims.ClaimedJob]
+        self,
+        cursor: psycopg.Cursor[Any],
+        jobs: list[claims.ClaimedJob],
+        claimed: task_results.TasksClaim | None = None,
     ) -> psycopg.Error | None:
         """Hand a claim's ``jobs`` to the handler threads (or the event loop), and record at
         once those that must not run; return the error of the tasks' start if it failed
         for the connection (:func:`django_jobq.db.is_connection_fault`; the jobs are handed
-        on all the same: the caller then lets the loop reconnect)."""
+        on all the same: the caller then lets the loop reconnect). ``claimed``: how the
+        claim of ``jobs`` started their tasks itself (:meth:`_claim_plain`)."""
         if not jobs:
             return None
         if crash_points.reach is not None:
             crash_points.reach("after_claim")
         self._observer.claimed(jobs)
         try:
-            task_results.start_claimed(cursor, jobs)  # before a handler thread can take one
+            if claimed is not None and claimed.start_error is not None:
+                raise claimed.start_error
+            # Before a handler thread can take one.
+            task_results.start_claimed(cursor, jobs, tried=claimed.tried if claimed else ())
         except psycopg.Error as exc:
             # The jobs are leased whatever happened to this informative write: hand them on
             # (each task's runner then starts it itself), then let the loop reconnect if the
@@ -763,14 +804,21 @@ class Worker:
 
     def _prepares_statements(self) -> bool:
         """Whether the main loop's connection may prepare its statements: ``DATABASES``'
-        ``OPTIONS`` do not set ``prepare_threshold`` (else psycopg follows them), and the
+        ``OPTIONS`` do not set ``prepare_threshold`` (else psycopg follows them), and it
+        keeps session state (:meth:`_keeps_session_state`; PgBouncer before 1.21 cannot carry
+        prepared statements in transaction mode). With ``listen=False`` nothing proves it,
+        and nothing is prepared."""
+        return not db.prepares_by_choice() and self._keeps_session_state()
+
+    def _keeps_session_state(self) -> bool:
+        """Whether the main loop's connection keeps session state between transactions: the
         listener, connected with the same alias, heard its check notification. A connection
         that keeps a ``LISTEN`` across transactions reaches PostgreSQL directly or through a
-        pool in session mode, where prepared statements work; a pool in transaction mode
-        (PgBouncer before 1.21 cannot carry them) fails that check. With ``listen=False``
-        nothing proves it, and nothing is prepared."""
-        return self._prepare_once_heard and (
-            self._listener is not None and self._listener.keeps_session_state.is_set()
+        pool in session mode; a pool in transaction mode fails that check."""
+        return (
+            self._listener_proves_session
+            and self._listener is not None
+            and self._listener.keeps_session_state.is_set()
         )
 
     def _probe(self, cursor: psycopg.Cursor[Any]) -> bool:

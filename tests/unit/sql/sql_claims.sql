@@ -142,7 +142,14 @@ FROM (
                AS position_priorities,
            array_agg(position.run_at ORDER BY position.priority DESC) AS position_run_ats,
            array_agg(position.id ORDER BY position.priority DESC) AS position_ids,
-           pg_relation_size('jobq_job'::regclass) AS job_table_size
+           pg_relation_size('jobq_job'::regclass) AS job_table_size,
+           CASE WHEN %(claim_note)s::text IS NOT NULL THEN set_config(
+               'jobq.claim_note',
+               %(claim_note)s::text || (
+                   SELECT COALESCE(jsonb_agg(jsonb_build_array(id, attempts)), '[]')::text
+                   FROM claimed),
+               false)
+           END AS claim_noted
     FROM (
         SELECT DISTINCT ON (seen.priority) seen.priority,
                CASE WHEN seen.run_at BETWEEN '0001-01-02 00:00:00+00'::timestamptz
@@ -281,7 +288,14 @@ FROM (
                AS position_priorities,
            array_agg(position.run_at ORDER BY position.priority DESC) AS position_run_ats,
            array_agg(position.id ORDER BY position.priority DESC) AS position_ids,
-           pg_relation_size('jobq_job'::regclass) AS job_table_size
+           pg_relation_size('jobq_job'::regclass) AS job_table_size,
+           CASE WHEN %(claim_note)s::text IS NOT NULL THEN set_config(
+               'jobq.claim_note',
+               %(claim_note)s::text || (
+                   SELECT COALESCE(jsonb_agg(jsonb_build_array(id, attempts)), '[]')::text
+                   FROM claimed),
+               false)
+           END AS claim_noted
     FROM (
         SELECT DISTINCT ON (seen.priority) seen.priority,
                CASE WHEN seen.run_at BETWEEN '0001-01-02 00:00:00+00'::timestamptz
@@ -420,7 +434,14 @@ FROM (
                AS position_priorities,
            array_agg(position.run_at ORDER BY position.priority DESC) AS position_run_ats,
            array_agg(position.id ORDER BY position.priority DESC) AS position_ids,
-           pg_relation_size('jobq_job'::regclass) AS job_table_size
+           pg_relation_size('jobq_job'::regclass) AS job_table_size,
+           CASE WHEN %(claim_note)s::text IS NOT NULL THEN set_config(
+               'jobq.claim_note',
+               %(claim_note)s::text || (
+                   SELECT COALESCE(jsonb_agg(jsonb_build_array(id, attempts)), '[]')::text
+                   FROM claimed),
+               false)
+           END AS claim_noted
     FROM (
         SELECT DISTINCT ON (seen.priority) seen.priority,
                CASE WHEN seen.run_at BETWEEN '0001-01-02 00:00:00+00'::timestamptz
@@ -559,7 +580,14 @@ FROM (
                AS position_priorities,
            array_agg(position.run_at ORDER BY position.priority DESC) AS position_run_ats,
            array_agg(position.id ORDER BY position.priority DESC) AS position_ids,
-           pg_relation_size('jobq_job'::regclass) AS job_table_size
+           pg_relation_size('jobq_job'::regclass) AS job_table_size,
+           CASE WHEN %(claim_note)s::text IS NOT NULL THEN set_config(
+               'jobq.claim_note',
+               %(claim_note)s::text || (
+                   SELECT COALESCE(jsonb_agg(jsonb_build_array(id, attempts)), '[]')::text
+                   FROM claimed),
+               false)
+           END AS claim_noted
     FROM (
         SELECT DISTINCT ON (seen.priority) seen.priority,
                CASE WHEN seen.run_at BETWEEN '0001-01-02 00:00:00+00'::timestamptz

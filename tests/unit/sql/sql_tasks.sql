@@ -48,8 +48,7 @@ WITH started AS (
     SELECT job.id, job.kind, job.queue, job.priority, job.payload, job.created_at,
            job.worker_id
     FROM jobq_job AS job
-    JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS fence (id, attempt)
-        ON job.id = fence.id AND job.attempts = fence.attempt AND (job.status = 'running') IS TRUE
+    JOIN unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS fence (id, attempt) ON job.id = fence.id AND job.attempts = fence.attempt AND (job.status = 'running') IS TRUE
 ), commit_mode AS (
     SELECT set_config('synchronous_commit', 'off', true)
 )
@@ -68,6 +67,58 @@ SET status = 'RUNNING',
     finished_at = NULL,
     worker_ids = result.worker_ids || EXCLUDED.worker_ids
 RETURNING result.job_id, to_jsonb(result)::text AS task_result
+
+-- name: START_NOTED_TASK_ATTEMPTS
+WITH noted AS (
+    SELECT (lease->>0)::bigint AS id, (lease->>1)::integer AS attempt
+    FROM jsonb_array_elements(
+        CASE WHEN starts_with(current_setting('jobq.claim_note', true), %(claim_note)s::text)
+            THEN substr(current_setting('jobq.claim_note', true),
+                        length(%(claim_note)s::text) + 1)::jsonb
+            ELSE '[]'::jsonb
+        END) AS lease
+), started AS (
+    SELECT job.id, job.kind, job.queue, job.priority, job.payload, job.created_at,
+           job.worker_id
+    FROM jobq_job AS job
+    JOIN noted AS fence (id, attempt) ON job.id = fence.id AND job.attempts = fence.attempt AND (job.status = 'running') IS TRUE
+    WHERE job.id = ANY(ARRAY(SELECT id FROM noted))
+      AND job.kind = ANY(%(kinds)s::text[])
+      AND (CASE
+                  WHEN NOT isfinite(job.run_at) THEN 'run_at is ' || job.run_at
+                  WHEN NOT isfinite(job.created_at) THEN 'created_at is ' || job.created_at
+                  WHEN NOT isfinite(job.expires_at) THEN 'expires_at is ' || job.expires_at
+                  WHEN job.visibility_timeout
+                      NOT BETWEEN interval '0.001 seconds' AND interval '3650 days'
+                      THEN 'visibility_timeout is ' || job.visibility_timeout
+                           || ', not 1 ms to 10 years'
+                  WHEN job.attempts = 2147483647 AND job.max_attempts = 2147483647
+                      THEN 'attempts is 2147483647, the integer maximum: the attempt number (the '
+                           || 'fencing token) cannot advance'
+              END) IS NULL
+      AND NOT COALESCE(job.expires_at <= now(), false)
+      AND job.attempts <= job.max_attempts
+), commit_mode AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+)
+INSERT INTO jobq_task_result AS result (id, task_path, backend, queue, priority, args, kwargs,
+                                        job_id, enqueued_at, status, started_at,
+                                        last_attempted_at, errors, worker_ids)
+SELECT payload->>'result_id', kind, payload->>'backend', queue, priority, payload->'args',
+       payload->'kwargs', id, created_at, 'RUNNING', now(), now(), '[]',
+       jsonb_build_array(worker_id)
+FROM started, commit_mode
+ON CONFLICT (id) DO UPDATE
+SET status = 'RUNNING',
+    job_id = EXCLUDED.job_id,
+    started_at = COALESCE(result.started_at, EXCLUDED.started_at),
+    last_attempted_at = EXCLUDED.last_attempted_at,
+    finished_at = NULL,
+    worker_ids = result.worker_ids || EXCLUDED.worker_ids
+RETURNING result.job_id, to_jsonb(result)::text AS task_result
+
+-- name: SET_START_LOCK_TIMEOUT
+SELECT set_config('lock_timeout', '10ms', true)
 
 -- name: FAIL_UNRUN_TASK_RESULTS
 UPDATE jobq_task_result AS result
