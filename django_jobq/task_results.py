@@ -133,19 +133,23 @@ _started: dict[Lease, tuple[StoredTaskResult, float]] = {}
 
 
 class TasksClaim(NamedTuple):
-    """What :func:`claim_and_start` claimed and started."""
+    """What a worker's plain claim took, and which of its tasks it started or left to their
+    runners (:func:`claim_and_start`)."""
 
     #: The claimed jobs, in claim order.
     jobs: list[ClaimedJob]
-    #: The leases whose start was tried in the claim's round trip (started, or refused by
-    #: the statement's fence or filter): :func:`start_claimed` passes them over.
+    #: The leases :func:`start_claimed` passes over: their start was tried with the claim
+    #: (started, or refused by the statement's fence or filter), or is left to each task's
+    #: runner (:func:`start_attempt`, on its handler thread).
     tried: frozenset[Lease]
-    #: The error of that start, if it failed (nothing started; each task's runner starts
-    #: its own, as after a failure of :func:`start_claimed`).
+    #: The error of the start sent with the claim, if it failed: nothing started, each
+    #: task's runner starts its own. A connection fault (:func:`django_jobq.db.is_connection_fault`)
+    #: ends the claim there: the worker hands its jobs on, then reconnects.
     start_error: psycopg.Error | None = None
-    #: Whether that start found ``jobq_task_result`` locked (a migration's lock, say): the
-    #: claim's tasks are left to :func:`start_claimed`, and the caller should start its
-    #: next claims' tasks apart for a while (:data:`START_APART_AFTER_LOCK`).
+    #: Whether that start found ``jobq_task_result`` locked (a migration's lock, or a long
+    #: transaction holding a result row): each task's runner starts its own, and the
+    #: caller should leave the start of its next claims' tasks to their runners too, for
+    #: :data:`START_APART_AFTER_LOCK` seconds.
     results_locked: bool = False
 
 
@@ -160,54 +164,69 @@ def claim_and_start(
     its transactions are those of a claim followed by :func:`start_claimed`: the start never
     holds the claim back. A lock on ``jobq_task_result`` (a migration's) fails the start
     after ``sql.tasks.SET_START_LOCK_TIMEOUT`` (``results_locked``); the claim's tasks are
-    then left to :func:`start_claimed`. The note
+    then left to their runners, which wait for the lock on their own threads. The note
     lives in the session: only for a connection that keeps session state between
     transactions (PostgreSQL itself, or a pool in session mode).
 
-    If the claim's first statement failed, nothing was leased: the claim is made again as
-    :func:`django_jobq.claims.claim` makes it (once more after a lane's refusal, say), and
-    its tasks are left to :func:`start_claimed`.
+    If the claim's first statement failed for its data (a lane's refusal, say), nothing
+    was leased: the claim is made again as :func:`django_jobq.claims.claim` makes it, and
+    its tasks are left to :func:`start_claimed`. If the connection failed after the claim's
+    ``COMMIT`` came back, the jobs it leased are returned with the error
+    (``start_error``).
 
     Raises:
         psycopg.Error: the claim failed (see :func:`django_jobq.claims.claim`), or the
-            connection did while the claim's first statement ran (its leases, if it
-            committed, lapse and are reclaimed).
+            connection did before the claim's ``COMMIT`` came back (the leases it may have
+            committed lapse, and are reclaimed).
     """
     connection = cursor.connection
     note = f"{next(_claim_notes)}:"
-    starting = connection.cursor()
-    start_error: psycopg.Error | None = None
-    try:
-        with connection.pipeline():
-            connection.execute(sql.transactions.BEGIN)
-            read_front = claims.send_front(cursor, note=note, **claim_arguments)
-            connection.execute(sql.transactions.COMMIT)
-            connection.execute(sql.tasks.SET_START_LOCK_TIMEOUT)
-            starting.execute(
-                sql.tasks.START_NOTED_TASK_ATTEMPTS,
-                {"claim_note": note, "kinds": list(task_kinds)},
-            )
-    except psycopg.Error as exc:
-        if connection.info.transaction_status != TransactionStatus.IDLE:
-            # The claim's first statement (or the connection) failed: nothing leased.
-            if connection.info.transaction_status == TransactionStatus.INERROR:
-                connection.execute(sql.transactions.ROLLBACK)
+    with connection.cursor() as committing, connection.cursor() as starting:
+        try:
+            with connection.pipeline():
+                connection.execute(sql.transactions.BEGIN)
+                read_front = claims.send_front(cursor, note=note, **claim_arguments)
+                committing.execute(sql.transactions.COMMIT)
+                connection.execute(sql.tasks.SET_START_LOCK_TIMEOUT)
+                starting.execute(
+                    sql.tasks.START_NOTED_TASK_ATTEMPTS,
+                    {"claim_note": note, "kinds": list(task_kinds)},
+                )
+        except psycopg.Error as exc:
+            if committing.statusmessage != "COMMIT":
+                # The claim's first statement failed (or the connection did before its
+                # commit came back): nothing leased that the worker could know of.
+                if connection.info.transaction_status in _OPEN:
+                    connection.execute(sql.transactions.ROLLBACK)
+                if db.is_connection_fault(exc):
+                    raise
+                return TasksClaim(claims.claim(cursor, **claim_arguments), frozenset())
+            # The claim committed; its start did not run, or its result never came back.
+            front = read_front()
+            started = frozenset(job.lease for job in front.jobs)
+            if isinstance(exc, psycopg.errors.LockNotAvailable):
+                # Each task's runner starts its own, off the main loop.
+                jobs = claims.claim(cursor, first_front=front, **claim_arguments)
+                return TasksClaim(jobs, started, results_locked=True)
             if db.is_connection_fault(exc):
-                raise
-            return TasksClaim(claims.claim(cursor, **claim_arguments), frozenset())
-        start_error = exc  # the claim committed; its start did not
-    front = read_front()
-    jobs = claims.claim(cursor, first_front=front, **claim_arguments)
-    if isinstance(start_error, psycopg.errors.LockNotAvailable):
-        return TasksClaim(jobs, frozenset(), results_locked=True)
-    if start_error is None:
+                # The worker hands these on, then reconnects; the claim goes no further.
+                return TasksClaim(front.jobs, started, start_error=exc)
+            jobs = claims.claim(cursor, first_front=front, **claim_arguments)
+            return TasksClaim(jobs, started, start_error=exc)
+        front = read_front()
         _keep_started(front.jobs, starting.fetchall())
-    return TasksClaim(jobs, frozenset(job.lease for job in front.jobs), start_error)
+    jobs = claims.claim(cursor, first_front=front, **claim_arguments)
+    return TasksClaim(jobs, frozenset(job.lease for job in front.jobs))
 
 
-#: Seconds for which a worker whose claim found ``jobq_task_result`` locked starts its
-#: claims' tasks apart (:func:`start_claimed`), so that its claims of plain jobs name no task
-#: result; then a claim tries again, waiting at most ``sql.tasks.SET_START_LOCK_TIMEOUT``.
+#: The transaction states a failed pipeline may leave open on the connection: a statement
+#: failed in it, or psycopg failed before its end was sent.
+_OPEN = (TransactionStatus.INERROR, TransactionStatus.INTRANS)
+
+
+#: Seconds for which a worker whose claim found ``jobq_task_result`` locked leaves the
+#: start of its claims' tasks to their runners, and its claims name no task result; then a
+#: claim tries again, waiting for the lock at most 10 ms (``sql.tasks.SET_START_LOCK_TIMEOUT``).
 START_APART_AFTER_LOCK = 10.0
 
 
@@ -219,12 +238,12 @@ def start_claimed(
     cursor: psycopg.Cursor[Any], jobs: Sequence[ClaimedJob], *, tried: Collection[Lease] = ()
 ) -> None:
     """Mark RUNNING, in one statement on the worker's connection ``cursor``, the results of
-    the claimed ``jobs`` that are tasks' jobs and will run (not poison rows, expired or past
-    their attempts: those are dead-lettered unrun), appending the worker's id; keep them for
-    the task runner (:func:`take_started`). Called by the worker right after a claim: one
-    statement per claim instead of one per task on its handler thread. A no-op (no
-    statement) when no job is a task's but those of ``tried`` (:func:`claim_and_start`
-    started them already).
+    the claimed ``jobs`` that are tasks' jobs and will run (not poison rows, aborted,
+    expired or past their attempts: those are dead-lettered unrun), appending the worker's
+    id; keep them for the task runner (:func:`take_started`). Called by the worker right
+    after a claim: one statement per claim instead of one per task on its handler thread. A
+    no-op (no statement) when no job is a task's but those of ``tried``
+    (``TasksClaim.tried``).
 
     Its commit does not wait for the disk (see ``sql.tasks.START_TASK_ATTEMPTS``): this write
     only informs (status, start time, worker id), and a durable commit per claim would slow
@@ -243,9 +262,9 @@ def start_claimed(
 
 def _runs_as_task(job: ClaimedJob) -> bool:
     """Whether ``job`` is a task's job that the worker will run (the others are
-    dead-lettered unrun: poison rows, expired, past their attempts)."""
+    dead-lettered unrun: poison rows, aborted, expired, past their attempts)."""
     return handler(job.kind) is not None and not (
-        job.poison or job.expired or job.attempts_exhausted
+        job.poison or job.abort_requested or job.expired or job.attempts_exhausted
     )
 
 

@@ -411,13 +411,58 @@ def test_a_lock_on_the_task_results_delays_a_claim_of_tasks_a_moment_only(connec
         )
         assert len(claimed.jobs) == 1
         assert claimed.results_locked and claimed.start_error is None
-        assert claimed.tried == frozenset()  # its task is left to start_claimed
         assert Job.objects.get().status == "running"  # leased, and committed
+        # The main loop starts nothing more: the task's runner starts its own, on its thread.
+        assert claimed.tried == frozenset(job.lease for job in claimed.jobs)
+        task_results.start_claimed(queue_cursor, claimed.jobs, tried=claimed.tried)
     finally:
         operator.rollback()
-    task_results.start_claimed(queue_cursor, claimed.jobs, tried=claimed.tried)
+    assert task_results.take_started(claimed.jobs[0].lease) is None
     result.refresh()
-    assert result.status == TaskResultStatus.RUNNING and result.worker_ids == ["w"]
+    assert result.status == TaskResultStatus.READY and result.worker_ids == []
+
+
+def test_a_connection_lost_after_the_claims_commit_still_hands_its_jobs_on(
+    queue_cursor, monkeypatch
+):
+    # The server ends the session after the claim's COMMIT came back, before the start ran.
+    tasks.record.enqueue("kept")
+    monkeypatch.setattr(
+        sql.tasks, "SET_START_LOCK_TIMEOUT", "SELECT pg_terminate_backend(pg_backend_pid())"
+    )
+    claimed = task_results.claim_and_start(
+        queue_cursor, task_kinds=task_kinds(), worker_id="w", limit=1
+    )
+
+    assert isinstance(claimed.start_error, psycopg.OperationalError)
+    assert [job.id for job in claimed.jobs] == list(Job.objects.values_list("id", flat=True))
+    assert claimed.tried == frozenset(job.lease for job in claimed.jobs)
+
+
+def test_a_task_row_written_past_enqueue_does_not_fail_the_start_of_the_others(queue_cursor):
+    # A reclaimed running row whose payload is no object (the check constraint of migration
+    # 0008 spares running rows): the worker dead-letters it as poison, and the start of the
+    # claim's other tasks goes on.
+    healthy = [tasks.record.enqueue("one"), tasks.record.enqueue("two")]
+    odd = tasks.record.enqueue("odd")
+    queue_cursor.execute(
+        "UPDATE jobq_job SET status = 'running', attempts = 1, payload = '[1, 2]',"
+        " lease_deadline = now() - interval '1 second' WHERE id = %s",
+        [first_job_id(odd)],
+    )
+    claimed = task_results.claim_and_start(
+        queue_cursor, task_kinds=task_kinds(), worker_id="w", limit=3
+    )
+
+    assert claimed.start_error is None and len(claimed.jobs) == 3
+    assert [job.poison for job in claimed.jobs if job.id == first_job_id(odd)] == [
+        "payload is an array, not a JSON object"
+    ]
+    for result in healthy:
+        result.refresh()
+        assert result.status == TaskResultStatus.RUNNING and result.worker_ids == ["w"]
+    odd.refresh()
+    assert odd.status == TaskResultStatus.READY and odd.worker_ids == []
 
 
 def test_a_release_after_an_earlier_attempt_keeps_that_attempts_start(queue_cursor):

@@ -78,6 +78,9 @@ START_TASK_ATTEMPTS = _START_TASK_ATTEMPTS_TEMPLATE.format(
 _NOTED_STARTABLE_TEMPLATE = """
     WHERE job.id = ANY(ARRAY(SELECT id FROM noted))
       AND job.kind = ANY(%(kinds)s::text[])
+      AND jsonb_typeof(job.payload) = 'object'
+      AND jsonb_typeof(job.payload->'result_id') = 'string'
+      AND job.abort_requested_at IS NULL
       AND ({poison_reason}) IS NULL
       AND NOT COALESCE(job.expires_at <= now(), false)
       AND job.attempts <= job.max_attempts"""
@@ -85,13 +88,15 @@ _NOTED_STARTABLE_TEMPLATE = """
 #: ``START_TASK_ATTEMPTS`` for the leases a claim statement just took and noted in the
 #: session (``claim_noted`` in ``sql.claims``, after ``%(claim_note)s``): the worker sends
 #: it after that statement's ``COMMIT``, in the same round trip, so a claim's tasks start
-#: without a round trip of their own. A note that is not this claim's (the claim statement
-#: failed and the note is an earlier one's) starts nothing. Of those leases it starts the
-#: jobs the worker would: of the worker's task kinds (``%(kinds)s``), not poison rows
-#: (``sql.claims.POISON_REASON``), not expired, not past their attempts (the worker
-#: dead-letters those unrun). The jobs are found by primary key (``id = ANY(ARRAY(...))``):
-#: joined to the note alone, whose length the planner cannot know, a generic plan may read
-#: the whole job table.
+#: without a round trip of their own. A note that is not this claim's starts nothing (the
+#: claim's failure skips the start, which reads only its own claim's note all the same). Of
+#: those leases it starts the jobs the worker would: of the worker's task kinds
+#: (``%(kinds)s``), with a payload that is an object holding a result id (a row written past
+#: enqueue without one would fail the whole statement; its runner meets the problem alone),
+#: no abort requested, not poison rows (``sql.claims.POISON_REASON``), not expired, not
+#: past their attempts (the worker dead-letters those unrun). The jobs are found by primary
+#: key (``id = ANY(ARRAY(...))``): joined to the note alone, whose length the planner cannot
+#: know, a generic plan may read the whole job table.
 START_NOTED_TASK_ATTEMPTS = _START_TASK_ATTEMPTS_TEMPLATE.format(
     leases="""noted AS (
     SELECT (lease->>0)::bigint AS id, (lease->>1)::integer AS attempt

@@ -662,7 +662,8 @@ class Worker:
         that took jobs took a task's, starts the claim's tasks in the claim's round trip
         (:func:`django_jobq.task_results.claim_and_start`); a worker whose claims take plain
         jobs only sends no statement about task results, nor does one for a while after
-        that start found the task results' table locked (a migration's lock)."""
+        that start found the task results' table locked (a migration's lock): then each
+        task's runner starts its own."""
         if (
             limit
             and self._claims_take_tasks
@@ -678,7 +679,12 @@ class Worker:
                 self._start_tasks_apart_until = time.monotonic() + apart
         else:
             jobs = claims.claim(cursor, limit=limit, **claim_arguments)
-            claimed = task_results.TasksClaim(jobs, frozenset())
+            # While the task results' table was found locked, each task's runner starts its
+            # own, waiting for the lock on its handler thread rather than on the main loop.
+            apart = time.monotonic() < self._start_tasks_apart_until
+            claimed = task_results.TasksClaim(
+                jobs, frozenset(job.lease for job in jobs) if apart else frozenset()
+            )
         if claimed.jobs and self._task_kinds:
             self._claims_take_tasks = any(
                 task_results.handler(job.kind) is not None for job in claimed.jobs

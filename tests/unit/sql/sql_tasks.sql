@@ -84,6 +84,9 @@ WITH noted AS (
     JOIN noted AS fence (id, attempt) ON job.id = fence.id AND job.attempts = fence.attempt AND (job.status = 'running') IS TRUE
     WHERE job.id = ANY(ARRAY(SELECT id FROM noted))
       AND job.kind = ANY(%(kinds)s::text[])
+      AND jsonb_typeof(job.payload) = 'object'
+      AND jsonb_typeof(job.payload->'result_id') = 'string'
+      AND job.abort_requested_at IS NULL
       AND (CASE
                   WHEN NOT isfinite(job.run_at) THEN 'run_at is ' || job.run_at
                   WHEN NOT isfinite(job.created_at) THEN 'created_at is ' || job.created_at
