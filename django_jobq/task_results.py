@@ -181,6 +181,7 @@ def claim_and_start(
     """
     connection = cursor.connection
     note = f"{next(_claim_notes)}:"
+    start_error: psycopg.Error | None = None
     with connection.cursor() as committing, connection.cursor() as starting:
         try:
             with connection.pipeline():
@@ -201,22 +202,20 @@ def claim_and_start(
                 if db.is_connection_fault(exc):
                     raise
                 return TasksClaim(claims.claim(cursor, **claim_arguments), frozenset())
-            # The claim committed; its start did not run, or its result never came back.
-            front = read_front()
-            started = frozenset(job.lease for job in front.jobs)
-            if isinstance(exc, psycopg.errors.LockNotAvailable):
-                # Each task's runner starts its own, off the main loop.
-                jobs = claims.claim(cursor, first_front=front, **claim_arguments)
-                return TasksClaim(jobs, started, results_locked=True)
-            if db.is_connection_fault(exc):
-                # The worker hands these on, then reconnects; the claim goes no further.
-                return TasksClaim(front.jobs, started, start_error=exc)
-            jobs = claims.claim(cursor, first_front=front, **claim_arguments)
-            return TasksClaim(jobs, started, start_error=exc)
+            start_error = exc  # the claim committed; its start did not, or its result was lost
         front = read_front()
-        _keep_started(front.jobs, starting.fetchall())
+        if start_error is None:
+            _keep_started(front.jobs, starting.fetchall())
+    tried = frozenset(job.lease for job in front.jobs)
+    if isinstance(start_error, psycopg.errors.LockNotAvailable):
+        # Each task's runner starts its own, off the main loop.
+        jobs = claims.claim(cursor, first_front=front, **claim_arguments)
+        return TasksClaim(jobs, tried, results_locked=True)
+    if start_error is not None and db.is_connection_fault(start_error):
+        # The worker hands these on, then reconnects: the claim goes no further.
+        return TasksClaim(front.jobs, tried, start_error)
     jobs = claims.claim(cursor, first_front=front, **claim_arguments)
-    return TasksClaim(jobs, frozenset(job.lease for job in front.jobs))
+    return TasksClaim(jobs, tried, start_error)
 
 
 #: The transaction states a failed pipeline may leave open on the connection: a statement
