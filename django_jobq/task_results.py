@@ -208,9 +208,10 @@ def claim_and_start(
             _keep_started(front.jobs, starting.fetchall())
     tried = frozenset(job.lease for job in front.jobs)
     if isinstance(start_error, psycopg.errors.LockNotAvailable):
-        # Each task's runner starts its own, off the main loop.
+        # Each task's runner starts its own, off the main loop: those the claim's later
+        # statements take too.
         jobs = claims.claim(cursor, first_front=front, **claim_arguments)
-        return TasksClaim(jobs, tried, results_locked=True)
+        return TasksClaim(jobs, frozenset(job.lease for job in jobs), results_locked=True)
     if start_error is not None and db.is_connection_fault(start_error):
         # The worker hands these on, then reconnects: the claim goes no further.
         return TasksClaim(front.jobs, tried, start_error)

@@ -400,6 +400,13 @@ def test_a_start_that_fails_leaves_the_claim_leased_and_each_task_to_its_runner(
 
 def test_a_lock_on_the_task_results_delays_a_claim_of_tasks_a_moment_only(connect, queue_cursor):
     result = tasks.record.enqueue("locked out")
+    # Ahead of it, jobs of a kind no worker has: the claim's first statement reads only
+    # them, and its walk takes the task.
+    queue_cursor.execute(
+        "INSERT INTO jobq_job (queue, kind, payload, priority, run_at, max_attempts,"
+        " visibility_timeout, status) SELECT 'default', 'elsewhere.kind', '{}', 10, now(), 5,"
+        " interval '30 s', 'ready' FROM generate_series(1, 2)"
+    )
     operator = connect(autocommit=False)
     operator.execute("LOCK TABLE jobq_task_result IN ACCESS EXCLUSIVE MODE")
     # A wait for the lock would end in the statement timeout, not in a lock timeout.
@@ -411,7 +418,7 @@ def test_a_lock_on_the_task_results_delays_a_claim_of_tasks_a_moment_only(connec
         )
         assert len(claimed.jobs) == 1
         assert claimed.results_locked and claimed.start_error is None
-        assert Job.objects.get().status == "running"  # leased, and committed
+        assert Job.objects.get(pk=claimed.jobs[0].id).status == "running"  # committed
         # The main loop starts nothing more: the task's runner starts its own, on its thread.
         assert claimed.tried == frozenset(job.lease for job in claimed.jobs)
         task_results.start_claimed(queue_cursor, claimed.jobs, tried=claimed.tried)
