@@ -6,8 +6,9 @@ is the task's module path and whose payload is ``{"result_id", "backend", "args"
 runs it like any other job (leases, heartbeats, retries, dead letters). What differs is
 recorded here:
 
-- :func:`start_claimed` marks the results of a claim's tasks RUNNING as the worker claims
-  their jobs, in one statement (fenced), for the task runner to take (:func:`take_started`);
+- :func:`claim_and_start` claims and marks the results of the claim's tasks RUNNING in one
+  round trip (fenced), for the task runner to take (:func:`take_started`);
+  :func:`start_claimed` does the same in a statement of its own, right after a claim;
   :func:`start_attempt` marks one RUNNING as its attempt starts, where no worker claimed it
   (a test's ``run_jobs``); :func:`release` undoes the start of jobs released unrun;
 - :class:`TaskOutcomes` is the hook of the outcome recorder (:mod:`django_jobq.outcomes`):

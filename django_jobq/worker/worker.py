@@ -721,7 +721,7 @@ class Worker:
         self._observer.claimed(jobs)
         try:
             if claimed is not None and claimed.start_error is not None:
-                raise claimed.start_error
+                raise claimed.start_error  # the start sent with the claim failed: as below
             # Before a handler thread can take one.
             task_results.start_claimed(cursor, jobs, tried=claimed.tried if claimed else ())
         except psycopg.Error as exc:
