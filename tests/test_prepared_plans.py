@@ -15,10 +15,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from django.db import connection
 
-from django_jobq import claims, db, enqueue_many
+from django_jobq import claims, db, enqueue_many, sql
 from django_jobq.models import Job
+from django_jobq.worker import statistics
 from django_jobq.worker.plans import PlanRefresh
+from django_jobq.worker.statistics import StatisticsCheck
 from tests.conftest import wait_until
 from tests.test_wake import Running
 from tests.testapp.jobs import record
@@ -192,3 +195,152 @@ def test_a_worker_that_prepares_nothing_discards_nothing(caplog, connect):
     finally:
         running.__exit__(None, None, None)
     assert not [r for r in caplog.records if "planned again" in r.getMessage()]
+
+
+# A backlog the statistics do not know (django_jobq.worker.statistics): plans of every
+# connection, prepared or not, are made from statistics that may count no row.
+
+#: Jobs in a backlog the statistics do not know: past ``statistics.MIN_GROWTH_ROWS`` and
+#: ``statistics.MIN_GROWTH_BYTES``.
+UNKNOWN_BACKLOG = 5000
+
+
+def counts(conn: psycopg.Connection[Any]) -> statistics.TableCounts:
+    row = conn.execute(sql.plans.READ_JOB_TABLE_COUNTS).fetchone()
+    assert row is not None
+    return statistics.TableCounts(*row)
+
+
+def counted_by_the_claim_index(conn: psycopg.Connection[Any]) -> float:
+    """The rows the statistics of ``jobq_job_claim_all_idx`` (the ready jobs) count: what
+    PostgreSQL plans a claim's read of them with."""
+    row = conn.execute(
+        "SELECT reltuples FROM pg_class WHERE oid = 'jobq_job_claim_all_idx'::regclass"
+    ).fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+def flush_activity_counters() -> None:
+    """Have this process's Django connection send its activity counters (the jobs it
+    enqueued) now, not up to 10 s later (PostgreSQL 15 and newer; older ones send them
+    when the connection has been idle for a while)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_stat_force_next_flush() FROM pg_proc"
+            " WHERE proname = 'pg_stat_force_next_flush'"
+        )
+
+
+def unknown_backlog(conn: psycopg.Connection[Any], count: int = UNKNOWN_BACKLOG) -> None:
+    """``count`` jobs enqueued after the table was analysed empty."""
+    empty_and_analysed(conn)
+    backlog(count)
+
+
+def test_a_backlog_the_statistics_do_not_know_is_analysed(explained):
+    unknown_backlog(explained.conn)
+    assert counted_by_the_claim_index(explained.conn) == 0  # what claims are planned with
+    check = StatisticsCheck(worker_id="statistics")
+
+    assert check.run(explained.conn) is True
+
+    assert counted_by_the_claim_index(explained.conn) >= UNKNOWN_BACKLOG * 0.9
+    assert explained.claim_uses_the_claim_index()
+    assert check.run(explained.conn) is False  # the statistics know the backlog now
+
+
+def test_prepared_plans_of_every_connection_are_made_again(explained, connect):
+    empty_and_analysed(explained.conn)
+    assert claims_then_refresh(explained, PlanRefresh(worker_id="plans"), CLAIMS_TO_SETTLE) is False
+    backlog(UNKNOWN_BACKLOG)
+    assert not explained.claim_uses_the_claim_index()  # the generic plan of an empty table
+
+    assert StatisticsCheck(worker_id="another worker").run(connect()) is True
+
+    assert explained.claim_uses_the_claim_index()
+
+
+def test_a_backlog_that_fills_the_pages_of_an_emptied_table_is_analysed_too(explained):
+    backlog(UNKNOWN_BACKLOG)
+    Job.objects.all().delete()
+    # Autovacuum's VACUUM of the emptied table, when its cut of the empty pages gave way to
+    # the workers' locks: its statistics count no row, in pages the table keeps.
+    explained.conn.execute("VACUUM (TRUNCATE false) jobq_job")
+    assert counts(explained.conn).counted_bytes > 0
+    backlog(UNKNOWN_BACKLOG)  # in those pages: the table's size does not change
+    flush_activity_counters()
+    wait_until(lambda: counts(explained.conn).live_rows >= UNKNOWN_BACKLOG, timeout=30)
+    assert counts(explained.conn).bytes < 2 * counts(explained.conn).counted_bytes
+
+    assert StatisticsCheck(worker_id="statistics").run(explained.conn) is True
+    assert counted_by_the_claim_index(explained.conn) >= UNKNOWN_BACKLOG * 0.9
+
+
+def test_a_table_within_twice_what_its_statistics_count_is_not_analysed(explained):
+    check = StatisticsCheck(worker_id="statistics")
+    empty_and_analysed(explained.conn)
+    backlog(20)  # from nothing to a few pages: less than the least growth
+    assert check.run(explained.conn) is False
+    backlog(UNKNOWN_BACKLOG)
+    assert check.run(explained.conn) is True
+    backlog(UNKNOWN_BACKLOG // 2)  # half as much again
+    assert check.run(explained.conn) is False
+    backlog(UNKNOWN_BACKLOG)  # past twice what the statistics count
+    assert check.run(explained.conn) is True
+
+
+def test_a_user_that_may_not_analyse_the_table_tries_again_only_once_it_has_doubled(
+    explained, connect
+):
+    unknown_backlog(explained.conn)
+    conn = connect()
+    conn.execute("DROP ROLE IF EXISTS jobq_not_owner")
+    conn.execute("CREATE ROLE jobq_not_owner")
+    conn.execute("GRANT SELECT ON jobq_job TO jobq_not_owner")
+    try:
+        conn.execute("SET ROLE jobq_not_owner")
+        check = StatisticsCheck(worker_id="not the owner")
+        # PostgreSQL skips the ANALYZE with a warning: nothing fails, nothing changes.
+        assert check.run(conn) is True
+        assert counts(conn).counted_rows == 0
+        assert check.run(conn) is False  # not again at every look
+        backlog(UNKNOWN_BACKLOG * 2)  # the table more than doubles: try again
+        assert check.run(conn) is True
+        assert check.run(conn) is False
+        conn.execute("RESET ROLE")
+        explained.conn.execute("VACUUM ANALYZE jobq_job")  # done by someone who may
+        explained.conn.execute("TRUNCATE jobq_job")
+        explained.conn.execute("ANALYZE jobq_job")
+        backlog(UNKNOWN_BACKLOG)  # smaller than what the worker last tried at
+        assert check.run(conn) is True  # counted from the new statistics
+    finally:
+        conn.execute("RESET ROLE")
+        conn.execute("DROP OWNED BY jobq_not_owner")
+        conn.execute("DROP ROLE jobq_not_owner")
+
+
+def test_the_check_reads_the_counts_at_most_once_a_second(explained):
+    now = [0.0]
+    check = StatisticsCheck(worker_id="statistics", clock=lambda: now[0])
+    unknown_backlog(explained.conn)
+    assert check.run_if_due(explained.conn) is True
+    backlog(UNKNOWN_BACKLOG * 2)
+    now[0] += statistics.CHECK_INTERVAL / 2
+    assert check.run_if_due(explained.conn) is False
+    now[0] += statistics.CHECK_INTERVAL / 2
+    assert check.run_if_due(explained.conn) is True
+
+
+def test_a_worker_started_on_a_backlog_its_statistics_do_not_know_analyses_the_table(
+    caplog, connect, without_autovacuum
+):
+    caplog.set_level(logging.INFO, logger="django_jobq.worker")
+    conn = connect()
+    unknown_backlog(conn)
+    with Running(worker_id="statistics-worker", concurrency=4):
+        wait_until(lambda: not Job.objects.exists(), timeout=60, what="the backlog to drain")
+    analysed = [r for r in caplog.records if "analysed the table" in r.getMessage()]
+    assert analysed, "the worker claimed with statistics that counted no row"
+    assert "statistics-worker" in analysed[0].getMessage()
+    assert counted_by_the_claim_index(conn) >= UNKNOWN_BACKLOG * 0.5

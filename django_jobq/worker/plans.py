@@ -20,10 +20,10 @@ run, for the table as it is then. Nothing is sent otherwise. A table that grows 
 to N bytes costs about log2(N / MIN_GROWTH) discards, each a few plannings of every
 statement (a claim's takes about a millisecond).
 
-Not solved here: plans made from statistics that say the table is empty (VACUUM cut the
-emptied table, and its indexes' ``reltuples`` stay 0 until the next ANALYZE) may still sort
-a claim index whole (docs/performance.md, "Not solved: statistics that say the table is
-empty").
+Plans made from statistics that say the table is empty (an ANALYZE or VACUUM of the
+emptied table) may still read a claim index whole, however often they are made again:
+:mod:`django_jobq.worker.statistics` analyses the table when a backlog has outgrown its
+statistics.
 """
 
 from __future__ import annotations

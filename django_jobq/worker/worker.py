@@ -72,6 +72,7 @@ from .observer import Observer
 from .outage import OutageLog
 from .plans import PlanRefresh
 from .scheduler import Scheduler
+from .statistics import StatisticsCheck
 from .timers import doubling, reconnect_delays
 from .wakeup import Wakeup
 from .watchdog import Watchdog
@@ -282,6 +283,7 @@ class Worker:
             settings.LISTEN_DATABASE in (None, settings.DATABASE)
         )
         self._plans = PlanRefresh(worker_id=self.worker_id)
+        self._statistics = StatisticsCheck(worker_id=self.worker_id)
         self._heartbeater = Heartbeater(
             self._held, worker_id=self.worker_id, progress=self._progress, watchdog=self._watchdog
         )
@@ -553,7 +555,8 @@ class Worker:
             outstanding = self._outstanding
             self._flush(cursor)
             if self._outstanding < outstanding and self._claim_was_short:
-                return 0.0  # the acks freed room the claim lacked: claim again at once
+                timeout = 0.0  # the acks freed room the claim lacked: claim again at once
+        self._statistics.run_if_due(connection)  # after the claims and the acks
         return timeout
 
     def _claim_turn(

@@ -2,3 +2,17 @@
 
 -- name: DISCARD_PLANS
 DISCARD PLANS
+
+-- name: READ_JOB_TABLE_COUNTS
+SELECT class.reltuples::float8 AS counted_rows,
+       class.relpages::bigint * current_setting('block_size')::bigint AS counted_bytes,
+       pg_stat_get_analyze_count(class.oid) + pg_stat_get_autoanalyze_count(class.oid)
+       + pg_stat_get_vacuum_count(class.oid) + pg_stat_get_autovacuum_count(class.oid)
+           AS counted_by,
+       pg_stat_get_live_tuples(class.oid) AS live_rows,
+       pg_relation_size(class.oid) AS bytes
+FROM pg_class AS class
+WHERE class.oid = 'jobq_job'::regclass
+
+-- name: ANALYZE_JOB_TABLE
+ANALYZE (SKIP_LOCKED) jobq_job
