@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from django_jobq import claims, db, enqueue_many, sql
 from django_jobq.models import Job
@@ -221,21 +221,23 @@ def counted_by_the_claim_index(conn: psycopg.Connection[Any]) -> float:
     return float(row[0])
 
 
-def flush_activity_counters() -> None:
-    """Have this process's Django connection send its activity counters (the jobs it
-    enqueued) now, not up to 10 s later (PostgreSQL 15 and newer; older ones send them
-    when the connection has been idle for a while)."""
+def counted_backlog(conn: psycopg.Connection[Any], count: int) -> None:
+    """``count`` more jobs, once the activity counters hold them: this process's Django
+    connection sends its counts now (PostgreSQL 15 and newer), not up to 10 s later."""
+    before = counts(conn).live_rows
+    backlog(count)
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_stat_force_next_flush() FROM pg_proc"
             " WHERE proname = 'pg_stat_force_next_flush'"
         )
+    wait_until(lambda: counts(conn).live_rows >= before + count, what="the activity counters")
 
 
 def unknown_backlog(conn: psycopg.Connection[Any], count: int = UNKNOWN_BACKLOG) -> None:
     """``count`` jobs enqueued after the table was analysed empty."""
     empty_and_analysed(conn)
-    backlog(count)
+    counted_backlog(conn, count)
 
 
 def test_a_backlog_the_statistics_do_not_know_is_analysed(explained):
@@ -253,7 +255,7 @@ def test_a_backlog_the_statistics_do_not_know_is_analysed(explained):
 def test_prepared_plans_of_every_connection_are_made_again(explained, connect):
     empty_and_analysed(explained.conn)
     assert claims_then_refresh(explained, PlanRefresh(worker_id="plans"), CLAIMS_TO_SETTLE) is False
-    backlog(UNKNOWN_BACKLOG)
+    counted_backlog(explained.conn, UNKNOWN_BACKLOG)
     assert not explained.claim_uses_the_claim_index()  # the generic plan of an empty table
 
     assert StatisticsCheck(worker_id="another worker").run(connect()) is True
@@ -268,9 +270,7 @@ def test_a_backlog_that_fills_the_pages_of_an_emptied_table_is_analysed_too(expl
     # the workers' locks: its statistics count no row, in pages the table keeps.
     explained.conn.execute("VACUUM (TRUNCATE false) jobq_job")
     assert counts(explained.conn).counted_bytes > 0
-    backlog(UNKNOWN_BACKLOG)  # in those pages: the table's size does not change
-    flush_activity_counters()
-    wait_until(lambda: counts(explained.conn).live_rows >= UNKNOWN_BACKLOG, timeout=30)
+    counted_backlog(explained.conn, UNKNOWN_BACKLOG)  # in those pages
     assert counts(explained.conn).bytes < 2 * counts(explained.conn).counted_bytes
 
     assert StatisticsCheck(worker_id="statistics").run(explained.conn) is True
@@ -280,19 +280,38 @@ def test_a_backlog_that_fills_the_pages_of_an_emptied_table_is_analysed_too(expl
 def test_a_table_within_twice_what_its_statistics_count_is_not_analysed(explained):
     check = StatisticsCheck(worker_id="statistics")
     empty_and_analysed(explained.conn)
-    backlog(20)  # from nothing to a few pages: less than the least growth
+    counted_backlog(explained.conn, 20)  # from nothing to a few pages: less than the least
     assert check.run(explained.conn) is False
-    backlog(UNKNOWN_BACKLOG)
+    counted_backlog(explained.conn, UNKNOWN_BACKLOG)
     assert check.run(explained.conn) is True
-    backlog(UNKNOWN_BACKLOG // 2)  # half as much again
+    counted_backlog(explained.conn, UNKNOWN_BACKLOG // 2)  # half as much again
     assert check.run(explained.conn) is False
-    backlog(UNKNOWN_BACKLOG)  # past twice what the statistics count
+    counted_backlog(explained.conn, UNKNOWN_BACKLOG)  # past twice what they count
     assert check.run(explained.conn) is True
 
 
-def test_a_user_that_may_not_analyse_the_table_tries_again_only_once_it_has_doubled(
-    explained, connect
+def test_rows_of_an_insert_still_open_are_not_analysed_as_none(explained):
+    empty_and_analysed(explained.conn)
+    check = StatisticsCheck(worker_id="statistics")
+    with transaction.atomic():
+        backlog(UNKNOWN_BACKLOG)  # the table grows on disk; its rows are not committed
+        assert counts(explained.conn).bytes >= statistics.MIN_GROWTH_BYTES
+        # An ANALYZE now would count them as none, in the pages they fill.
+        assert check.run(explained.conn) is False
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_stat_force_next_flush() FROM pg_proc"
+            " WHERE proname = 'pg_stat_force_next_flush'"
+        )
+    wait_until(lambda: counts(explained.conn).live_rows >= UNKNOWN_BACKLOG)
+    assert check.run(explained.conn) is True
+    assert counted_by_the_claim_index(explained.conn) >= UNKNOWN_BACKLOG * 0.9
+
+
+def test_a_user_that_may_not_analyse_the_table_does_not_try_and_says_so_once(
+    explained, connect, caplog
 ):
+    caplog.set_level(logging.INFO, logger="django_jobq.worker")
     unknown_backlog(explained.conn)
     conn = connect()
     conn.execute("DROP ROLE IF EXISTS jobq_not_owner")
@@ -301,23 +320,42 @@ def test_a_user_that_may_not_analyse_the_table_tries_again_only_once_it_has_doub
     try:
         conn.execute("SET ROLE jobq_not_owner")
         check = StatisticsCheck(worker_id="not the owner")
-        # PostgreSQL skips the ANALYZE with a warning: nothing fails, nothing changes.
-        assert check.run(conn) is True
-        assert counts(conn).counted_rows == 0
-        assert check.run(conn) is False  # not again at every look
-        backlog(UNKNOWN_BACKLOG * 2)  # the table more than doubles: try again
-        assert check.run(conn) is True
+        assert counts(conn).may_analyse is False
         assert check.run(conn) is False
-        conn.execute("RESET ROLE")
-        explained.conn.execute("VACUUM ANALYZE jobq_job")  # done by someone who may
-        explained.conn.execute("TRUNCATE jobq_job")
-        explained.conn.execute("ANALYZE jobq_job")
-        backlog(UNKNOWN_BACKLOG)  # smaller than what the worker last tried at
-        assert check.run(conn) is True  # counted from the new statistics
+        assert check.run(conn) is False
     finally:
         conn.execute("RESET ROLE")
         conn.execute("DROP OWNED BY jobq_not_owner")
         conn.execute("DROP ROLE jobq_not_owner")
+    warnings = [r for r in caplog.records if "may not analyse" in r.getMessage()]
+    assert len(warnings) == 1
+    assert counts(explained.conn).counted_rows == 0  # nothing analysed the table
+    assert counts(explained.conn).may_analyse is True  # the owner may
+
+
+def test_an_analyze_another_session_holds_off_is_tried_again_at_the_next_check(explained, connect):
+    unknown_backlog(explained.conn)
+    holder = connect(autocommit=False)
+    holder.execute("LOCK TABLE jobq_job IN SHARE UPDATE EXCLUSIVE MODE")  # as a VACUUM does
+    check = StatisticsCheck(worker_id="statistics")
+    assert check.run(explained.conn) is False  # skipped, not waited for
+    assert counts(explained.conn).counted_rows == 0
+    holder.rollback()
+    assert check.run(explained.conn) is True
+
+
+def test_an_analyze_the_statement_timeout_cancels_is_tried_again_later(explained, caplog):
+    caplog.set_level(logging.WARNING, logger="django_jobq.worker")
+    unknown_backlog(explained.conn, UNKNOWN_BACKLOG * 4)
+    now = [0.0]
+    check = StatisticsCheck(worker_id="statistics", clock=lambda: now[0])
+    explained.conn.execute("SET statement_timeout = 1")  # milliseconds
+    assert check.run(explained.conn) is False  # cancelled: the connection goes on
+    assert [r for r in caplog.records if "cancelled" in r.getMessage()]
+    explained.conn.execute("RESET statement_timeout")
+    assert check.run(explained.conn) is False  # not before the wait
+    now[0] += statistics.CANCELLED_RETRY
+    assert check.run(explained.conn) is True
 
 
 def test_the_check_reads_the_counts_at_most_once_a_second(explained):
@@ -325,7 +363,7 @@ def test_the_check_reads_the_counts_at_most_once_a_second(explained):
     check = StatisticsCheck(worker_id="statistics", clock=lambda: now[0])
     unknown_backlog(explained.conn)
     assert check.run_if_due(explained.conn) is True
-    backlog(UNKNOWN_BACKLOG * 2)
+    counted_backlog(explained.conn, UNKNOWN_BACKLOG * 2)
     now[0] += statistics.CHECK_INTERVAL / 2
     assert check.run_if_due(explained.conn) is False
     now[0] += statistics.CHECK_INTERVAL / 2

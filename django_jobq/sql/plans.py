@@ -29,11 +29,15 @@ DISCARD_PLANS = "DISCARD PLANS"
 #: What the statistics of ``jobq_job`` count, and what the table holds now: ``counted_rows``
 #: (``reltuples``: -1 when it was never analysed nor vacuumed) and ``counted_bytes``
 #: (``relpages`` pages), as the last ANALYZE or VACUUM wrote them; ``counted_by``, how many
-#: ANALYZEs and VACUUMs of the table have written them (an ANALYZE that PostgreSQL skipped
-#: does not count; the activity counters, reset by a crash); ``live_rows``, by
-#: PostgreSQL's activity counters (``n_live_tup`` of ``pg_stat_user_tables``: inserts less
-#: deletes as committed, which each backend sends at most once a second, and an idle one
-#: up to 10 s late; an estimate, reset by a crash); ``bytes``, the table's size on disk now.
+#: ANALYZEs and VACUUMs of the table have written them (by the activity counters: an
+#: ANALYZE that PostgreSQL skipped does not count; 0 with ``track_counts`` off); ``live_rows``,
+#: the committed rows by the activity counters (``n_live_tup`` of ``pg_stat_user_tables``:
+#: inserts less deletes as committed, which each backend sends at most once a second, and
+#: an idle one up to 10 s late; an estimate, reset by a crash); ``bytes``, the table's size
+#: on disk now, rows not yet committed included; ``may_analyse``: whether this session's
+#: user may analyse the table (a superuser, a member of the role that owns it or the
+#: database, or from PostgreSQL 17 one granted MAINTAIN on it; anyone else's ANALYZE is
+#: skipped with a warning).
 READ_JOB_TABLE_COUNTS = """
 SELECT class.reltuples::float8 AS counted_rows,
        class.relpages::bigint * current_setting('block_size')::bigint AS counted_bytes,
@@ -41,7 +45,14 @@ SELECT class.reltuples::float8 AS counted_rows,
        + pg_stat_get_vacuum_count(class.oid) + pg_stat_get_autovacuum_count(class.oid)
            AS counted_by,
        pg_stat_get_live_tuples(class.oid) AS live_rows,
-       pg_relation_size(class.oid) AS bytes
+       pg_relation_size(class.oid) AS bytes,
+       current_setting('is_superuser') = 'on'
+       OR pg_has_role(class.relowner, 'USAGE')
+       OR pg_has_role((SELECT datdba FROM pg_database WHERE datname = current_database()),
+                      'USAGE')
+       OR CASE WHEN current_setting('server_version_num')::integer >= 170000
+               THEN has_table_privilege(class.oid, 'MAINTAIN') ELSE false END
+           AS may_analyse
 FROM pg_class AS class
 WHERE class.oid = 'jobq_job'::regclass
 """
@@ -49,7 +60,9 @@ WHERE class.oid = 'jobq_job'::regclass
 #: Bring the statistics of ``jobq_job`` (and of its indexes) up to date: a sample of at most
 #: 300 x ``default_statistics_target`` rows, read under a SHARE UPDATE EXCLUSIVE lock, which
 #: claims, acks and enqueues do not wait for. ``SKIP_LOCKED``: when another ANALYZE or a
-#: VACUUM holds that lock, it does nothing rather than wait. Cached plans that read the table,
-#: every session's, are made again at their next run. Only the table's owner (or a
-#: superuser) may analyse it; for any other user PostgreSQL skips it with a warning.
+#: VACUUM holds that lock, it does nothing rather than wait (a warning says so, and the
+#: counters of ``READ_JOB_TABLE_COUNTS`` do not move). Cached plans that read the table,
+#: every session's, are made again at their next run. Rows not yet committed count as none:
+#: an ANALYZE while a large insert is open writes statistics that count no row in the pages
+#: it fills.
 ANALYZE_JOB_TABLE = "ANALYZE (SKIP_LOCKED) jobq_job"

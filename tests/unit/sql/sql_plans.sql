@@ -10,7 +10,14 @@ SELECT class.reltuples::float8 AS counted_rows,
        + pg_stat_get_vacuum_count(class.oid) + pg_stat_get_autovacuum_count(class.oid)
            AS counted_by,
        pg_stat_get_live_tuples(class.oid) AS live_rows,
-       pg_relation_size(class.oid) AS bytes
+       pg_relation_size(class.oid) AS bytes,
+       current_setting('is_superuser') = 'on'
+       OR pg_has_role(class.relowner, 'USAGE')
+       OR pg_has_role((SELECT datdba FROM pg_database WHERE datname = current_database()),
+                      'USAGE')
+       OR CASE WHEN current_setting('server_version_num')::integer >= 170000
+               THEN has_table_privilege(class.oid, 'MAINTAIN') ELSE false END
+           AS may_analyse
 FROM pg_class AS class
 WHERE class.oid = 'jobq_job'::regclass
 
