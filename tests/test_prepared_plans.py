@@ -91,8 +91,15 @@ def without_autovacuum(connect: Callable[..., psycopg.Connection[Any]]) -> Itera
 
 
 def empty_and_analysed(conn: psycopg.Connection[Any]) -> None:
-    """The job table as autovacuum leaves an idle queue: empty, its statistics saying so."""
+    """The job table as autovacuum leaves an idle queue: empty, its statistics saying so.
+    ANALYZE of an empty table keeps the columns' statistics of the last one that sampled
+    rows (a worker's in an earlier test analysed a backlog), which change the plans made
+    next: they are cleared first, which takes a superuser."""
+    row = conn.execute("SELECT current_setting('is_superuser') = 'on'").fetchone()
+    if not (row and row[0]):
+        pytest.skip("clearing the table's statistics takes a superuser")
     conn.execute("TRUNCATE jobq_job CASCADE")
+    conn.execute("DELETE FROM pg_statistic WHERE starelid = 'jobq_job'::regclass")
     conn.execute("ANALYZE jobq_job")
 
 
