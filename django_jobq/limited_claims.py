@@ -18,11 +18,6 @@ limited claim takes their jobs in one transaction:
 4. log the starts for the rate limits (``jobq_limit_start``, ``sql.flow.RECORD_STARTS``:
    one row per rate limit, counting the jobs the claim took under it), and commit.
 
-Each limited claim's statements run their generic plans, made once per connection
-(``sql.plans.USE_GENERIC_PLANS``): PostgreSQL's default made a plan for every run of each,
-which cost more of the server's time than running them (docs/flow-control.md, "Cost when
-nothing binds").
-
 Steps 1 and 2 travel with the ``BEGIN`` in one round trip, step 4 with the ``COMMIT``
 (:mod:`django_jobq.pipelined_transaction`): three round trips in all for a claim of one
 limited queue, where each statement on its own took six, and the locks other workers' limited
@@ -343,7 +338,6 @@ def _claim_in_one_round_trip(
     positions = _positions_for(state, plan.keys)
     from_positions = positions.is_set()
     with PipelinedTransaction(connection) as transaction, transaction.whole():
-        _use_generic_plans(connection)
         read_front = claims.send_front(
             connection.cursor(),
             worker_id=worker_id,
@@ -381,7 +375,6 @@ def _claim_statements_first(
     admission = connection.cursor()
     with PipelinedTransaction(connection) as transaction:
         with transaction.begin():
-            _use_generic_plans(connection)
             # Results read inside the block: the first claim statement goes with BEGIN.
             # The room is not known yet: the admission checks that what was taken fits.
             room = dict.fromkeys(keys, wanted)
@@ -462,14 +455,6 @@ def _any_stuck(state: FlowState, keys: list[tuple[str, str]]) -> bool:
     return any(state.stuck_until.get(key, 0.0) > now for key in keys)
 
 
-def _use_generic_plans(connection: psycopg.Connection[Any]) -> None:
-    """Have the claim's prepared statements run their generic plans
-    (``sql.plans.USE_GENERIC_PLANS``), sent with the ``BEGIN``; a connection that prepares
-    nothing sends nothing."""
-    if connection.prepare_threshold is not None:
-        connection.execute(sql.plans.USE_GENERIC_PLANS)
-
-
 def _lock_and_count(
     connection: psycopg.Connection[Any],
     transaction: PipelinedTransaction,
@@ -497,7 +482,6 @@ def _lock_and_count(
     lock_cursor = connection.cursor()
     count_cursor = connection.cursor()
     with transaction.begin():
-        _use_generic_plans(connection)
         lock_cursor.execute(sql.flow.LOCK_LIMIT_STATES, _key_params(keys))
         _send_count(count_cursor, state, keys)
     locked = [(scope, name) for scope, name in lock_cursor.fetchall()]

@@ -1246,38 +1246,3 @@ def test_a_late_start_whose_statement_was_slow_moves_again(connect):
     assert (claimed.id, claimed.starts) == (claim_row, 0)
     assert (moved.starts, again.starts) == (0, 1)  # moved once, then again
     assert again.started_at > moved.started_at
-
-
-def prepared_plans(conn: Any) -> dict[str, tuple[int, int]]:
-    """This session's prepared statements: per text, the generic and custom plans its runs
-    used so far (psycopg prepares a text once per set of parameter types)."""
-    rows = conn.execute(
-        "SELECT statement, sum(generic_plans)::integer, sum(custom_plans)::integer"
-        " FROM pg_prepared_statements GROUP BY statement"
-    ).fetchall()
-    return {" ".join(text.split()): (generic, custom) for text, generic, custom in rows}
-
-
-@pytest.mark.parametrize("claim_first", [True, False])
-def test_a_limited_claims_prepared_statements_are_planned_once(connect, claim_first):
-    """A prepared statement run with plans made for its parameters is planned again at
-    every run; PostgreSQL's default does that for the claim's statements. A limited claim
-    asks for the generic plans, made once per connection (sql.plans.USE_GENERIC_PLANS)."""
-    Queue.objects.create(name="tuned", concurrency_limit=1000, rate_limit="100000/s")
-    for n in range(20):
-        record.using(queue="tuned").enqueue(f"j{n}")
-    conn = connect()
-    conn.prepare_threshold = 0  # as the main loop's: every statement prepared at once
-    state = flow_state.load(conn.cursor())
-    for _ in range(12):
-        state.claim_first = claim_first  # made first, or after the lock and count
-        claimed = claim_limited_now(conn, limit=1, state=state)
-        assert len(claimed.jobs) == 1
-    plans = prepared_plans(conn)
-    claim = [plan for text, plan in plans.items() if text.startswith("WITH flow AS")]
-    limits = [
-        plan for text, plan in plans.items() if text.startswith(("WITH counted", "SELECT key"))
-    ]
-    assert max(generic for generic, _ in claim) >= 6, plans  # its statement ran each time
-    assert max(generic for generic, _ in limits) >= 6, plans
-    assert all(custom == 0 for _, custom in claim + limits), plans

@@ -66,16 +66,3 @@ WHERE class.oid = 'jobq_job'::regclass
 #: an ANALYZE while a large insert is open writes statistics that count no row in the pages
 #: it fills.
 ANALYZE_JOB_TABLE = "ANALYZE (SKIP_LOCKED) jobq_job"
-
-#: For the rest of the transaction, a prepared statement runs its generic plan, made once
-#: per connection, rather than a plan made for each run's parameters. PostgreSQL's default
-#: (``plan_cache_mode = auto``) compares the generic plan's estimated cost with that of the
-#: plans made for the parameters so far, and for a claim's statements the generic plan
-#: always looks dearer (it cannot see that a batch reads a few index entries), so every run
-#: was planned again: about 1 ms of the server's time for a claim's statement, 0.7 ms for a
-#: limited claim's admission (``pg_stat_statements.track_planning``), more than running them.
-#: Their generic plans read the same indexes in the same order. Sent by
-#: :mod:`django_jobq.limited_claims` at the start of each limited claim, on a connection that
-#: prepares its statements (it is the main loop's); without prepared statements it changes
-#: nothing.
-USE_GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"

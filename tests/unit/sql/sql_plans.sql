@@ -23,6 +23,3 @@ WHERE class.oid = 'jobq_job'::regclass
 
 -- name: ANALYZE_JOB_TABLE
 ANALYZE (SKIP_LOCKED) jobq_job
-
--- name: USE_GENERIC_PLANS
-SET LOCAL plan_cache_mode = force_generic_plan
