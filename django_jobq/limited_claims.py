@@ -162,6 +162,18 @@ class LimitedClaim:
     full: bool = False
 
 
+class Rooms(NamedTuple):
+    """What a count of limits leaves (:func:`_rooms`): per limit, ``room``, the jobs it may
+    start now (the nearer of its concurrency and rate limits), and ``rate_room``, the starts
+    its rate limit alone leaves in its window (limits with a rate only); and
+    ``next_start_in``, the seconds until the first rate limit that leaves none lets a job
+    start (``None``: none is stopped by its rate)."""
+
+    room: dict[tuple[str, str], int]
+    rate_room: dict[tuple[str, str], int]
+    next_start_in: float | None
+
+
 def claim_limited(
     connection: psycopg.Connection[Any],
     *,
@@ -236,8 +248,8 @@ def _count_then_claim(
             held_elsewhere = len(locked) < len(keys)
             if not locked:
                 return LimitedClaim([], held_elsewhere=True)
-            room, next_start_in = counted
-            far = _far_keys(state, room, limit + prefetch)
+            room, next_start_in = counted.room, counted.next_start_in
+            far = _far_keys(state, counted, limit + prefetch)
             state.claim_first = len(far) == len(room) and not held_elsewhere
             wanted = limit + prefetch if far else limit
             cursor = connection.cursor()
@@ -413,12 +425,12 @@ def _admitted(
     next claim may be made first too."""
     if state.guard.changed:
         return LimitedClaim([])
-    room, next_start_in, rows = _read_admission(admission, state, keys)
-    far = _far_keys(state, room, wanted)
-    state.claim_first = len(far) == len(room)
+    rooms, rows = _read_admission(admission, state, keys)
+    far = _far_keys(state, rooms, wanted)
+    state.claim_first = len(far) == len(rooms.room)
     return LimitedClaim(
         jobs,
-        next_start_in=next_start_in,
+        next_start_in=rooms.next_start_in,
         rated=_rated_starts(state, jobs, rows, sent=sent, prefetching=prefetching),
         far_from_binding=bool(far),
         full=more or (bool(jobs) and len(jobs) == wanted),
@@ -462,7 +474,7 @@ def _lock_and_count(
     keys: list[tuple[str, str]],
     *,
     wait: bool,
-) -> tuple[list[tuple[str, str]] | None, tuple[dict[tuple[str, str], int], float | None]]:
+) -> tuple[list[tuple[str, str]] | None, Rooms]:
     """Open the claim's transaction: lock the rows of the limits ``keys`` (``(scope, name)``
     pairs) free at once (``sql.flow.LOCK_LIMIT_STATES``) and count every key's jobs
     (:func:`_send_count`), both sent with the ``BEGIN`` in one round trip. The count is a
@@ -497,7 +509,7 @@ def _lock_and_count(
             state.stuck_until.update((key, now + STUCK_ROW_BACKOFF) for key in waited)
         else:
             if len(got) < len(waited):
-                return None, ({}, None)
+                return None, Rooms({}, {}, None)
             locked += got
             _send_count(count_cursor, state, locked)
     return locked, _read_count(count_cursor, state, locked)
@@ -528,10 +540,8 @@ def _send_count(cursor: psycopg.Cursor[Any], state: FlowState, keys: list[tuple[
 
 def _read_count(
     cursor: psycopg.Cursor[Any], state: FlowState, locked: list[tuple[str, str]]
-) -> tuple[dict[tuple[str, str], int], float | None]:
-    """From :func:`_send_count`'s result, the room each ``locked`` limit leaves, and the
-    seconds until a rate limit that leaves none lets a job start (``None``: none is
-    stopped by its rate)."""
+) -> Rooms:
+    """From :func:`_send_count`'s result, what the ``locked`` limits leave."""
     counts = {
         (scope, name): (live, recent, frees_in)
         for scope, name, live, recent, frees_in in cursor.fetchall()
@@ -579,59 +589,56 @@ def _send_admission(
 
 def _read_admission(
     cursor: psycopg.Cursor[Any], state: FlowState, keys: list[tuple[str, str]]
-) -> tuple[dict[tuple[str, str], int], float | None, dict[tuple[str, str], int]]:
-    """From :func:`_send_admission`'s result: the room each limit of ``keys`` left before
-    this transaction's claim and the seconds until a rate limit that leaves none lets a job
-    start (as :func:`_read_count`), and the id of the row logging the claim's starts per
-    rate-limited key that counts any."""
+) -> tuple[Rooms, dict[tuple[str, str], int]]:
+    """From :func:`_send_admission`'s result: what the limits of ``keys`` left before this
+    transaction's claim (as :func:`_read_count`), and the id of the row logging the claim's
+    starts per rate-limited key that counts any."""
     counts: dict[tuple[str, str], tuple[int, int, float | None]] = {}
     rows: dict[tuple[str, str], int] = {}
     for scope, name, live, recent, frees_in, own, start_id, _ in cursor.fetchall():
         counts[scope, name] = (live - own, recent, frees_in)
         if start_id is not None:
             rows[scope, name] = start_id
-    room, next_start_in = _rooms(state, {key: counts[key] for key in keys})
-    return room, next_start_in, rows
+    return _rooms(state, {key: counts[key] for key in keys}), rows
 
 
-def _rooms(
-    state: FlowState, counts: dict[tuple[str, str], tuple[int, int, float | None]]
-) -> tuple[dict[tuple[str, str], int], float | None]:
-    """The room each limit leaves given its ``counts`` (live jobs, recent starts and
-    ``frees_in``, :func:`_room`), and the seconds until the first rate limit that leaves
-    none lets a job start (``None``: none is stopped by its rate)."""
-    room: dict[tuple[str, str], int] = {}
+def _rooms(state: FlowState, counts: dict[tuple[str, str], tuple[int, int, float | None]]) -> Rooms:
+    """What the limits leave given their ``counts`` (live jobs, recent starts and
+    ``frees_in``, :func:`_room`)."""
+    rooms = Rooms({}, {}, None)
     next_start_in: float | None = None
     for key, (live, recent, frees_in) in counts.items():
-        room[key], wait = _room(_limits(state, key), live, recent, frees_in)
+        limits = _limits(state, key)
+        rooms.room[key], wait = _room(limits, live, recent, frees_in)
+        if limits.rate is not None:
+            rooms.rate_room[key] = max(limits.rate.count - recent, 0)
         if wait is not None:
             next_start_in = wait if next_start_in is None else min(next_start_in, wait)
-    return room, next_start_in
+    return rooms._replace(next_start_in=next_start_in)
 
 
-def far_from_binding(state: FlowState, room: dict[tuple[str, str], int], wanted: int) -> bool:
+def far_from_binding(state: FlowState, rooms: Rooms, wanted: int) -> bool:
     """Whether a claim of ``wanted`` jobs may fill a worker's prefetch: every counted limit
-    leaves room (``room``: jobs it may still start) for at least twice ``wanted``, so after
-    this claim at least as much is left for other workers' idle slots, and a rate limit at
-    least half its count too: less than half its window's starts are used. A prefetched
+    leaves room (``rooms.room``: jobs it may still start) for at least twice ``wanted``, so
+    after this claim at least as much is left for other workers' idle slots, and a rate
+    limit's own room (``rooms.rate_room``) at least half its count too: less than half its
+    window's starts are used. A prefetched
     job holds its slot (its start, for a rate limit) while it waits for a handler thread,
     and a prefetching claim's starts count a little longer (:func:`prefetch_cover`); near a
     limit that would idle another worker, or lower the rate a busy queue reaches, so there
     jobs are claimed for idle slots only. (A rate limit's room comes back only as its
     window slides: a queue with a backlog uses it all, and is never far from it.)"""
-    return len(_far_keys(state, room, wanted)) == len(room)
+    return len(_far_keys(state, rooms, wanted)) == len(rooms.room)
 
 
-def _far_keys(
-    state: FlowState, room: dict[tuple[str, str], int], wanted: int
-) -> set[tuple[str, str]]:
-    """The limits of ``room`` far from binding for a claim of ``wanted`` jobs (see
+def _far_keys(state: FlowState, rooms: Rooms, wanted: int) -> set[tuple[str, str]]:
+    """The limits of ``rooms`` far from binding for a claim of ``wanted`` jobs (see
     :func:`far_from_binding`): the jobs under them, and under no limit nearer, may fill the
     prefetch."""
     return {
         key
-        for key, available in room.items()
-        if available >= 2 * wanted and 2 * available >= _rate_count(state, key)
+        for key, available in rooms.room.items()
+        if available >= 2 * wanted and 2 * rooms.rate_room.get(key, 0) >= _rate_count(state, key)
     }
 
 

@@ -288,6 +288,8 @@ def claim_limited_now(
         ({"rate_limit": "1000/s"}, 5),  # 1,000 starts a second left >= 2 x 5
         ({"rate_limit": "9/s"}, 1),  # room 9 < 2 x 5: the idle slot only
         ({"concurrency_limit": 100, "rate_limit": "9/s"}, 1),  # the nearer limit decides
+        # Each limit against its own room: 100 >= 2 x 5, and 100,000 starts left of 100,000.
+        ({"concurrency_limit": 100, "rate_limit": "100000/s"}, 5),
     ],
 )
 def test_a_limited_claim_fills_the_prefetch_only_while_its_limits_are_far_from_binding(
