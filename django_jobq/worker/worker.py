@@ -555,16 +555,18 @@ class Worker:
             outstanding = self._outstanding
             self._flush(cursor)
             if self._outstanding < outstanding and self._claim_was_short:
-                timeout = 0.0  # the acks freed room the claim lacked: claim again at once
-        self._statistics.run_if_due(connection)  # after the claims and the acks
+                return 0.0  # the acks freed room the claim lacked: claim again at once
         return timeout
 
     def _claim_turn(
         self, connection: psycopg.Connection[Any], cursor: psycopg.Cursor[Any]
     ) -> float | None:
-        """The rest of a turn that is not stopping: maintenance, the scheduler, the claim;
-        returns what :meth:`_turn` does."""
+        """The rest of a turn that is not stopping: maintenance, the statistics check
+        (:mod:`.statistics`), the scheduler, the claim; returns what :meth:`_turn` does."""
         self._maintenance.run_if_due(connection)
+        # Before the claim: a backlog its statistics do not know is analysed before the
+        # claim is planned (and the statement before the loop sleeps stays the due-time one).
+        self._statistics.run_if_due(connection)
         if self._scheduler is not None:
             # The scheduler enqueues through this thread's Django connection: its
             # statements are bounded like the loop's own.
