@@ -559,14 +559,15 @@ def _send_admission(
 ) -> float:
     """Send the end of a claim made before its count (:func:`_claim_then_count`): if it
     claimed a job, wait at most the lock timeout for the rows of the limits ``keys``
-    (``sql.flow.SET_LIMIT_LOCK_TIMEOUT``, ``sql.flow.WAIT_FOR_LIMIT_STATES_IF_CLAIMED``: a
+    (``sql.flow.SET_ADMISSION_SETTINGS``, ``sql.flow.WAIT_FOR_LIMIT_STATES_IF_CLAIMED``: a
     claim that took nothing locks nothing), then admit the jobs this transaction claimed as
     ``worker_id``, logging their starts (``prefetching``: see :func:`_ahead`), or refuse
-    them (``sql.flow.ADMIT_CLAIMED``, on ``cursor``; :func:`_read_admission` reads it).
+    them (``sql.flow.ADMIT_CLAIMED``, on ``cursor``, its generic plan; :func:`_read_admission`
+    reads it).
     Returns the ``time.monotonic()`` moment it was sent (the starts' clock reads later)."""
     limits = [_limits(state, key) for key in keys]
     sent = time.monotonic()
-    connection.execute(sql.flow.SET_LIMIT_LOCK_TIMEOUT)
+    connection.execute(sql.flow.SET_ADMISSION_SETTINGS)
     connection.execute(sql.flow.WAIT_FOR_LIMIT_STATES_IF_CLAIMED, _key_params(keys))
     cursor.execute(
         sql.flow.ADMIT_CLAIMED,

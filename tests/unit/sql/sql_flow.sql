@@ -72,6 +72,11 @@ FOR UPDATE SKIP LOCKED
 -- name: SET_LIMIT_LOCK_TIMEOUT
 SET LOCAL lock_timeout = '100ms'
 
+-- name: SET_ADMISSION_SETTINGS
+SELECT set_config('lock_timeout', '100ms', true),
+       set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('jit', 'off', true)
+
 -- name: WAIT_FOR_LIMIT_STATES
 SELECT scope, name
 FROM jobq_limit_state
@@ -94,27 +99,33 @@ SELECT key.scope, key.name,
        (SELECT count(*) FROM jobq_job AS job WHERE job.status = 'running' AND job.lease_deadline >= now()
               AND CASE key.scope WHEN 'queue' THEN job.queue = key.name
                                  ELSE job.kind = key.name END) AS live,
-       (SELECT COALESCE(sum(start.starts), 0) FROM jobq_limit_start AS start
-            WHERE start.scope = key.scope AND start.name = key.name
-              AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
-              AND start.started_at
-                  <= clock_timestamp() + make_interval(secs => key.window_seconds))) AS recent,
-           (SELECT EXTRACT(EPOCH FROM newest.started_at
-                                      + make_interval(secs => key.window_seconds)
-                                      - clock_timestamp())::float8
-            FROM (SELECT start.id, start.started_at,
-                         sum(start.starts) OVER (ORDER BY start.started_at DESC, start.id DESC
-                                                 ROWS UNBOUNDED PRECEDING) AS up_to_here
-                  FROM jobq_limit_start AS start
-                  WHERE start.scope = key.scope AND start.name = key.name
-                    AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+       started.recent,
+       CASE WHEN started.recent >= key.count THEN (
+               SELECT EXTRACT(EPOCH FROM newest.started_at
+                                         + make_interval(secs => key.window_seconds)
+                                         - clock_timestamp())::float8
+               FROM (SELECT start.id, start.started_at,
+                            sum(start.starts) OVER (ORDER BY start.started_at DESC,
+                                                             start.id DESC
+                                                    ROWS UNBOUNDED PRECEDING) AS up_to_here
+                     FROM jobq_limit_start AS start
+                     WHERE start.scope = key.scope AND start.name = key.name
+                       AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
               AND start.started_at
                   <= clock_timestamp() + make_interval(secs => key.window_seconds))) AS newest
-            WHERE newest.up_to_here >= key.count
-            ORDER BY newest.started_at DESC, newest.id DESC
-            LIMIT 1) AS frees_in
+               WHERE newest.up_to_here >= key.count
+               ORDER BY newest.started_at DESC, newest.id DESC
+               LIMIT 1)
+           END AS frees_in
 FROM unnest(%(scopes)s::text[], %(names)s::text[], %(windows)s::float8[],
             %(counts)s::integer[]) AS key(scope, name, window_seconds, count)
+CROSS JOIN LATERAL (
+        SELECT COALESCE(sum(start.starts), 0) AS recent FROM jobq_limit_start AS start
+        WHERE start.scope = key.scope AND start.name = key.name
+          AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+              AND start.started_at
+                  <= clock_timestamp() + make_interval(secs => key.window_seconds))
+    ) AS started
 
 -- name: RECORD_STARTS
 WITH pruned AS (
@@ -146,25 +157,24 @@ WITH counted AS MATERIALIZED (
            running.live, running.own,
            EXISTS (SELECT FROM jobq_limit_state AS state
                    WHERE state.scope = key.scope AND state.name = key.name) AS has_row,
-           (SELECT COALESCE(sum(start.starts), 0) FROM jobq_limit_start AS start
-            WHERE start.scope = key.scope AND start.name = key.name
-              AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
-              AND start.started_at
-                  <= clock_timestamp() + make_interval(secs => key.window_seconds))) AS recent,
-           (SELECT EXTRACT(EPOCH FROM newest.started_at
-                                      + make_interval(secs => key.window_seconds)
-                                      - clock_timestamp())::float8
-            FROM (SELECT start.id, start.started_at,
-                         sum(start.starts) OVER (ORDER BY start.started_at DESC, start.id DESC
-                                                 ROWS UNBOUNDED PRECEDING) AS up_to_here
-                  FROM jobq_limit_start AS start
-                  WHERE start.scope = key.scope AND start.name = key.name
-                    AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+           started.recent,
+           CASE WHEN started.recent >= key.count THEN (
+               SELECT EXTRACT(EPOCH FROM newest.started_at
+                                         + make_interval(secs => key.window_seconds)
+                                         - clock_timestamp())::float8
+               FROM (SELECT start.id, start.started_at,
+                            sum(start.starts) OVER (ORDER BY start.started_at DESC,
+                                                             start.id DESC
+                                                    ROWS UNBOUNDED PRECEDING) AS up_to_here
+                     FROM jobq_limit_start AS start
+                     WHERE start.scope = key.scope AND start.name = key.name
+                       AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
               AND start.started_at
                   <= clock_timestamp() + make_interval(secs => key.window_seconds))) AS newest
-            WHERE newest.up_to_here >= key.count
-            ORDER BY newest.started_at DESC, newest.id DESC
-            LIMIT 1) AS frees_in
+               WHERE newest.up_to_here >= key.count
+               ORDER BY newest.started_at DESC, newest.id DESC
+               LIMIT 1)
+           END AS frees_in
     FROM unnest(%(scopes)s::text[], %(names)s::text[], %(concurrencies)s::integer[],
                 %(windows)s::float8[], %(counts)s::integer[], %(aheads)s::float8[])
         AS key(scope, name, concurrency, window_seconds, count, ahead)
@@ -177,6 +187,13 @@ WITH counted AS MATERIALIZED (
               AND CASE key.scope WHEN 'queue' THEN job.queue = key.name
                                  ELSE job.kind = key.name END
     ) AS running
+    CROSS JOIN LATERAL (
+        SELECT COALESCE(sum(start.starts), 0) AS recent FROM jobq_limit_start AS start
+        WHERE start.scope = key.scope AND start.name = key.name
+          AND (start.started_at > clock_timestamp() - make_interval(secs => key.window_seconds)
+              AND start.started_at
+                  <= clock_timestamp() + make_interval(secs => key.window_seconds))
+    ) AS started
 ), admitted AS MATERIALIZED (
     SELECT counted.*,
            CASE WHEN own > 0
