@@ -392,6 +392,31 @@ def test_far_from_its_limits_a_limited_claim_holds_no_limit_row_while_it_claims(
     assert Job.objects.filter(status="running").count() == 4
 
 
+def test_far_from_its_limits_the_admission_is_planned_once_and_the_claim_for_its_values(
+    connect,
+):
+    """On a connection that prepares its statements (a worker's main loop), the admission
+    of a claim made before its count (``sql.flow.ADMIT_CLAIMED``) runs with its generic
+    plan: PostgreSQL plans it once, not at every claim (where planning it took three
+    times as long as running it). The claim statement sent before it in the same
+    transaction, and every claim after, are still planned for their values (PostgreSQL's
+    first five runs of a prepared statement): the setting ends with the admission."""
+    worker_connection, state = _far_from_its_limit(connect)
+    worker_connection.prepare_threshold = 0
+    worker_connection.execute("DEALLOCATE ALL")
+    for n in range(5):
+        record.using(queue="tuned").enqueue(f"next {n}")
+        result = claim_limited_now(worker_connection, state=state)
+        assert (len(result.jobs), result.far_from_binding) == (1, True)
+    plans = worker_connection.execute(
+        "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+    ).fetchall()
+    admissions = [(generic, custom) for text, generic, custom in plans if "counted" in text]
+    claims = [(generic, custom) for text, generic, custom in plans if "front" in text]
+    assert admissions == [(5, 0)]
+    assert claims == [(0, 5)]
+
+
 @pytest.mark.parametrize(
     "limits", [{"concurrency_limit": 10}, {"rate_limit": "10/m"}], ids=["concurrency", "rate"]
 )
