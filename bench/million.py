@@ -80,6 +80,7 @@ def explain_claim(conn: psycopg.Connection[Any], limit: int) -> dict[str, Any]:
         "kinds": [KIND],
         "front": limit * sql.claims.CLAIM_FRONT_FACTOR,
         "flow_digest": None,  # no flow control: the claim compares no digest
+        "claim_note": None,  # no task to start: the claim keeps no note of its leases
     }
     with conn.transaction(force_rollback=True):
         row = conn.execute(statement, params).fetchone()
