@@ -525,8 +525,11 @@ def _key_params(keys: list[tuple[str, str]]) -> dict[str, list[str]]:
 
 def _send_count(cursor: psycopg.Cursor[Any], state: FlowState, keys: list[tuple[str, str]]) -> None:
     """Count the jobs running and recently started under each limit of ``keys``
-    (``sql.flow.COUNT_LIMITED``); :func:`_read_count` reads the result."""
+    (``sql.flow.COUNT_LIMITED``, its generic plan: ``sql.flow.PLAN_GENERICALLY``, then
+    ``sql.flow.PLAN_AS_CONFIGURED`` for the claim statements after it); :func:`_read_count`
+    reads the result."""
     limits = [_limits(state, key) for key in keys]
+    cursor.connection.execute(sql.flow.PLAN_GENERICALLY)
     cursor.execute(
         sql.flow.COUNT_LIMITED,
         {
@@ -536,6 +539,7 @@ def _send_count(cursor: psycopg.Cursor[Any], state: FlowState, keys: list[tuple[
             "counts": [each.rate and each.rate.count for each in limits],
         },
     )
+    cursor.connection.execute(sql.flow.PLAN_AS_CONFIGURED)
 
 
 def _read_count(

@@ -417,6 +417,33 @@ def test_far_from_its_limits_the_admission_is_planned_once_and_the_claim_for_its
     assert claims == [(0, 5)]
 
 
+def test_near_its_limits_the_count_is_planned_once_and_the_claims_after_it_for_their_values(
+    connect,
+):
+    """A claim that counts before it claims (its last count found a limit near) runs that
+    count (``sql.flow.COUNT_LIMITED``) with its generic plan, planned once, and sets the plan
+    mode back before its claim statements, which are planned for their values as a plain
+    claim's are (PostgreSQL's first five runs of a prepared statement)."""
+    Queue.objects.create(name="tuned", concurrency_limit=100, rate_limit="1000/m")
+    worker_connection = connect()
+    worker_connection.prepare_threshold = 0
+    state = flow_state.load(worker_connection.cursor())
+    for n in range(5):
+        record.using(queue="tuned").enqueue(f"job {n}")
+        state.claim_first = False  # as after a count that found the limit near
+        result = claim_limited_now(worker_connection, state=state)
+        assert (len(result.jobs), result.far_from_binding) == (1, True)
+    plans = worker_connection.execute(
+        "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+    ).fetchall()
+    counts = [(generic, custom) for text, generic, custom in plans if "AS live," in text]
+    # One prepared claim per set of parameter types (positions unknown at first, then known).
+    claims = [(generic, custom) for text, generic, custom in plans if "front" in text]
+    assert counts == [(5, 0)]
+    assert (sum(generic for generic, _ in claims), sum(custom for _, custom in claims)) == (0, 5)
+    assert worker_connection.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
+
+
 @pytest.mark.parametrize(
     "limits", [{"concurrency_limit": 10}, {"rate_limit": "10/m"}], ids=["concurrency", "rate"]
 )

@@ -98,27 +98,45 @@ LOCK_LIMIT_STATES = _LOCK_LIMIT_STATES_TEMPLATE.format(only_if="", skip_locked="
 #: held again and again; docs/flow-control.md, "Cost when nothing binds".)
 SET_LIMIT_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '100ms'"
 
+# Generic plans for the counts (``COUNT_LIMITED``, ``ADMIT_CLAIMED``): each prepared statement
+# run after these settings in the transaction runs its generic plan, without JIT compilation.
+# PostgreSQL would otherwise plan a count anew at every run: its generic plan's estimate
+# counts the keys of an array parameter as ten, so it looks dearer than the custom plans it
+# is compared with. Planning the admission took 0.7 ms of server time per limited claim,
+# running it 0.2 ms (``pg_stat_statements`` with ``track_planning``, a burn-down of 4
+# processes with a concurrency limit far from binding; docs/flow-control.md, "Cost when
+# nothing binds"). Their plans depend on no parameter's value: per key, the running jobs are
+# read through ``jobq_job_lease_idx`` and the starts through ``jobq_limit_start_idx``,
+# whatever the keys. The claim statements must not run so (a generic plan of a claim from one
+# queue does not know that queue's share of the table, and can read its jobs through
+# ``jobq_job_claim_all_idx``): the settings come after them, or the plan mode is set back
+# before them (``PLAN_AS_CONFIGURED``). No JIT: the generic plan's cost counts ten keys, which on a
+# large table passes ``jit_above_cost`` (a review measured 102,000 to 141,000 with 54,000
+# jobs running: compiled, the admission took 125 ms against 86 ms), and compiling costs
+# more than counting.
+_GENERIC_PLANS = """set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('jit', 'off', true)"""
+
 #: Sent instead of ``SET_LIMIT_LOCK_TIMEOUT`` by a claim made before its count, after its
 #: claim statements, ahead of ``WAIT_FOR_LIMIT_STATES_IF_CLAIMED`` and ``ADMIT_CLAIMED``: the
 #: same lock timeout and, for the rest of the transaction (which ends with the admission),
-#: each prepared statement's generic plan, without JIT compilation. PostgreSQL would
-#: otherwise plan ``ADMIT_CLAIMED`` anew at every run: its generic plan's estimate counts
-#: the keys of an array parameter as ten, so it looks dearer than the custom plans it is
-#: compared with. Planning then took 0.7 ms of server time per limited claim, executing
-#: it 0.2 ms (``pg_stat_statements`` with ``track_planning``, a burn-down of 4 processes
-#: with a concurrency limit far from binding; docs/flow-control.md, "Cost when nothing
-#: binds"). Its plan depends on no parameter's value: per key, the running jobs are read
-#: through ``jobq_job_lease_idx`` and the starts through ``jobq_limit_start_idx``, whatever
-#: the keys. The claim statements before it keep their custom plans (a generic plan of a
-#: claim from one queue does not know that queue's share of the table, and can read its
-#: jobs through ``jobq_job_claim_all_idx``). No JIT: the generic plan's cost counts ten
-#: keys, which on a large table can pass ``jit_above_cost``, and compiling costs more than
-#: counting.
-SET_ADMISSION_SETTINGS = """
+#: generic plans (``_GENERIC_PLANS``).
+SET_ADMISSION_SETTINGS = f"""
 SELECT set_config('lock_timeout', '100ms', true),
-       set_config('plan_cache_mode', 'force_generic_plan', true),
-       set_config('jit', 'off', true)
+       {_GENERIC_PLANS}
 """
+
+#: Sent before ``COUNT_LIMITED`` (which the claim statements follow): generic plans
+#: (``_GENERIC_PLANS``) until ``PLAN_AS_CONFIGURED``.
+PLAN_GENERICALLY = f"SELECT {_GENERIC_PLANS}"
+
+#: Sent after ``COUNT_LIMITED``: plans chosen as the session chose them before
+#: ``PLAN_GENERICALLY`` (``DEFAULT``: the value the server, database, role or connection
+#: gave the session), for the claim statements that follow in the transaction. JIT stays off
+#: until the transaction ends: a claim reads a few index entries per job it takes, and never
+#: gains from compiling. (Reading each setting's ``reset_val`` from ``pg_settings`` instead
+#: cost 0.4 ms: the view lists every setting.)
+PLAN_AS_CONFIGURED = "SET LOCAL plan_cache_mode TO DEFAULT"
 
 #: After ``SET_LIMIT_LOCK_TIMEOUT``: ``LOCK_LIMIT_STATES`` waiting for the rows, in one
 #: order (scope, then name), so two claims waiting for each other's rows cannot deadlock

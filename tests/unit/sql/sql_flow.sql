@@ -77,6 +77,13 @@ SELECT set_config('lock_timeout', '100ms', true),
        set_config('plan_cache_mode', 'force_generic_plan', true),
        set_config('jit', 'off', true)
 
+-- name: PLAN_GENERICALLY
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('jit', 'off', true)
+
+-- name: PLAN_AS_CONFIGURED
+SET LOCAL plan_cache_mode TO DEFAULT
+
 -- name: WAIT_FOR_LIMIT_STATES
 SELECT scope, name
 FROM jobq_limit_state
