@@ -392,6 +392,18 @@ def test_far_from_its_limits_a_limited_claim_holds_no_limit_row_while_it_claims(
     assert Job.objects.filter(status="running").count() == 4
 
 
+def _prepared_plans(connection: Any, fragment: str) -> list[tuple[int, int]]:
+    """How many generic and custom plans PostgreSQL made for each statement prepared on
+    ``connection`` whose text holds ``fragment`` (``pg_prepared_statements``)."""
+    return [
+        (generic, custom)
+        for text, generic, custom in connection.execute(
+            "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+        ).fetchall()
+        if fragment in text
+    ]
+
+
 def test_far_from_its_limits_the_admission_is_planned_once_and_the_claim_for_its_values(
     connect,
 ):
@@ -408,11 +420,8 @@ def test_far_from_its_limits_the_admission_is_planned_once_and_the_claim_for_its
         record.using(queue="tuned").enqueue(f"next {n}")
         result = claim_limited_now(worker_connection, state=state)
         assert (len(result.jobs), result.far_from_binding) == (1, True)
-    plans = worker_connection.execute(
-        "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
-    ).fetchall()
-    admissions = [(generic, custom) for text, generic, custom in plans if "counted" in text]
-    claims = [(generic, custom) for text, generic, custom in plans if "front" in text]
+    admissions = _prepared_plans(worker_connection, "counted")
+    claims = _prepared_plans(worker_connection, "front")
     assert admissions == [(5, 0)]
     assert claims == [(0, 5)]
 
@@ -433,12 +442,9 @@ def test_near_its_limits_the_count_is_planned_once_and_the_claims_after_it_for_t
         state.claim_first = False  # as after a count that found the limit near
         result = claim_limited_now(worker_connection, state=state)
         assert (len(result.jobs), result.far_from_binding) == (1, True)
-    plans = worker_connection.execute(
-        "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
-    ).fetchall()
-    counts = [(generic, custom) for text, generic, custom in plans if "AS live," in text]
+    counts = _prepared_plans(worker_connection, "AS live,")
     # One prepared claim per set of parameter types (positions unknown at first, then known).
-    claims = [(generic, custom) for text, generic, custom in plans if "front" in text]
+    claims = _prepared_plans(worker_connection, "front")
     assert counts == [(5, 0)]
     assert (sum(generic for generic, _ in claims), sum(custom for _, custom in claims)) == (0, 5)
     assert worker_connection.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
