@@ -351,14 +351,19 @@ def test_an_analyze_another_session_holds_off_is_tried_again_at_the_next_check(e
     assert check.run(explained.conn) is True
 
 
-def test_an_analyze_the_statement_timeout_cancels_is_tried_again_later(explained, caplog):
+def test_an_analyze_the_statement_timeout_cancels_is_tried_again_later(explained, connect, caplog):
     caplog.set_level(logging.WARNING, logger="django_jobq.worker")
-    unknown_backlog(explained.conn, UNKNOWN_BACKLOG * 4)
+    unknown_backlog(explained.conn)
     now = [0.0]
     check = StatisticsCheck(worker_id="statistics", clock=lambda: now[0])
-    explained.conn.execute("SET statement_timeout = 1")  # milliseconds
+    # SKIP_LOCKED skips a lock on the table only: the ANALYZE waits for one on an index
+    # (as a migration's ALTER INDEX takes it), until the statement timeout cancels it.
+    holder = connect(autocommit=False)
+    holder.execute("ALTER INDEX jobq_job_lease_idx SET TABLESPACE pg_default")
+    explained.conn.execute("SET statement_timeout = 100")  # milliseconds
     assert check.run(explained.conn) is False  # cancelled: the connection goes on
     assert [r for r in caplog.records if "cancelled" in r.getMessage()]
+    holder.rollback()
     explained.conn.execute("RESET statement_timeout")
     assert check.run(explained.conn) is False  # not before the wait
     now[0] += statistics.CANCELLED_RETRY
