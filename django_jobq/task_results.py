@@ -126,11 +126,13 @@ def handler(kind: str) -> TaskJobHandler | None:
 
 
 #: The results the worker marked RUNNING at their jobs' claim (:func:`start_claimed`), by
-#: lease, with the ``time.monotonic()`` until which the lease surely holds (a third of the
-#: job's visibility timeout after the claim: the heartbeater's interval), until the task
-#: runner takes them (:func:`take_started`) or the job is released (:func:`release`). Shared
-#: by the worker's main loop and its handler threads (a dict's single operations are atomic).
-_started: dict[Lease, tuple[StoredTaskResult, float]] = {}
+#: lease, as the JSON text the start returned (read by the runner that takes it, on its
+#: handler thread, not by the main loop), with the ``time.monotonic()`` until which the
+#: lease surely holds (a third of the job's visibility timeout after the claim: the
+#: heartbeater's interval), until the task runner takes them (:func:`take_started`) or the
+#: job is released (:func:`release`). Shared by the worker's main loop and its handler
+#: threads (a dict's single operations are atomic).
+_started: dict[Lease, tuple[str, float]] = {}
 
 
 class TasksClaim(NamedTuple):
@@ -271,19 +273,36 @@ def _runs_as_task(job: ClaimedJob) -> bool:
 
 def _keep_started(jobs: Sequence[ClaimedJob], rows: Sequence[tuple[int, str]]) -> None:
     """Keep for the task runner the results a start statement returned (``rows`` of job id
-    and result as JSON text) of the claimed ``jobs`` that will run as tasks. A result Python
-    cannot read (see ``sql.tasks.START_TASK_ATTEMPTS``) is left out: its runner starts the
-    task again, meets the value, and that attempt fails with it."""
+    and result as JSON text) of the claimed ``jobs`` that will run as tasks, unread: reading
+    them (a model instance each) is the runner's work, on its handler thread."""
     returned = dict(rows)
     now = time.monotonic()
     for job in jobs:
         task_result = returned.get(job.id)
         if task_result is None or not _runs_as_task(job):
             continue
-        result = _readable(task_result)
-        if result is not None:
-            surely_held_until = now + job.visibility_timeout.total_seconds() / 3
-            _started[job.lease] = (result, surely_held_until)
+        surely_held_until = now + job.visibility_timeout.total_seconds() / 3
+        _started[job.lease] = (task_result, surely_held_until)
+
+
+def take_started(lease: Lease) -> tuple[StoredTaskResult, bool] | None:
+    """The result :func:`start_claimed` marked RUNNING for ``lease``, forgotten here, and
+    whether the lease surely still holds: taken within a third of the job's visibility
+    timeout of the claim, before its deadline could pass. After that (the job waited long in
+    the prefetch, or the process was stopped) another worker may have reclaimed it, and the
+    runner must check the lease before calling the task. ``None`` if it started none (the
+    job was not claimed by a worker of this process), or if the result holds a value Python
+    cannot read (JSON nested deeper than its recursion limit, a time of ``'infinity'``:
+    written by hand): its runner then starts the task again, meets the value, and that
+    attempt fails with it (:func:`start_attempt`)."""
+    taken = _started.pop(lease, None)
+    if taken is None:
+        return None
+    task_result, surely_held_until = taken
+    result = _readable(task_result)
+    if result is None:
+        return None
+    return result, time.monotonic() < surely_held_until
 
 
 def _readable(task_result: str) -> StoredTaskResult | None:
@@ -294,20 +313,6 @@ def _readable(task_result: str) -> StoredTaskResult | None:
         return stored_task_result_from_json(task_result)
     except (RecursionError, ValueError):
         return None
-
-
-def take_started(lease: Lease) -> tuple[StoredTaskResult, bool] | None:
-    """The result :func:`start_claimed` marked RUNNING for ``lease``, forgotten here, and
-    whether the lease surely still holds: taken within a third of the job's visibility
-    timeout of the claim, before its deadline could pass. After that (the job waited long in
-    the prefetch, or the process was stopped) another worker may have reclaimed it, and the
-    runner must check the lease before calling the task. ``None`` if it started none (the
-    job was not claimed by a worker of this process)."""
-    taken = _started.pop(lease, None)
-    if taken is None:
-        return None
-    result, surely_held_until = taken
-    return result, time.monotonic() < surely_held_until
 
 
 def release(cursor: psycopg.Cursor[Any], released: Sequence[Lease]) -> Written:
