@@ -227,8 +227,8 @@ def send_front(
     params["flow_digest"] = None if flow is None else flow.digest
     params["claim_note"] = note
     scan = FROM_THE_START if positions is None else positions.params()
-    front_cursor = cursor.connection.cursor(row_factory=kwargs_row(_front_row))
-    front_cursor.execute(statements.front, {**params, **scan, **_limits(limit)})
+    front_cursor = db.LongStatementCursor(cursor.connection, row_factory=kwargs_row(_front_row))
+    front_cursor.execute_named(statements.front, {**params, **scan, **_limits(limit)})
 
     def read() -> FrontClaim:
         with front_cursor:
@@ -315,8 +315,10 @@ def _execute_with_lane_retry(
     transaction is aborted)."""
     for attempt in range(2):
         try:
-            with cursor.connection.cursor(row_factory=kwargs_row(row)) as claim_cursor:
-                claim_cursor.execute(statement, params)
+            with db.LongStatementCursor(
+                cursor.connection, row_factory=kwargs_row(row)
+            ) as claim_cursor:
+                claim_cursor.execute_named(statement, params)
                 return claim_cursor.fetchall()
         except psycopg.errors.UniqueViolation as exc:
             aborted = cursor.connection.info.transaction_status == TransactionStatus.INERROR

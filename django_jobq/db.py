@@ -7,7 +7,8 @@ connections opened here, so ``CONN_MAX_AGE = 0`` does not mean a reconnect per j
 are opened with a connect timeout, TCP keepalives and server-side statement and lock
 timeouts (:func:`connect`), and track the statement in flight, so the worker's watchdog can
 cut one that hangs
-(:class:`WatchedConnection`, :mod:`django_jobq.worker.watchdog`).
+(:class:`WatchedConnection`, :mod:`django_jobq.worker.watchdog`); statements too long for
+psycopg to keep parsed run on a :class:`LongStatementCursor`.
 :func:`close_unusable_connections` checks the handlers' pooled Django connections.
 :func:`server_binding_cursor` opens a cursor on Django's own connection that sends
 parameters apart from the statement, and :func:`from_rows` turns raw rows read on Django's
@@ -16,13 +17,14 @@ connections into model instances.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import select
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
@@ -30,6 +32,7 @@ import psycopg
 from django.db import close_old_connections, connections
 from django.db.backends.utils import CursorWrapper
 from django.db.models import Model
+from psycopg.rows import Row
 
 from .conf import get_settings, statement_timeout
 
@@ -158,6 +161,57 @@ OPTIONS_REFUSED_HINT = (
 OPTIONS_REFUSED = re.compile(
     r"unsupported startup parameter(: options| in options)|unsupported options startup parameter"
 )
+
+
+#: A placeholder of psycopg's: ``%(name)s`` (group 1 the name, group 2 the format) or
+#: ``%%`` (a literal percent sign); any other is refused by :func:`_numbered`.
+_PLACEHOLDER = re.compile(r"%(?:\(([^)]+)\))?(.)", re.DOTALL)
+
+
+@functools.cache
+def _numbered(statement: str) -> tuple[str, tuple[str, ...]]:
+    """``statement`` as psycopg sends it, and the names of its parameters in order: each
+    ``%(name)s`` becomes ``$n``, numbered by first appearance (a name used again keeps its
+    number), ``%%`` becomes ``%``. Made once per statement text.
+
+    Raises:
+        ValueError: a placeholder other than ``%(name)s`` (a binary one, a positional
+            ``%s``): a :class:`LongStatementCursor` statement uses none.
+    """
+    names: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        name, format_ = match.groups()
+        if name is None and format_ == "%":
+            return "%"
+        if name is None or format_ != "s":
+            raise ValueError(f"a placeholder psycopg's numbering here does not take: {match[0]}")
+        return f"${names.setdefault(name, len(names) + 1)}"
+
+    return _PLACEHOLDER.sub(number, statement), tuple(names)
+
+
+class LongStatementCursor(psycopg.RawCursor[Row]):
+    """A cursor for statements longer than psycopg keeps parsed between runs: 4,096 bytes
+    (``MAX_CACHED_STATEMENT_LENGTH`` in psycopg 3.2 and 3.3). psycopg parses a longer
+    statement's placeholders again at every run; the claim statements (7.6 to 9.4 kB) cost
+    0.1 to 0.2 ms of CPU a claim that way (``bench`` micro-measurement of ``claims.claim``,
+    docs/performance.md). :meth:`execute_named` numbers a statement's placeholders once,
+    as psycopg would, and sends the text with ``$n`` placeholders, which psycopg's raw
+    cursor passes on unparsed: the server receives the same statement as from a
+    ``psycopg.Cursor`` (same text, same parameter types), so it shares its prepared
+    statements."""
+
+    def execute_named(self, statement: str, params: Mapping[str, Any]) -> None:
+        """Run ``statement``, whose placeholders are ``%(name)s``, with ``params``.
+
+        Raises:
+            KeyError: a name of the statement is missing from ``params``.
+            ValueError: the statement has another kind of placeholder.
+            psycopg.Error: the statement failed.
+        """
+        text, names = _numbered(statement)
+        self.execute(text, [params[name] for name in names])
 
 
 def connect(

@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from django_jobq import claims, enqueue_many, outcomes, sql
+from django_jobq import claims, db, enqueue_many, outcomes, sql
 from django_jobq.claim_positions import FROM_THE_START
 from django_jobq.models import Job
 from django_jobq.worker import Worker
@@ -438,45 +438,28 @@ def test_a_kind_whose_first_job_is_not_due_yields_its_first_due_one(queue_cursor
     assert [job.id for job in claimed] == [due.pk]
 
 
-class CountingCursor:
-    """A real cursor that records the statements it (and the cursors made on its
-    connection, as the claim's typed ones are) runs."""
+@pytest.fixture
+def sent(monkeypatch, queue_cursor):
+    """The statements the test's claims send on ``queue_cursor``'s connection, in order, as
+    written in ``sql`` (psycopg's cursors and the long statements' are watched)."""
+    statements = []
+    execute, execute_named = psycopg.Cursor.execute, db.LongStatementCursor.execute_named
 
-    def __init__(self, cursor, statements=None):
-        self.cursor = cursor
-        self.statements = [] if statements is None else statements
+    def watched_execute(self, query, params=None, **options):
+        if self.connection is queue_cursor.connection and not isinstance(
+            self, db.LongStatementCursor
+        ):
+            statements.append(query)
+        return execute(self, query, params, **options)
 
-    def execute(self, query, params=None, /):
-        self.statements.append(query)
-        return self.cursor.execute(query, params)
+    def watched_execute_named(self, statement, params):
+        if self.connection is queue_cursor.connection:
+            statements.append(statement)
+        return execute_named(self, statement, params)
 
-    def fetchall(self):
-        return self.cursor.fetchall()
-
-    @property
-    def description(self):
-        return self.cursor.description
-
-    @property
-    def connection(self):
-        return CountingConnection(self.cursor.connection, self.statements)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.cursor.close()
-
-
-class CountingConnection:
-    """A real connection whose cursors record their statements in ``statements``."""
-
-    def __init__(self, connection, statements):
-        self._connection = connection
-        self._statements = statements
-
-    def cursor(self, **options):
-        return CountingCursor(self._connection.cursor(**options), self._statements)
+    monkeypatch.setattr(psycopg.Cursor, "execute", watched_execute)
+    monkeypatch.setattr(db.LongStatementCursor, "execute_named", watched_execute_named)
+    return statements
 
 
 def create_jobs(count, **fields):
@@ -485,50 +468,43 @@ def create_jobs(count, **fields):
 
 
 @pytest.mark.parametrize("jobs", [0, 3, 30])
-def test_a_claim_served_at_the_front_is_one_small_statement(queue_cursor, jobs):
+def test_a_claim_served_at_the_front_is_one_small_statement(queue_cursor, sent, jobs):
     # Unserved jobs that leave the front short of full, or that wait behind a front of
     # served ones, never cost the walk.
     create_jobs(jobs, kind="kinds.mine")
     create_jobs(15, kind="kinds.other", priority=-1)  # the front of 20 holds them all
-    cursor = CountingCursor(queue_cursor)
-    claimed = claims.claim(
-        cast(psycopg.Cursor[Any], cursor), worker_id="w", limit=10, kinds=["kinds.mine"]
-    )
+    claimed = claims.claim(queue_cursor, worker_id="w", limit=10, kinds=["kinds.mine"])
     assert len(claimed) == min(jobs, 10)
-    assert cursor.statements == [sql.claims.CLAIM_JOBS_ANY_QUEUE]
+    assert sent == [sql.claims.CLAIM_JOBS_ANY_QUEUE]
 
 
-def test_the_walk_claims_the_served_jobs_behind_a_thousand_unserved_ones(queue_cursor):
+def test_the_walk_claims_the_served_jobs_behind_a_thousand_unserved_ones(queue_cursor, sent):
     unserved = create_jobs(1000, kind="kinds.other")
     served = create_jobs(15, kind="kinds.mine", priority=-1)
-    cursor = CountingCursor(queue_cursor)
     claimed = claims.claim(
-        cast(psycopg.Cursor[Any], cursor),
+        queue_cursor,
         worker_id="w",
         limit=10,
         queues=["default"],
         kinds=["kinds.mine"],
     )
     assert [job.id for job in claimed] == [job.pk for job in served[:10]]
-    assert cursor.statements == [
+    assert sent == [
         sql.claims.CLAIM_JOBS_ONE_QUEUE,
         sql.claims.CLAIM_JOBS_WALK_ONE_QUEUE,
     ]
     assert Job.objects.filter(pk__in=[job.pk for job in unserved], status="ready").count() == 1000
 
 
-def test_a_front_claim_short_of_its_limit_is_topped_up_by_the_walk(queue_cursor):
+def test_a_front_claim_short_of_its_limit_is_topped_up_by_the_walk(queue_cursor, sent):
     # 4 served jobs and 16 unserved fill the front of 20; more served ones wait behind.
     create_jobs(4, kind="kinds.mine", priority=2)
     create_jobs(16, kind="kinds.other", priority=1)
     behind = create_jobs(10, kind="kinds.mine")
-    cursor = CountingCursor(queue_cursor)
-    claimed = claims.claim(
-        cast(psycopg.Cursor[Any], cursor), worker_id="w", limit=10, kinds=["kinds.mine"]
-    )
+    claimed = claims.claim(queue_cursor, worker_id="w", limit=10, kinds=["kinds.mine"])
     assert [job.priority for job in claimed] == [2] * 4 + [0] * 6
     assert [job.id for job in claimed[4:]] == [job.pk for job in behind[:6]]
-    assert cursor.statements == [
+    assert sent == [
         sql.claims.CLAIM_JOBS_ANY_QUEUE,
         sql.claims.CLAIM_JOBS_WALK_ANY_QUEUE,
     ]

@@ -231,3 +231,25 @@ def test_the_supervisor_kills_a_child_still_running_after_its_stop_timeout():
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     assert time.monotonic() - started < 0.5 + 0.5 + 5
+
+
+def test_a_long_statement_cursor_sends_what_psycopgs_cursor_sends(connect):
+    # Longer than psycopg keeps parsed: its placeholders repeat, and a literal percent sign.
+    statement = (
+        "SELECT %(a)s::integer + %(b)s::integer AS total, %(a)s::integer AS a, 'p%%' AS p"
+        f" /* {'x' * 5000} */"
+    )
+    conn = connect()
+    conn.prepare_threshold = 0  # every statement prepared: the server shows what it got
+    params = {"b": 2, "a": 40}
+    expected = conn.cursor().execute(statement, params).fetchall()
+    with db.LongStatementCursor(conn) as cursor:
+        cursor.execute_named(statement, params)
+        assert cursor.fetchall() == expected == [(42, 40, "p%")]
+    # The same text and parameter types: one prepared statement serves both.
+    prepared = conn.execute(
+        "SELECT count(*) FROM pg_prepared_statements WHERE length(statement) > 5000"
+    ).fetchone()
+    assert prepared == (1,)
+    with db.LongStatementCursor(conn) as cursor, pytest.raises(KeyError):
+        cursor.execute_named(statement, {"a": 1})
