@@ -73,7 +73,7 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-from . import claims, sql
+from . import claims, db, sql
 from .claim_positions import ClaimPositions
 from .claims import ClaimedJob
 from .conf import get_settings
@@ -346,7 +346,7 @@ def _claim_in_one_round_trip(
         psycopg.Error: as :func:`_claim_then_count` catches them, and any other.
     """
     wanted = limit + prefetch
-    admission = connection.cursor()
+    admission: db.LongStatementCursor[Any] = db.LongStatementCursor(connection)
     positions = _positions_for(state, plan.keys)
     from_positions = positions.is_set()
     with PipelinedTransaction(connection) as transaction, transaction.whole():
@@ -384,7 +384,7 @@ def _claim_statements_first(
         psycopg.Error: as :func:`_claim_then_count` catches them, and any other.
     """
     wanted = limit + prefetch
-    admission = connection.cursor()
+    admission: db.LongStatementCursor[Any] = db.LongStatementCursor(connection)
     with PipelinedTransaction(connection) as transaction:
         with transaction.begin():
             # Results read inside the block: the first claim statement goes with BEGIN.
@@ -555,7 +555,7 @@ def _read_count(
 
 def _send_admission(
     connection: psycopg.Connection[Any],
-    cursor: psycopg.Cursor[Any],
+    cursor: db.LongStatementCursor[Any],
     state: FlowState,
     keys: list[tuple[str, str]],
     worker_id: str,
@@ -573,7 +573,7 @@ def _send_admission(
     sent = time.monotonic()
     connection.execute(sql.flow.SET_ADMISSION_SETTINGS)
     connection.execute(sql.flow.WAIT_FOR_LIMIT_STATES_IF_CLAIMED, _key_params(keys))
-    cursor.execute(
+    cursor.execute_named(
         sql.flow.ADMIT_CLAIMED,
         {
             "scopes": [scope for scope, _ in keys],
