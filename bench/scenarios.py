@@ -31,6 +31,32 @@ from systems import REPO_DIR, SYSTEMS, System, WorkerConfig, tasks_backend_avail
 SLOWEST_RATE = 50.0
 
 
+#: A pickup run starts once the host's CPU was busy less than this share over one second
+#: (its idle workers started), or after :data:`QUIET_WAIT_SECONDS`: the run before it (a
+#: sustained run's workers and producer exiting, the server writing back what they
+#: dirtied) would otherwise add its tail to the first seconds of a latency measurement.
+QUIET_CPU_SHARE = 0.2
+QUIET_WAIT_SECONDS = 60.0
+
+
+def wait_for_quiet_host() -> None:
+    """Wait until the host is quiet (see :data:`QUIET_CPU_SHARE`), at most
+    :data:`QUIET_WAIT_SECONDS`; say so on stderr when that took more than a second."""
+    started = time.monotonic()
+    while time.monotonic() - started < QUIET_WAIT_SECONDS:
+        before = claims.cpu_jiffies()
+        time.sleep(1.0)  # the window measured, not a wait for an event
+        after = claims.cpu_jiffies()
+        if before is None or after is None:
+            return  # no /proc/stat: nothing to wait for
+        busy, total = after[0] - before[0], after[1] - before[1]
+        if total and busy / total < QUIET_CPU_SHARE:
+            break
+    waited = time.monotonic() - started
+    if waited > 1.5:
+        print(f"  (waited {waited:.0f} s for a quiet host)", file=sys.stderr, flush=True)
+
+
 @dataclass
 class Run:
     """One measured run of one system (or of the raw-SQL ceiling)."""
@@ -151,6 +177,8 @@ class Bench:
             records = Records(record_dir)
             try:
                 idle_after = group.wait_idle()
+                if "pickup" in scenario:
+                    wait_for_quiet_host()
                 meter = claims.ActivityMeter(conn)
                 meter.start()
                 window_start = time.monotonic()
