@@ -17,10 +17,14 @@ the key that joins a job's commit time here to its handler's start time
 ``--handler write`` enqueues the job that also writes a row (``bench.write``) instead of
 the no-op (django-jobq and procrastinate).
 
-One line per transaction goes to ``--out`` as it commits (flushed, so the harness can
-follow it): ``<first n> <count> <commit ns>``, the ``time.monotonic_ns()`` read right after
-the commit returned. SIGTERM stops the producer after the transaction under way (the jobs
-it committed are in ``--out``). A JSON summary goes to stdout.
+One line per transaction goes to ``--out`` as it commits (flushed, so the harness can follow
+it): ``<first n> <count> <commit ns>``, the ``time.monotonic_ns()`` read right after the
+commit returned: in a Django ``atomic()`` block, by its first ``on_commit`` callback, which
+runs before those the enqueue registered (Django Tasks' ``task_enqueued``, sent by
+django-jobq's backend and django-tasks-db's after the commit); read after them, the commit
+time would be late by their run, and the pickup latency short by as much. SIGTERM stops the
+producer after the transaction under way (the jobs it committed are in ``--out``). A JSON
+summary goes to stdout.
 """
 
 from __future__ import annotations
@@ -31,14 +35,16 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 
 class Enqueuer:
-    """Enqueues jobs ``ns`` for one system; ``enqueue`` is one transaction."""
+    """Enqueues jobs ``ns`` for one system; ``enqueue`` is one transaction, and returns the
+    ``time.monotonic_ns()`` of its commit when it reads it itself (``None``: the caller
+    reads the clock when it returns)."""
 
-    def enqueue(self, ns: Sequence[int]) -> None:
+    def enqueue(self, ns: Sequence[int]) -> int | None:
         raise NotImplementedError
 
     def bulk(self, ns: Sequence[int], chunk: int) -> None:
@@ -50,6 +56,18 @@ class Enqueuer:
 
 def chunks(ns: Sequence[int], size: int) -> list[Sequence[int]]:
     return [ns[start : start + size] for start in range(0, len(ns), size)]
+
+
+def committed_at(atomic: Any, insert: Callable[[], None]) -> int:
+    """Run ``insert`` in a Django ``atomic()`` block; the ``time.monotonic_ns()`` right after
+    its commit returned (the block's first ``on_commit`` callback reads it)."""
+    from django.db import transaction
+
+    stamp: list[int] = []
+    with atomic():
+        transaction.on_commit(lambda: stamp.append(time.monotonic_ns()))
+        insert()
+    return stamp[0]
 
 
 class JobqEnqueuer(Enqueuer):
@@ -73,9 +91,8 @@ class JobqEnqueuer(Enqueuer):
         else:
             self.enqueue_many([self.noop.prepare(n=n) for n in ns])
 
-    def enqueue(self, ns: Sequence[int]) -> None:
-        with self.atomic():
-            self._insert(ns)
+    def enqueue(self, ns: Sequence[int]) -> int:
+        return committed_at(self.atomic, lambda: self._insert(ns))
 
     def bulk(self, ns: Sequence[int], chunk: int) -> None:
         with self.atomic():
@@ -98,10 +115,12 @@ class TasksEnqueuer(Enqueuer):
         self.task = tasks.noop if backend == "default" else tasks.noop_on_jobq
         connection.ensure_connection()
 
-    def enqueue(self, ns: Sequence[int]) -> None:
-        with self.atomic():
+    def enqueue(self, ns: Sequence[int]) -> int:
+        def insert() -> None:
             for n in ns:
                 self.task.enqueue(n=n)
+
+        return committed_at(self.atomic, insert)
 
     def bulk(self, ns: Sequence[int], chunk: int) -> None:
         self.enqueue(ns)
@@ -114,7 +133,7 @@ class ProcrastinateEnqueuer(Enqueuer):
         self.app = procrastinate_app.app.open()
         self.noop = getattr(procrastinate_app, handler)
 
-    def enqueue(self, ns: Sequence[int]) -> None:
+    def enqueue(self, ns: Sequence[int]) -> None:  # each call its own transaction
         if len(ns) == 1:
             self.noop.defer(n=ns[0])
         else:
@@ -176,8 +195,10 @@ def produce(enqueuer: Enqueuer, args: argparse.Namespace, out: IO[str]) -> dict[
                 late_ns = max(late_ns, -wait)
         if Stop.requested:
             break
-        enqueuer.enqueue(part)
-        out.write(f"{part[0]} {len(part)} {time.monotonic_ns()}\n")
+        commit_ns = enqueuer.enqueue(part)
+        if commit_ns is None:
+            commit_ns = time.monotonic_ns()
+        out.write(f"{part[0]} {len(part)} {commit_ns}\n")
         out.flush()
         jobs += len(part)
         transactions += 1
