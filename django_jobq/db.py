@@ -195,8 +195,8 @@ class LongStatementCursor(psycopg.RawCursor[Row]):
     """A cursor for statements longer than psycopg keeps parsed between runs: 4,096 bytes
     (``MAX_CACHED_STATEMENT_LENGTH`` in psycopg 3.2 and 3.3). psycopg parses a longer
     statement's placeholders again at every run; the claim statements (7.6 to 9.4 kB) cost
-    0.1 to 0.2 ms of CPU a claim that way (``bench`` micro-measurement of ``claims.claim``,
-    docs/performance.md). :meth:`execute_named` numbers a statement's placeholders once,
+    0.05 to 0.13 ms of CPU a claim that way (a loop of ``claims.claim``, docs/performance.md,
+    "Where the time goes"). :meth:`execute_named` numbers a statement's placeholders once,
     as psycopg would, and sends the text with ``$n`` placeholders, which psycopg's raw
     cursor passes on unparsed: the server receives the same statement as from a
     ``psycopg.Cursor`` (same text, same parameter types), so it shares its prepared

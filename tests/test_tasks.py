@@ -837,8 +837,8 @@ def test_a_task_that_waited_past_its_lease_in_the_prefetch_is_not_called(queue_c
     )
     (again,) = claims.claim(queue_cursor, worker_id="other", limit=1)
     assert again.attempt == job.attempt + 1
-    stored, _ = task_results._started[job.lease]
-    task_results._started[job.lease] = (stored, 0.0)  # taken long after a third of the timeout
+    started, _ = task_results._started[job.lease]
+    task_results._started[job.lease] = (started, 0.0)  # taken long after a third of the timeout
 
     def extend(held: HeldJob) -> bool:
         extended = leases.heartbeat(queue_cursor, [held.job.lease])
