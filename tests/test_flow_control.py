@@ -38,7 +38,15 @@ from django_jobq.worker import Worker, executor
 from django_jobq.worker.held import HeldJob
 from tests.conftest import wait_until
 from tests.factories import JobFactory
-from tests.testapp.jobs import flow_flaky, flow_step, limited_step, poison, rated_step, record
+from tests.testapp.jobs import (
+    flow_flaky,
+    flow_step,
+    limited_step,
+    poison,
+    rated_step,
+    record,
+    wait_for_lock,
+)
 from tests.testapp.models import Effect, Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -1207,7 +1215,7 @@ def test_two_ready_jobs_of_one_lane_are_never_leased_together(queue_cursor):
 
 
 def test_a_job_of_an_unlimited_queue_is_handed_on_before_the_limited_claim_after_its_claim(
-    workers, monkeypatch
+    workers, monkeypatch, connect
 ):
     """A worker that also serves a quiet limited queue claims its limited jobs after the
     plain claim, and hands the plain claim's jobs on first: the limited claim's
@@ -1228,18 +1236,31 @@ def test_a_job_of_an_unlimited_queue_is_handed_on_before_the_limited_claim_after
 
     monkeypatch.setattr(limited_claims, "claim_limited", claim_limited_and_see)
     signals.job_started.connect(job_started)
+    # The job runs until the lock is released: every limited claim until then sees it running
+    # (its ack cannot come first, however the host schedules the worker's threads).
+    holder = connect()
+    holder.execute("SELECT pg_advisory_lock(%s)", [HANDED_ON_LOCK])
     try:
         workers(concurrency=2)
         # Two turns: the first one's limited claim found nothing, so the second one's (and
         # every next one's) comes after the plain claim.
         wait_until(lambda: len(calls) >= 2, what="the worker's first limited claims")
-        record.enqueue("unlimited")
-        wait_until(lambda: Effect.objects.filter(label="unlimited").exists(), what="the job")
+        wait_for_lock.enqueue(lock_id=HANDED_ON_LOCK, label="unlimited")
+        wait_until(
+            lambda: any(seen is not None for seen in calls),
+            what="a limited claim while the job runs",
+        )
     finally:
+        holder.execute("SELECT pg_advisory_unlock(%s)", [HANDED_ON_LOCK])
         signals.job_started.disconnect(job_started)
+    wait_until(lambda: Effect.objects.filter(label="unlimited").exists(), what="the job")
 
     after_the_claim = [seen for seen in calls if seen is not None]
     assert after_the_claim and all(after_the_claim)
+
+
+#: The advisory lock the job of the test above waits for.
+HANDED_ON_LOCK = 220_001
 
 
 @pytest.mark.parametrize("limit", [5, 1000], ids=["near", "far from binding"])
