@@ -252,15 +252,18 @@ def load_jobs(count: int, background: int) -> list[int]:
 # -- interference ---------------------------------------------------------------------------
 
 
-def cpu_jiffies() -> tuple[int, int] | None:
-    """(busy, total) CPU time of the whole host so far, from /proc/stat; None elsewhere."""
+def cpu_jiffies() -> tuple[int, int, int] | None:
+    """(busy, total, waiting for the disk) CPU time of the whole host so far, from
+    /proc/stat (busy leaves idle and iowait out; guest time, already in user time, is not
+    counted twice); None elsewhere."""
     try:
         with open("/proc/stat", encoding="ascii") as stat:
             values = [int(value) for value in stat.readline().split()[1:]]
     except (OSError, ValueError):
         return None
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    return sum(values) - idle, sum(values)
+    total = sum(values[:8])  # user .. steal; guest and guest_nice are inside user and nice
+    iowait = values[4] if len(values) > 4 else 0
+    return total - values[3] - iowait, total, iowait
 
 
 def other_databases_commits(conn: psycopg.Connection[Any]) -> dict[int, int]:
@@ -322,7 +325,7 @@ class ActivityMeter:
         self.conn = conn
         self.load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
         self.commit_ms = commit_latency_ms(conn)
-        self.cpu_start: tuple[int, int] | None = None
+        self.cpu_start: tuple[int, int, int] | None = None
         self.commits_start: dict[int, int] = {}
 
     def start(self) -> None:
