@@ -99,6 +99,7 @@ def empty_and_analysed(conn: psycopg.Connection[Any]) -> None:
     if not (row and row[0]):
         pytest.skip("clearing the table's statistics takes a superuser")
     conn.execute("TRUNCATE jobq_job CASCADE")
+    send_activity_counters(conn.cursor())  # before any row inserted after it is counted
     conn.execute("DELETE FROM pg_statistic WHERE starelid = 'jobq_job'::regclass")
     conn.execute("ANALYZE jobq_job")
 
@@ -228,16 +229,23 @@ def counted_by_the_claim_index(conn: psycopg.Connection[Any]) -> float:
     return float(row[0])
 
 
+def send_activity_counters(cursor: Any) -> None:
+    """Make the session of ``cursor`` send its activity counters (inserts, deletes, a
+    TRUNCATE) as its statement ends (PostgreSQL 15 and newer), not up to 10 s later: a
+    late TRUNCATE's would set the table's live rows to none, after rows inserted since."""
+    cursor.execute(
+        "SELECT pg_stat_force_next_flush() FROM pg_proc"
+        " WHERE proname = 'pg_stat_force_next_flush'"
+    )
+
+
 def counted_backlog(conn: psycopg.Connection[Any], count: int) -> None:
-    """``count`` more jobs, once the activity counters hold them: this process's Django
-    connection sends its counts now (PostgreSQL 15 and newer), not up to 10 s later."""
+    """``count`` more jobs, once the activity counters hold them (this process's Django
+    connection sends its counts now: :func:`send_activity_counters`)."""
     before = counts(conn).live_rows
     backlog(count)
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_stat_force_next_flush() FROM pg_proc"
-            " WHERE proname = 'pg_stat_force_next_flush'"
-        )
+        send_activity_counters(cursor)
     wait_until(lambda: counts(conn).live_rows >= before + count, what="the activity counters")
 
 
@@ -306,10 +314,7 @@ def test_rows_of_an_insert_still_open_are_not_analysed_as_none(explained):
         # An ANALYZE now would count them as none, in the pages they fill.
         assert check.run(explained.conn) is False
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_stat_force_next_flush() FROM pg_proc"
-            " WHERE proname = 'pg_stat_force_next_flush'"
-        )
+        send_activity_counters(cursor)
     wait_until(lambda: counts(explained.conn).live_rows >= UNKNOWN_BACKLOG)
     assert check.run(explained.conn) is True
     assert counted_by_the_claim_index(explained.conn) >= UNKNOWN_BACKLOG * 0.9
@@ -371,9 +376,7 @@ def test_an_analyze_the_statement_timeout_cancels_is_tried_again_later(explained
 
 
 def test_the_check_reads_the_counts_at_most_once_a_second(explained, monkeypatch):
-    # Counted by the reads, not by the ANALYZEs: whether one runs also depends on every
-    # other session that may analyse the table (autovacuum, a worker), which is not this
-    # test's business.
+    # Counted by the reads of the counts: the ANALYZEs are the other tests' business.
     reads: list[statistics.TableCounts] = []
     read = StatisticsCheck._read
 
