@@ -234,8 +234,7 @@ def send_activity_counters(cursor: Any) -> None:
     TRUNCATE) as its statement ends (PostgreSQL 15 and newer), not up to 10 s later: a
     late TRUNCATE's would set the table's live rows to none, after rows inserted since."""
     cursor.execute(
-        "SELECT pg_stat_force_next_flush() FROM pg_proc"
-        " WHERE proname = 'pg_stat_force_next_flush'"
+        "SELECT pg_stat_force_next_flush() FROM pg_proc WHERE proname = 'pg_stat_force_next_flush'"
     )
 
 
