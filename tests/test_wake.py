@@ -8,6 +8,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from django_jobq.worker import listener as listener_module
 from django_jobq.worker.listener import Listener
 from django_jobq.worker.wakeup import Wakeup, readable
 from tests.conftest import wait_until
-from tests.testapp.jobs import record, wait_for_lock
+from tests.testapp.jobs import poison, record, wait_for_lock
 from tests.testapp.models import Effect
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -375,3 +376,62 @@ def test_an_announced_job_is_claimed_without_waiting_for_outcomes_to_share_an_ac
         )
         # Claimed first, then the waiting outcome was recorded in the same turn.
         wait_until(lambda: not Job.objects.filter(pk=first.pk).exists(), what="the first ack")
+
+
+def counted_claim_turns(running: Running) -> list[None]:
+    """The turns of ``running``'s worker that went on to claim (one item each)."""
+    turns: list[None] = []
+    claim_turn = running.worker._claim_turn
+
+    def counted(*args: Any) -> Any:
+        turns.append(None)
+        return claim_turn(*args)
+
+    running.worker._claim_turn = counted  # type: ignore[method-assign]
+    return turns
+
+
+def test_the_acks_of_a_drained_queue_send_no_claim(sleeping_an_hour):
+    """A worker whose last claim found its queues drained records its jobs' acks without
+    claiming again: no job can have become ready that was not announced. One claim per
+    job enqueued one at a time, not two (the second, after its ack, finding nothing)."""
+    jobs = 10
+    running = Running(worker_id="drained", concurrency=4)
+    turns = counted_claim_turns(running)
+    with running:
+        wait_until_idle("drained")
+        before = len(turns)
+        for n in range(jobs):
+            record.enqueue(f"drained {n}")
+            wait_until(lambda: not Job.objects.exists(), what="its ack")
+        claims = len(turns) - before
+    assert Effect.objects.filter(label__startswith="drained").count() == jobs
+    # One per announcement; a few more if a timer (the rollup flush) fell due meanwhile.
+    assert jobs <= claims <= jobs + 3
+
+
+def test_a_job_falling_due_while_acks_come_is_claimed_when_due(sleeping_an_hour):
+    """The acks that claim nothing wait for the deadline the last claim's turn read (the
+    next job falling due), not for the poll interval (an hour here)."""
+    with Running(worker_id="due", concurrency=4):
+        wait_until_idle("due")
+        record.using(delay=timedelta(seconds=1)).enqueue("due later")
+        record.enqueue("now")  # its ack comes before the other falls due
+        wait_until(
+            lambda: Effect.objects.filter(label="due later").exists(),
+            timeout=WAKE_BOUND,
+            what="the delayed job to run once due",
+        )
+
+
+def test_a_retry_makes_the_worker_claim_again(sleeping_an_hour):
+    """A retried job is ready again at once (no backoff): recording a retry is not an ack,
+    and the turn claims it, without a notification."""
+    with Running(worker_id="retried", concurrency=4):
+        wait_until_idle("retried")
+        poison.enqueue("tried thrice")
+        wait_until(
+            lambda: Effect.objects.filter(label="tried thrice").count() == 3,
+            timeout=WAKE_BOUND,
+            what="all three attempts",
+        )

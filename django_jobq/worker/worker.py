@@ -27,6 +27,14 @@ thread and up to ``batch_size`` claimed ahead (prefetched). A worker whose proce
 async kinds (``async def`` handlers) also runs an event loop (:mod:`.async_executor`) with
 ``async_concurrency`` slots, which add to that bound and to the default ``batch_size``; each
 claimed job goes to a thread or to the loop by its kind's ``is_async``.
+
+A turn that only records acks claims nothing while nothing new can be ready: the last claim
+found fewer ready jobs than it asked for, the listener has been connected since (every job
+enqueued after that claim was announced), and the deadline that claim's turn computed (a job
+falling due, another worker's lease lapsing, the poll interval) has not come
+(:meth:`Worker._claim_may_wait`). A job that becomes ready without a notification (a row
+another transaction had locked from that claim) waits for that deadline, as it would for an
+idle worker.
 """
 
 from __future__ import annotations
@@ -60,7 +68,7 @@ from .. import (
 )
 from ..claim_positions import ClaimPositions
 from ..conf import MAX_ASYNC_CONCURRENCY, get_settings, statement_timeout
-from ..outcomes import Outcome
+from ..outcomes import Action, Outcome
 from .async_executor import AsyncExecutor
 from .completer import Completer, OutcomeCounts
 from .executor import ExecutorPool, refusal
@@ -97,6 +105,9 @@ LIMITED_RETRY_INTERVAL = 0.02
 #: Seconds a finished job's outcome may wait for others to share its ack statement (one
 #: commit for many jobs instead of one each). Short, so acks are still recorded promptly.
 ACK_FLUSH_DELAY = 0.005
+#: The outcomes after which a turn may claim nothing (see :meth:`Worker._claim_may_wait`):
+#: they free a handler slot and make no job ready.
+_ACKS = frozenset({Action.ACK, Action.ACKED_BY_HANDLER})
 #: Seconds before the worker first tries again to record an outcome or release a job whose
 #: row another transaction had locked (busy: skipped, not waited for; see
 #: :mod:`django_jobq.leases`), and the most it waits between tries: the wait doubles from
@@ -345,6 +356,10 @@ class Worker:
         self._refill_at = max(1, self.batch_size // 2)
         self._outstanding = 0  # claimed and not yet recorded (prefetched, running, reported)
         self._claim_was_short = False  # the last claim had less room than a batch
+        # Until then (time.monotonic()) a turn that records only acks need not claim: the
+        # last claim found its queues drained (see _claim_may_wait); 0: claim.
+        self._drained_until = 0.0
+        self._drained_at_reconnects = 0  # the listener's reconnects when it was set
         self._to_release: list[HeldJob] = []
         self._claimed = self._released = self._abandoned = self._reconnects = 0
 
@@ -533,7 +548,8 @@ class Worker:
         if connection.prepare_threshold is None and self._prepares_statements():
             connection.prepare_threshold = PREPARE_THRESHOLD
         cursor = connection.cursor()
-        self._completer.pending.extend(self._take_outcomes())
+        taken = self._take_outcomes()
+        self._completer.pending.extend(taken)
         if self._listener is not None:
             self._listener.read_waiting()  # a notification that came with the outcomes
         # A job was announced: claim it first, then record the outcomes (an ack statement
@@ -545,6 +561,8 @@ class Worker:
         self._observer.tick(cursor)
         if self._stopping.is_set():
             return self._shutdown_turn(cursor)
+        if not claim_first and self._claim_may_wait(taken):
+            return self._drained_until - time.monotonic()
         timeout = self._claim_turn(connection, cursor)
         if (
             isinstance(connection, db.WatchedConnection)
@@ -558,11 +576,44 @@ class Worker:
                 return 0.0  # the acks freed room the claim lacked: claim again at once
         return timeout
 
+    def _claim_may_wait(self, taken: Sequence[Outcome]) -> bool:
+        """Whether a turn that took the outcomes ``taken`` (and recorded them) may skip its
+        claim, and wait until :attr:`_drained_until`: no job can have become ready that a
+        claim would find. The last claim's turn found its queues drained (it set
+        :attr:`_drained_until`: the claim took fewer jobs than it asked for, and the turn
+        read when the next job falls due), that deadline has not come, the listener has been
+        connected since (the jobs enqueued since were announced, and an announcement makes
+        the turn claim first), no limited job is known to wait, and every outcome taken is a
+        recorded ack of a job outside a lane and outside every concurrency or rate limit (a
+        retry sets a new ``run_at``; a dead letter, a lane's end or a limited job's end may
+        make another job ready). Never for a burst worker: it claims to find out that it is
+        done."""
+        flow = self._flow
+        return (
+            bool(taken)
+            and not self.burst
+            and flow is not None
+            and not self._limited_pending
+            and time.monotonic() < self._drained_until
+            and self._listener is not None
+            and self._listener.listening.is_set()
+            and self._listener.reconnects == self._drained_at_reconnects
+            and not self._completer.pending
+            and all(
+                o.action in _ACKS
+                and o.job.ordering_key is None
+                and o.job.queue not in flow.queue_limits
+                and o.job.kind not in flow.kind_limits
+                for o in taken
+            )
+        )
+
     def _claim_turn(
         self, connection: psycopg.Connection[Any], cursor: psycopg.Cursor[Any]
     ) -> float | None:
         """The rest of a turn that is not stopping: maintenance, the statistics check
         (:mod:`.statistics`), the scheduler, the claim; returns what :meth:`_turn` does."""
+        self._drained_until = 0.0
         self._maintenance.run_if_due(connection)
         # Before the claim: a backlog its statistics do not know is analysed before the
         # claim is planned (and the statement before the loop sleeps stays the due-time one).
@@ -654,7 +705,10 @@ class Worker:
         # waits for an outcome to free room, which wakes the loop: no statement asks when.
         if (len(plain) < limit or not limit) and not self._limited_full:
             may_claim = self._capacity - self._outstanding >= self._refill_at
-            return self._idle_timeout(cursor if may_claim else None)
+            timeout = self._idle_timeout(cursor if may_claim else None)
+            if may_claim and limit:
+                self._drained(timeout)
+            return timeout
         # A claim took all it asked for, and the prefetch is full: its jobs' outcomes wake
         # the loop.
         return min(self.poll_interval, max(0.0, self._limited_retry_at - time.monotonic()))
@@ -695,6 +749,17 @@ class Worker:
                 task_results.handler(job.kind) is not None for job in claimed.jobs
             )
         return claimed
+
+    def _drained(self, timeout: float) -> None:
+        """Note that this turn's claim found its queues drained, and that its turn will wait
+        ``timeout`` seconds at most (see :meth:`_claim_may_wait`); a claim from positions
+        holds only until the probe is due."""
+        if self._listener is None:
+            return
+        if self._positions.is_set():
+            timeout = min(timeout, self._positions.seconds_until_probe())
+        self._drained_until = time.monotonic() + timeout
+        self._drained_at_reconnects = self._listener.reconnects
 
     def _limited_may_wait(self) -> bool:
         """Whether a limited job may wait that no limited claim has seen: a job that a kind
@@ -947,6 +1012,7 @@ class Worker:
                     # new connection prepares it afresh): reconnect. Other errors are bugs.
                     if not db.is_connection_fault(exc):
                         raise
+                    self._drained_until = 0.0  # the next turn claims
                     if connection is not None:
                         connection.close()
                         connection = None
