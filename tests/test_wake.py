@@ -15,14 +15,14 @@ import pytest
 from django.db import connection, transaction
 
 from django_jobq import claim_positions, enqueue_many, sql
-from django_jobq.models import Job
+from django_jobq.models import Job, Queue
 from django_jobq.worker import Worker, WorkerStats, observer
 from django_jobq.worker import listener as listener_module
 from django_jobq.worker.listener import Listener
 from django_jobq.worker.wakeup import Wakeup, readable
 from tests.conftest import wait_until
-from tests.testapp.jobs import poison, record, wait_for_lock
-from tests.testapp.models import Effect
+from tests.testapp.jobs import flow_step, poison, record, wait_for_lock
+from tests.testapp.models import Effect, Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -434,4 +434,18 @@ def test_a_retry_makes_the_worker_claim_again(sleeping_an_hour):
             lambda: Effect.objects.filter(label="tried thrice").count() == 3,
             timeout=WAKE_BOUND,
             what="all three attempts",
+        )
+
+
+def test_the_end_of_a_limited_job_makes_the_worker_claim_the_next(sleeping_an_hour):
+    """A job held back by a concurrency limit becomes claimable when a running one ends:
+    its ack is not one that can wait for a notification (none comes)."""
+    Queue.objects.create(name="flow", concurrency_limit=1)
+    for n in range(3):
+        flow_step.enqueue(f"limited {n}")
+    with Running(worker_id="limited", concurrency=4):
+        wait_until(
+            lambda: Run.objects.count() == 3,
+            timeout=WAKE_BOUND,
+            what="every job of the limited queue, one after the other",
         )

@@ -518,11 +518,24 @@ class Worker:
 
     def _applied(self, outcome: Outcome) -> None:
         """The completer recorded ``outcome``: the job is no longer held (and, in a lane,
-        the lane's next job may be made ready)."""
+        the lane's next job may be made ready; under a concurrency limit, a job the limit
+        held back may be claimed: the next turn claims limited jobs first, as nothing
+        announces it)."""
         self._held.discard(outcome.job.lease)
         self._outstanding -= 1
         if outcome.job.ordering_key is not None:
             self._finished_lanes.add(outcome.job.ordering_key)
+        if self._frees_a_slot(outcome.job):
+            self._limited_queue_named.set()
+
+    def _frees_a_slot(self, job: claims.ClaimedJob) -> bool:
+        """Whether the end of ``job`` frees a slot of a concurrency limit: its queue's or its
+        kind's."""
+        flow = self._flow
+        if flow is None:
+            return False
+        limits = (flow.queue_limits.get(job.queue), flow.kind_limits.get(job.kind))
+        return any(limit is not None and limit.concurrency is not None for limit in limits)
 
     def _flush(self, cursor: psycopg.Cursor[Any]) -> None:
         """Record the waiting outcomes, then make the next job of each lane whose job ended
@@ -574,6 +587,8 @@ class Worker:
             self._flush(cursor)
             if self._outstanding < outstanding and self._claim_was_short:
                 return 0.0  # the acks freed room the claim lacked: claim again at once
+            if self._limited_queue_named.is_set():
+                return 0.0  # a limited job's end freed a slot: claim limited jobs at once
         return timeout
 
     def _claim_may_wait(self, taken: Sequence[Outcome]) -> bool:
