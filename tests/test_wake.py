@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection, transaction
 
@@ -383,9 +384,9 @@ def counted_claim_turns(running: Running) -> list[None]:
     turns: list[None] = []
     claim_turn = running.worker._claim_turn
 
-    def counted(*args: Any) -> Any:
+    def counted(connection: psycopg.Connection[Any], cursor: psycopg.Cursor[Any]) -> float | None:
         turns.append(None)
-        return claim_turn(*args)
+        return claim_turn(connection, cursor)
 
     running.worker._claim_turn = counted  # type: ignore[method-assign]
     return turns
