@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from itertools import islice
+from typing import Any
 
 from django.db import IntegrityError, connections, transaction
 from django.db.models import QuerySet
@@ -38,7 +39,7 @@ NOT_A_JOB = (
 LEFT_IN_PLACE_BECAUSE = f"{KEY_HELD}, or {NOT_A_JOB}"
 
 
-def _execute_returning_ids(statement: str, params: dict[str, list[int]]) -> list[int]:
+def _execute_returning_ids(statement: str, params: dict[str, Any]) -> list[int]:
     with connections[get_settings().DATABASE].cursor() as cursor:
         cursor.execute(statement, params)
         return [row[0] for row in cursor.fetchall()]
@@ -137,8 +138,14 @@ def abort_many(job_ids: Iterable[int]) -> int:
 
 def run_now(job_ids: Iterable[int]) -> int:
     """Make the scheduled or backing-off ready jobs among ``job_ids`` due now; return how
-    many changed. Attempts are kept."""
-    return len(_execute_returning_ids(sql.operations.RUN_JOBS_NOW, {"ids": list(job_ids)}))
+    many changed. Attempts are kept. The workers of their queues are woken at the commit
+    (a ``NOTIFY``, as enqueue sends)."""
+    return len(
+        _execute_returning_ids(
+            sql.operations.RUN_JOBS_NOW,
+            {"ids": list(job_ids), "channel": sql.wake.WAKE_CHANNEL},
+        )
+    )
 
 
 def redrive_one(dead_letter_id: int) -> int | None:
@@ -159,6 +166,7 @@ def redrive(
 ) -> int:
     """Turn dead letters back into fresh jobs: same kind, queue, payload, priority,
     max_attempts, visibility timeout and idempotency key; attempts 0; due now; no expiry.
+    The workers of their queues are woken at the commit (a ``NOTIFY``, as enqueue sends).
 
     Args:
         dead_letters: a ``DeadLetter`` queryset (e.g. the admin's filtered list) or ids.
@@ -193,7 +201,10 @@ def _redrive_batch(ids: list[int]) -> list[int]:
     while True:
         try:
             with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-                cursor.execute(sql.operations.REDRIVE_DEAD_LETTERS, {"ids": ids})
+                cursor.execute(
+                    sql.operations.REDRIVE_DEAD_LETTERS,
+                    {"ids": ids, "channel": sql.wake.WAKE_CHANNEL},
+                )
                 redriven = cursor.fetchall()
                 lanes.promote_at_commit(alias, (lane for _, lane in redriven if lane is not None))
                 return [job_id for job_id, _ in redriven]

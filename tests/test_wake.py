@@ -17,11 +17,13 @@ from django.db import connection, transaction
 
 from django_jobq import claim_positions, enqueue_many, sql
 from django_jobq.models import Job, Queue
+from django_jobq.operations import redrive, run_now
 from django_jobq.worker import Worker, WorkerStats, observer
 from django_jobq.worker import listener as listener_module
 from django_jobq.worker.listener import Listener
 from django_jobq.worker.wakeup import Wakeup, readable
 from tests.conftest import wait_until
+from tests.factories import DeadLetterFactory
 from tests.testapp.jobs import flow_step, poison, record, wait_for_lock
 from tests.testapp.models import Effect, Run
 
@@ -449,4 +451,28 @@ def test_the_end_of_a_limited_job_makes_the_worker_claim_the_next(sleeping_an_ho
             lambda: Run.objects.count() == 3,
             timeout=WAKE_BOUND,
             what="every job of the limited queue, one after the other",
+        )
+
+
+def test_a_redrive_wakes_an_idle_worker(sleeping_an_hour):
+    dead = DeadLetterFactory(kind=record.kind, payload={"label": "redriven"})
+    with Running(worker_id="redriven"):
+        wait_until_idle("redriven")
+        assert redrive([dead.pk]) == 1
+        wait_until(
+            lambda: Effect.objects.filter(label="redriven").exists(),
+            timeout=WAKE_BOUND,
+            what="the redriven job to run (only a wake-up runs it this soon)",
+        )
+
+
+def test_run_now_wakes_an_idle_worker(sleeping_an_hour):
+    later = record.using(delay=timedelta(hours=1)).enqueue("run now")
+    with Running(worker_id="run-now"):
+        wait_until_idle("run-now")
+        assert run_now([later.pk]) == 1
+        wait_until(
+            lambda: Effect.objects.filter(label="run now").exists(),
+            timeout=WAKE_BOUND,
+            what="the job to run (only a wake-up runs it this soon)",
         )

@@ -32,11 +32,19 @@ SELECT id, ordering_key FROM cancelled
 """
 
 #: Run now: make ready jobs due at once (scheduled or backing off), keeping their attempts.
+#: Wakes the workers at commit as enqueue does: one ``pg_notify`` on ``%(channel)s``
+#: (``sql.wake.WAKE_CHANNEL``) per queue of a job made due (PostgreSQL sends one of each
+#: distinct notification per transaction).
 RUN_JOBS_NOW = """
-UPDATE jobq_job
-SET run_at = now()
-WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready' AND run_at > now()
-RETURNING id
+WITH due AS (
+    UPDATE jobq_job
+    SET run_at = now()
+    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready' AND run_at > now()
+    RETURNING id, queue
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, queue)) FROM due
+)
+SELECT id FROM due CROSS JOIN woken
 """
 
 #: Redrive: turn dead letters back into fresh jobs (attempts 0, due now, no expiry) and delete
@@ -56,7 +64,9 @@ RETURNING id
 #: of the original enqueue, as its first attempts' did (docs/tracing.md, "Redrive").
 #: A job in a lane joins it at the back, as a new enqueue does (``sql.enqueue.LANE_STATUS``).
 #: Returns each new job's ``id`` and, for one stored waiting, its lane (``waiting_lane``; NULL
-#: otherwise), which the caller promotes after its commit (:mod:`django_jobq.lanes`).
+#: otherwise), which the caller promotes after its commit (:mod:`django_jobq.lanes`). The
+#: queues of the jobs stored ready are notified on ``%(channel)s`` as enqueue's are: the
+#: workers are woken at commit.
 _REDRIVE_DEAD_LETTERS_TEMPLATE = """
 WITH redriven AS (
     DELETE FROM jobq_dead_letter AS dead
@@ -83,13 +93,16 @@ WITH redriven AS (
            trace_context, ordering_key, {lane_status}
     FROM (SELECT redriven.*, redriven.id AS position FROM redriven) AS input
     ORDER BY id
-    RETURNING id, kind, payload, ordering_key, status
+    RETURNING id, queue, kind, payload, ordering_key, status
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, queue)) FROM job WHERE status = 'ready'
 ), ready_again AS (
     UPDATE jobq_task_result AS result
     SET status = 'READY', job_id = job.id, finished_at = NULL
     FROM job
     WHERE result.id = job.payload->>'result_id' AND result.task_path = job.kind
 )
-SELECT id, CASE WHEN status = 'waiting' THEN ordering_key END AS waiting_lane FROM job
+SELECT id, CASE WHEN status = 'waiting' THEN ordering_key END AS waiting_lane
+FROM job CROSS JOIN woken
 """
 REDRIVE_DEAD_LETTERS = _REDRIVE_DEAD_LETTERS_TEMPLATE.format(lane_status=LANE_STATUS)

@@ -29,12 +29,12 @@ async kinds (``async def`` handlers) also runs an event loop (:mod:`.async_execu
 claimed job goes to a thread or to the loop by its kind's ``is_async``.
 
 A turn that only records acks claims nothing while nothing new can be ready: the last claim
-found fewer ready jobs than it asked for, the listener has been connected since (every job
-enqueued after that claim was announced), and the deadline that claim's turn computed (a job
-falling due, another worker's lease lapsing, the poll interval) has not come
-(:meth:`Worker._claim_may_wait`). A job that becomes ready without a notification (a row
-another transaction had locked from that claim) waits for that deadline, as it would for an
-idle worker.
+took fewer jobs than it asked for, the listener has been connected since (every job
+enqueued, redriven or run now after that claim was announced), and the deadline that
+claim's turn computed (a job falling due, another worker's lease lapsing, the poll interval)
+has not come (:meth:`Worker._claim_may_wait`). A job that becomes ready without a
+notification (a row another transaction had locked from that claim) waits for that
+deadline, as it would for an idle worker.
 """
 
 from __future__ import annotations
@@ -518,24 +518,27 @@ class Worker:
 
     def _applied(self, outcome: Outcome) -> None:
         """The completer recorded ``outcome``: the job is no longer held (and, in a lane,
-        the lane's next job may be made ready; under a concurrency limit, a job the limit
-        held back may be claimed: the next turn claims limited jobs first, as nothing
-        announces it)."""
-        self._held.discard(outcome.job.lease)
+        the lane's next job may be made ready; under a limit, a job the limit held back may
+        be claimed: unless the last limited claim found every limit far from binding, the
+        next turn claims limited jobs first, as nothing announces it). An outcome that may
+        have made a job ready (anything but an ack, or the end of a job in a lane or under a
+        limit) ends the drained state (:meth:`_claim_may_wait`): the turn claims."""
+        job = outcome.job
+        self._held.discard(job.lease)
         self._outstanding -= 1
-        if outcome.job.ordering_key is not None:
-            self._finished_lanes.add(outcome.job.ordering_key)
-        if self._frees_a_slot(outcome.job):
+        if job.ordering_key is not None:
+            self._finished_lanes.add(job.ordering_key)
+        limited = self._limited(job)
+        if limited and not self._limited_far:
             self._limited_queue_named.set()
+        if outcome.action not in _ACKS or job.ordering_key is not None or limited:
+            self._drained_until = 0.0  # it may have made a job ready: the turn claims
 
-    def _frees_a_slot(self, job: claims.ClaimedJob) -> bool:
-        """Whether the end of ``job`` frees a slot of a concurrency limit: its queue's or its
-        kind's."""
+    def _limited(self, job: claims.ClaimedJob) -> bool:
+        """Whether ``job`` is under a limit (its queue's or its kind's): its end may free a
+        slot of a concurrency limit."""
         flow = self._flow
-        if flow is None:
-            return False
-        limits = (flow.queue_limits.get(job.queue), flow.kind_limits.get(job.kind))
-        return any(limit is not None and limit.concurrency is not None for limit in limits)
+        return flow is not None and (job.queue in flow.queue_limits or job.kind in flow.kind_limits)
 
     def _flush(self, cursor: psycopg.Cursor[Any]) -> None:
         """Record the waiting outcomes, then make the next job of each lane whose job ended
@@ -568,14 +571,15 @@ class Worker:
         # A job was announced: claim it first, then record the outcomes (an ack statement
         # before the claim would add its round trip to the job's pickup).
         claim_first = self._announced.is_set() and not self._stopping.is_set()
-        self._announced.clear()
+        if claim_first:
+            self._announced.clear()
         if not claim_first:
             self._flush(cursor)
         self._observer.tick(cursor)
         if self._stopping.is_set():
             return self._shutdown_turn(cursor)
         if not claim_first and self._claim_may_wait(taken):
-            return self._drained_until - time.monotonic()
+            return max(0.0, self._drained_until - time.monotonic())
         timeout = self._claim_turn(connection, cursor)
         if (
             isinstance(connection, db.WatchedConnection)
@@ -592,35 +596,25 @@ class Worker:
         return timeout
 
     def _claim_may_wait(self, taken: Sequence[Outcome]) -> bool:
-        """Whether a turn that took the outcomes ``taken`` (and recorded them) may skip its
-        claim, and wait until :attr:`_drained_until`: no job can have become ready that a
-        claim would find. The last claim's turn found its queues drained (it set
-        :attr:`_drained_until`: the claim took fewer jobs than it asked for, and the turn
-        read when the next job falls due), that deadline has not come, the listener has been
-        connected since (the jobs enqueued since were announced, and an announcement makes
-        the turn claim first), no limited job is known to wait, and every outcome taken is a
-        recorded ack of a job outside a lane and outside every concurrency or rate limit (a
-        retry sets a new ``run_at``; a dead letter, a lane's end or a limited job's end may
-        make another job ready). Never for a burst worker: it claims to find out that it is
-        done."""
-        flow = self._flow
+        """Whether a turn that took the outcomes ``taken`` and recorded every waiting one may
+        skip its claim, and wait until :attr:`_drained_until`: no job can have become ready
+        that a claim would find. A claim's turn set that deadline (:meth:`_drained`): the
+        claim took fewer jobs than it asked for and the turn read when the next job falls
+        due. It holds while that deadline has not come, the listener has stayed connected
+        (the jobs enqueued since were announced, and an announcement makes the turn claim
+        first), no limited job is known to wait, and every outcome recorded since was an ack
+        of a job in no lane and under no limit (:meth:`_applied` ends it otherwise). Never
+        for a burst worker: it claims to find out that it is done."""
         return (
             bool(taken)
             and not self.burst
-            and flow is not None
             and not self._limited_pending
+            and not self._limited_queue_named.is_set()
+            and not self._completer.pending
             and time.monotonic() < self._drained_until
             and self._listener is not None
             and self._listener.listening.is_set()
             and self._listener.reconnects == self._drained_at_reconnects
-            and not self._completer.pending
-            and all(
-                o.action in _ACKS
-                and o.job.ordering_key is None
-                and o.job.queue not in flow.queue_limits
-                and o.job.kind not in flow.kind_limits
-                for o in taken
-            )
         )
 
     def _claim_turn(
@@ -766,9 +760,11 @@ class Worker:
         return claimed
 
     def _drained(self, timeout: float) -> None:
-        """Note that this turn's claim found its queues drained, and that its turn will wait
-        ``timeout`` seconds at most (see :meth:`_claim_may_wait`); a claim from positions
-        holds only until the probe is due."""
+        """Note that this turn's claim took fewer jobs than it asked for (its queues drained)
+        and that the turn, having read when the next job falls due, waits ``timeout`` seconds
+        at most (see :meth:`_claim_may_wait`); with claim positions set, only until the probe
+        is due. (A claim from positions that took nothing sets no deadline: its turn probes
+        or waits for the probe instead.)"""
         if self._listener is None:
             return
         if self._positions.is_set():

@@ -18,10 +18,15 @@ WITH cancelled AS (
 SELECT id, ordering_key FROM cancelled
 
 -- name: RUN_JOBS_NOW
-UPDATE jobq_job
-SET run_at = now()
-WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready' AND run_at > now()
-RETURNING id
+WITH due AS (
+    UPDATE jobq_job
+    SET run_at = now()
+    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'ready' AND run_at > now()
+    RETURNING id, queue
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, queue)) FROM due
+)
+SELECT id FROM due CROSS JOIN woken
 
 -- name: REDRIVE_DEAD_LETTERS
 WITH redriven AS (
@@ -56,11 +61,14 @@ WITH redriven AS (
     END
     FROM (SELECT redriven.*, redriven.id AS position FROM redriven) AS input
     ORDER BY id
-    RETURNING id, kind, payload, ordering_key, status
+    RETURNING id, queue, kind, payload, ordering_key, status
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, queue)) FROM job WHERE status = 'ready'
 ), ready_again AS (
     UPDATE jobq_task_result AS result
     SET status = 'READY', job_id = job.id, finished_at = NULL
     FROM job
     WHERE result.id = job.payload->>'result_id' AND result.task_path = job.kind
 )
-SELECT id, CASE WHEN status = 'waiting' THEN ordering_key END AS waiting_lane FROM job
+SELECT id, CASE WHEN status = 'waiting' THEN ordering_key END AS waiting_lane
+FROM job CROSS JOIN woken
