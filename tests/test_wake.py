@@ -169,10 +169,16 @@ def run_by_a_wake_up(worker_id: str, label: str) -> None:
     makes."""
     wait_until_idle(worker_id)
     record.enqueue(label)
+    wait_until_run_by_a_wake_up(label)
+
+
+def wait_until_run_by_a_wake_up(label: str) -> None:
+    """Wait until the job ``label`` (of ``record``) has run: within :data:`WAKE_BOUND`,
+    which only a wake-up makes of a worker sleeping an hour between polls."""
     wait_until(
         lambda: Effect.objects.filter(label=label).exists(),
         timeout=WAKE_BOUND,
-        what="the job to run (only a wake-up runs it this soon)",
+        what=f"the job {label!r} to run (only a wake-up runs it this soon)",
     )
 
 
@@ -459,11 +465,7 @@ def test_a_redrive_wakes_an_idle_worker(sleeping_an_hour):
     with Running(worker_id="redriven"):
         wait_until_idle("redriven")
         assert redrive([dead.pk]) == 1
-        wait_until(
-            lambda: Effect.objects.filter(label="redriven").exists(),
-            timeout=WAKE_BOUND,
-            what="the redriven job to run (only a wake-up runs it this soon)",
-        )
+        wait_until_run_by_a_wake_up("redriven")
 
 
 def test_run_now_wakes_an_idle_worker(sleeping_an_hour):
@@ -471,8 +473,4 @@ def test_run_now_wakes_an_idle_worker(sleeping_an_hour):
     with Running(worker_id="run-now"):
         wait_until_idle("run-now")
         assert run_now([later.pk]) == 1
-        wait_until(
-            lambda: Effect.objects.filter(label="run now").exists(),
-            timeout=WAKE_BOUND,
-            what="the job to run (only a wake-up runs it this soon)",
-        )
+        wait_until_run_by_a_wake_up("run now")

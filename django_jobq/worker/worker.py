@@ -573,7 +573,7 @@ class Worker:
         claim_first = self._announced.is_set() and not self._stopping.is_set()
         if claim_first:
             self._announced.clear()
-        if not claim_first:
+        else:
             self._flush(cursor)
         self._observer.tick(cursor)
         if self._stopping.is_set():
