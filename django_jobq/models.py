@@ -389,7 +389,7 @@ class StoredTaskResult(models.Model):
 
 
 def stored_task_result_from_json(text: str) -> StoredTaskResult:
-    """A :class:`StoredTaskResult` from the JSON text of its row (``to_jsonb(result)``, as
+    """A :class:`StoredTaskResult` from the JSON text of its row (``row_to_json(result)``, as
     the worker's statements that start tasks and record their outcomes return it:
     ``sql.tasks``, ``sql.outcomes``): its times arrive as ISO 8601 strings, its ``jsonb``
     columns as JSON. Columns the model does not know are left out: one a newer migration

@@ -306,7 +306,7 @@ def take_started(lease: Lease) -> tuple[StoredTaskResult, bool] | None:
 
 
 def _readable(task_result: str) -> StoredTaskResult | None:
-    """A result from the JSON text a statement returned (``to_jsonb``), or ``None`` if it
+    """A result from the JSON text a statement returned (``row_to_json``), or ``None`` if it
     holds a value Python cannot (JSON nested deeper than its recursion limit, a time of
     ``'infinity'``: written by hand)."""
     try:

@@ -281,6 +281,31 @@ def test_one_ack_statement_records_a_tasks_job_with_its_result_and_a_plain_job(q
     assert not Job.objects.exists()
 
 
+def test_the_results_the_start_and_the_ack_return_are_the_rows_as_stored(queue_cursor):
+    # Both statements return each result as JSON text (row_to_json), from which the worker
+    # builds what the runner and task_finished get: field for field, the row the ORM reads,
+    # whatever JSON the arguments and the return value hold.
+    label = 'é "quoted" \\ back\u2028slash 😀'
+    returned = {"n": 12345678901234567890, "x": 0.1, "s": label, "nested": [1, {"b": None}]}
+    result = tasks.record.enqueue(label)
+    (job,) = claims.claim(queue_cursor, worker_id="w", limit=1)
+    task_results.start_claimed(queue_cursor, [job])
+    taken = task_results.take_started(job.lease)
+    assert taken is not None
+    assert _columns(taken[0]) == _columns(StoredTaskResult.objects.get(pk=result.id))
+
+    acked = outcomes.ack(queue_cursor, [job.lease], return_values=[json.dumps(returned)])
+
+    (finished,) = acked.results
+    stored = StoredTaskResult.objects.get(pk=result.id)
+    assert _columns(finished) == _columns(stored)
+    assert (stored.args, stored.return_value, stored.status) == ([label], returned, "SUCCESSFUL")
+
+
+def _columns(result: StoredTaskResult) -> dict[str, Any]:
+    return {field.attname: getattr(result, field.attname) for field in result._meta.concrete_fields}
+
+
 def test_the_worker_marks_a_claims_tasks_running_in_one_statement_for_the_runner(queue_cursor):
     first, second = tasks.record.enqueue("one"), tasks.record.enqueue("two")
     plain = enqueue("tests.testapp.jobs.record", {"label": "plain"})

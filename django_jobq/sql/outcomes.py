@@ -12,9 +12,10 @@ RESULT(S)`` that also writes the result, from the task's part (``%(return_values
 
 Each statement returns one row per job written or busy: ``job`` (its id), ``busy``, and for
 ``ACK_JOBS_WITH_RESULTS`` and ``DEAD_LETTER_JOB_WITH_RESULT`` ``task_result``: the row of
-``jobq_task_result`` the statement finished, as JSON text (``to_jsonb``; NULL for a plain
-job or a busy one). Text, decoded by the worker row by row: a value Python cannot hold (a
-time of ``'infinity'`` written by hand) never keeps the outcome from being recorded.
+``jobq_task_result`` the statement finished, as JSON text (``row_to_json``, see
+``sql.tasks.START_TASK_ATTEMPTS``; NULL for a plain job or a busy one). Text, decoded by the
+worker row by row: a value Python cannot hold (a time of ``'infinity'`` written by hand)
+never keeps the outcome from being recorded.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ _WITH_RESULTS = """, stored AS (
         job_id = EXCLUDED.job_id,
         finished_at = EXCLUDED.finished_at,
         return_value = EXCLUDED.return_value
-    RETURNING result.job_id, to_jsonb(result)::text AS task_result
+    RETURNING result.job_id, row_to_json(result)::text AS task_result
 )
 SELECT job_id AS job, false AS busy, task_result FROM stored
 UNION ALL
@@ -192,7 +193,7 @@ _FAILED_RESULT = """, failed AS (
         errors = result.errors || jsonb_build_array(%(task_error)s::jsonb)
     FROM moved
     WHERE result.id = moved.payload->>'result_id' AND result.task_path = moved.kind
-    RETURNING to_jsonb(result)::text AS task_result
+    RETURNING row_to_json(result)::text AS task_result
 )
 SELECT dead.job_id AS job, false AS busy, failed.task_result FROM dead LEFT JOIN failed ON true
 UNION ALL
