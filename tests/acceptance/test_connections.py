@@ -88,7 +88,10 @@ def test_sigterm_while_connections_are_refused_exits_within_the_shutdown_timeout
         DATABASE_URL=through(proxy),
     )  # fmt: skip
     try:
-        wait_until(lambda: running(job.pk, "cut-off"), what="the worker to run the job")
+        # The handler's start, not the job's row: a claim whose commit the worker never heard
+        # of (the outage cut its reply) shows the job running, but nothing runs it.
+        wait_until(lambda: (tmp_path / "done.started").exists(), what="the handler to start")
+        assert running(job.pk, "cut-off")
         proxy.refuse()
         # Main loop and listener each retry with doubling delays: 12 refused attempts are
         # about 6 s into the outage, with delays of 3 s and more.

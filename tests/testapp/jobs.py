@@ -227,8 +227,10 @@ def small_record_attempt(ctx: JobContext, label: str) -> None:
 
 @job(queue="connections", visibility_timeout=1)
 def connections_wait_for_file(path: str) -> None:
-    """Run, without touching the database, until the test creates ``path`` (at most 60 s),
-    so the job stays running through a database outage."""
+    """Create ``<path>.started``, then run, without touching the database, until the test
+    creates ``path`` (at most 60 s), so the job stays running through a database outage."""
+    with open(f"{path}.started", "w"):
+        pass
     deadline = time.monotonic() + 60
     while not os.path.exists(path):
         if time.monotonic() > deadline:
