@@ -281,25 +281,45 @@ def test_one_ack_statement_records_a_tasks_job_with_its_result_and_a_plain_job(q
     assert not Job.objects.exists()
 
 
-def test_the_results_the_start_and_the_ack_return_are_the_rows_as_stored(queue_cursor):
+@pytest.mark.parametrize("added_column", [None, "result"])
+def test_the_results_the_start_and_the_ack_return_are_the_rows_as_stored(
+    queue_cursor, added_column
+):
     # Both statements return each result as JSON text (row_to_json), from which the worker
     # builds what the runner and task_finished get: field for field, the row the ORM reads,
-    # whatever JSON the arguments and the return value hold.
+    # whatever JSON it holds; also once a later migration added a column named like the
+    # statements' alias (a rolling deploy: old workers, new schema).
     label = 'é "quoted" \\ back\u2028slash 😀'
     returned = {"n": 12345678901234567890, "x": 0.1, "s": label, "nested": [1, {"b": None}]}
-    result = tasks.record.enqueue(label)
-    (job,) = claims.claim(queue_cursor, worker_id="w", limit=1)
-    task_results.start_claimed(queue_cursor, [job])
-    taken = task_results.take_started(job.lease)
-    assert taken is not None
-    assert _columns(taken[0]) == _columns(StoredTaskResult.objects.get(pk=result.id))
+    result = tasks.record.enqueue(label=label)
+    StoredTaskResult.objects.filter(pk=result.id).update(
+        errors=[{"exception_class_path": "builtins.KeyError", "traceback": label}],
+        run_after=timezone.now() - timedelta(minutes=1),
+    )
+    if added_column:
+        with connection.cursor() as cursor:
+            cursor.execute(f"ALTER TABLE jobq_task_result ADD COLUMN {added_column} jsonb")
+    try:
+        task_kinds = [kind for kind in registry.claimable_kinds() if task_results.handler(kind)]
+        claimed = task_results.claim_and_start(
+            queue_cursor, task_kinds=task_kinds, worker_id="w", limit=1
+        )
+        (job,) = claimed.jobs
+        assert claimed.start_error is None
+        taken = task_results.take_started(job.lease)
+        assert taken is not None
+        assert _columns(taken[0]) == _columns(StoredTaskResult.objects.get(pk=result.id))
 
-    acked = outcomes.ack(queue_cursor, [job.lease], return_values=[json.dumps(returned)])
+        acked = outcomes.ack(queue_cursor, [job.lease], return_values=[json.dumps(returned)])
 
-    (finished,) = acked.results
-    stored = StoredTaskResult.objects.get(pk=result.id)
-    assert _columns(finished) == _columns(stored)
-    assert (stored.args, stored.return_value, stored.status) == ([label], returned, "SUCCESSFUL")
+        (finished,) = acked.results
+        stored = StoredTaskResult.objects.get(pk=result.id)
+        assert _columns(finished) == _columns(stored)
+        assert (stored.kwargs, stored.return_value) == ({"label": label}, returned)
+    finally:
+        if added_column:
+            with connection.cursor() as cursor:
+                cursor.execute(f"ALTER TABLE jobq_task_result DROP COLUMN {added_column}")
 
 
 def _columns(result: StoredTaskResult) -> dict[str, Any]:

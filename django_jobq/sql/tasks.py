@@ -40,10 +40,12 @@ INSERT_TASK_JOBS = INSERT_JOBS_TEMPLATE.format(
 #: nested deeper than its recursion limit, a time of ``'infinity'``, written by hand) fails
 #: that task's start only. ``row_to_json`` writes the row's text at once, where
 #: ``to_jsonb(...)::text`` builds a ``jsonb`` value first and then prints it: the same object
-#: at 1.6 to 2.4 times the cost (``EXPLAIN ANALYZE`` of 256 tasks, 15 runs a round: an ack's
+#: at 1.6 to 2.5 times the cost (``EXPLAIN ANALYZE`` of 256 tasks, 15 runs a round: an ack's
 #: medians 6.2 and 7.0 ms against 7.8 and 8.1, 5.1 returning neither; this start's fastest
 #: runs 5.1 to 5.7 ms against 6.6 to 7.1, 3.9 to 4.8 returning neither). Every statement
-#: that returns a result as JSON uses it.
+#: that returns a result as JSON uses it, as ``row_to_json(result.*)``: the whole row even
+#: if a later migration adds a column named ``result`` (a bare ``result`` would then name
+#: that column, and every task's start and outcome would fail).
 #: ``commit_mode`` lets the transaction commit without waiting for its WAL to reach the disk
 #: (``set_config(..., true)``: this transaction only, the whole statement when autocommit):
 #: visible at once, lost only if the database server crashes within a fraction of a second.
@@ -71,7 +73,7 @@ SET status = 'RUNNING',
     last_attempted_at = EXCLUDED.last_attempted_at,
     finished_at = NULL,
     worker_ids = result.worker_ids || EXCLUDED.worker_ids
-RETURNING result.job_id, row_to_json(result)::text AS task_result
+RETURNING result.job_id, row_to_json(result.*)::text AS task_result
 """
 START_TASK_ATTEMPTS = _START_TASK_ATTEMPTS_TEMPLATE.format(
     leases="",
@@ -143,5 +145,5 @@ FROM unnest(%(result_ids)s::text[], %(task_paths)s::text[], %(task_errors)s::tex
 WHERE result.id = unrun.result_id
   AND result.task_path = unrun.task_path
   AND result.status NOT IN ('SUCCESSFUL', 'FAILED')
-RETURNING row_to_json(result)::text AS task_result
+RETURNING row_to_json(result.*)::text AS task_result
 """

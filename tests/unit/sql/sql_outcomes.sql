@@ -52,7 +52,7 @@ WITH locked AS MATERIALIZED (
         job_id = EXCLUDED.job_id,
         finished_at = EXCLUDED.finished_at,
         return_value = EXCLUDED.return_value
-    RETURNING result.job_id, row_to_json(result)::text AS task_result
+    RETURNING result.job_id, row_to_json(result.*)::text AS task_result
 )
 SELECT job_id AS job, false AS busy, task_result FROM stored
 UNION ALL
@@ -183,7 +183,7 @@ WITH locked AS MATERIALIZED (
         errors = result.errors || jsonb_build_array(%(task_error)s::jsonb)
     FROM moved
     WHERE result.id = moved.payload->>'result_id' AND result.task_path = moved.kind
-    RETURNING row_to_json(result)::text AS task_result
+    RETURNING row_to_json(result.*)::text AS task_result
 )
 SELECT dead.job_id AS job, false AS busy, failed.task_result FROM dead LEFT JOIN failed ON true
 UNION ALL

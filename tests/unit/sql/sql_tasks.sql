@@ -66,7 +66,7 @@ SET status = 'RUNNING',
     last_attempted_at = EXCLUDED.last_attempted_at,
     finished_at = NULL,
     worker_ids = result.worker_ids || EXCLUDED.worker_ids
-RETURNING result.job_id, row_to_json(result)::text AS task_result
+RETURNING result.job_id, row_to_json(result.*)::text AS task_result
 
 -- name: START_NOTED_TASK_ATTEMPTS
 WITH noted AS (
@@ -118,7 +118,7 @@ SET status = 'RUNNING',
     last_attempted_at = EXCLUDED.last_attempted_at,
     finished_at = NULL,
     worker_ids = result.worker_ids || EXCLUDED.worker_ids
-RETURNING result.job_id, row_to_json(result)::text AS task_result
+RETURNING result.job_id, row_to_json(result.*)::text AS task_result
 
 -- name: SET_START_LOCK_TIMEOUT
 SELECT set_config('lock_timeout', '10ms', true)
@@ -133,4 +133,4 @@ FROM unnest(%(result_ids)s::text[], %(task_paths)s::text[], %(task_errors)s::tex
 WHERE result.id = unrun.result_id
   AND result.task_path = unrun.task_path
   AND result.status NOT IN ('SUCCESSFUL', 'FAILED')
-RETURNING row_to_json(result)::text AS task_result
+RETURNING row_to_json(result.*)::text AS task_result
