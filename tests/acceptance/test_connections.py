@@ -31,6 +31,18 @@ def running(job_id, worker_id):
     return Job.objects.filter(pk=job_id, status="running", worker_id=worker_id).first()
 
 
+def waiting_for_lock(lock_id):
+    """Whether a session of this database waits for advisory lock ``lock_id``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            " AND objid = %s AND database = (SELECT oid FROM pg_database"
+            " WHERE datname = current_database()))",
+            [lock_id],
+        )
+        return cursor.fetchone()[0]
+
+
 def stop_within(worker, seconds):
     """SIGTERM ``worker``; return its stderr once it exited, within ``seconds``."""
     worker.send_signal(signal.SIGTERM)
@@ -54,7 +66,10 @@ def test_a_worker_whose_connection_hangs_gives_its_job_up_within_a_lease_and_exi
         "--poll-interval", "0.2", "--shutdown-timeout", str(shutdown_timeout),
         DATABASE_URL=through(proxy),
     )  # fmt: skip
-    wait_until(lambda: running(job.pk, "wedged"), what="the wedged worker to run the job")
+    # The handler waiting for the lock, not only the job's row: a claim whose reply the
+    # freeze held back shows the job running, but the worker never learned it holds it.
+    wait_until(lambda: running(job.pk, "wedged"), what="the wedged worker to claim the job")
+    wait_until(lambda: waiting_for_lock(LOCK), what="the wedged worker's handler to start")
     proxy.freeze(b"jobq worker wedged")
     frozen_at = time.monotonic()
     other = manage("jobq_worker", "--queue", "leases", "--worker-id", "other", "--no-scheduler")
