@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
@@ -404,27 +405,35 @@ def stored_task_result_from_json(text: str) -> StoredTaskResult:
     columns = json.loads(text)
     if not isinstance(columns, dict):
         raise ValueError(f"a task result's row is not a JSON object: {text[:100]!r}")
-    for name in _stored_task_result_time_columns():
-        value = columns.get(name)
-        if value is not None:
+    values = []
+    for field, is_time in _stored_task_result_fields():
+        value = columns.get(field.attname, _MISSING)
+        if value is _MISSING:  # a column an older schema lacks: the model's default
+            value = field.get_default()
+        elif is_time and value is not None:
             if not isinstance(value, str):
-                raise ValueError(f"a task result's {name} is not a time: {value!r}")
-            columns[name] = datetime.fromisoformat(value)
-    known = _stored_task_result_columns()
-    return StoredTaskResult(**{name: value for name, value in columns.items() if name in known})
+                raise ValueError(f"a task result's {field.attname} is not a time: {value!r}")
+            value = datetime.fromisoformat(value)
+        values.append(value)
+    # Every field in order, as Django builds the rows a query reads: half the cost of
+    # keywords, paid twice for each task a worker runs.
+    return StoredTaskResult.from_db(None, _stored_task_result_names(), values)
+
+
+_MISSING = object()
 
 
 @functools.cache
-def _stored_task_result_columns() -> frozenset[str]:
-    return frozenset(field.attname for field in StoredTaskResult._meta.concrete_fields)
+def _stored_task_result_names() -> tuple[str, ...]:
+    return tuple(field.attname for field in StoredTaskResult._meta.concrete_fields)
 
 
 @functools.cache
-def _stored_task_result_time_columns() -> tuple[str, ...]:
+def _stored_task_result_fields() -> tuple[tuple[models.Field[Any, Any], bool], ...]:
+    """The model's columns in order, each with whether it is a time."""
     return tuple(
-        field.attname
+        (field, isinstance(field, models.DateTimeField))
         for field in StoredTaskResult._meta.concrete_fields
-        if isinstance(field, models.DateTimeField)
     )
 
 

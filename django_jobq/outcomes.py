@@ -16,7 +16,6 @@ results (:mod:`django_jobq.task_results`). :func:`ack_in_transaction` is the ack
 from __future__ import annotations
 
 import enum
-import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -28,9 +27,6 @@ from . import sql, text
 from .claims import ClaimedJob
 from .db import Cursor
 from .leases import Lease, LeaseBusy, Written, lease_arrays
-from .models import StoredTaskResult, stored_task_result_from_json
-
-logger = logging.getLogger("django_jobq.worker")
 
 
 class Action(enum.Enum):
@@ -65,6 +61,16 @@ class Outcome:
     exception: BaseException | None = field(default=None, repr=False, compare=False)
 
 
+class FinishedResult(NamedTuple):
+    """A task result an outcome statement made SUCCESSFUL or FAILED, unread: its job's id and
+    the row as the statement returned it, JSON text (``row_to_json``). Reading it is a model
+    instance per result, Python work the worker leaves to its announcer thread
+    (:func:`django_jobq.task_results.read_finished`)."""
+
+    job: int
+    json: str
+
+
 class Recorded(Written):
     """A :class:`~django_jobq.leases.Written` of an outcome statement, with the task results
     it finished (:attr:`results`: SUCCESSFUL for an ack, FAILED for a dead letter)."""
@@ -73,47 +79,29 @@ class Recorded(Written):
         self,
         applied: Iterable[int] = (),
         busy: Iterable[int] = (),
-        results: Iterable[StoredTaskResult] = (),
+        results: Iterable[FinishedResult] = (),
     ) -> None:
         super().__init__(applied, busy)
         self.results = tuple(results)
 
 
 class _Row(NamedTuple):
-    """A row of an outcome statement: the job written (or busy) and the result it finished."""
+    """A row of an outcome statement: the job written (or busy) and the result it finished
+    (JSON text)."""
 
     job: int
     busy: bool
-    result: StoredTaskResult | None
-
-
-def _row(*, job: int, busy: bool, task_result: str | None = None) -> _Row:
-    """A row of an outcome statement; its result, if it finished one, from JSON text. A
-    result Python cannot read (a time of ``'infinity'`` written by hand) is logged and left
-    out: the outcome stands, only that result's ``task_finished`` is not sent."""
-    if task_result is None:
-        return _Row(job, busy, None)
-    try:
-        return _Row(job, busy, stored_task_result_from_json(task_result))
-    except (RecursionError, ValueError) as exc:
-        logger.warning(
-            "job %s: the task result its outcome finished cannot be read (%s: %s); its "
-            "task_finished signal is not sent",
-            job,
-            type(exc).__name__,
-            text.first_line(str(exc))[:200],
-        )
-        return _Row(job, busy, None)
+    task_result: str | None = None
 
 
 def _recorded(cursor: psycopg.Cursor[Any], statement: str, params: dict[str, Any]) -> Recorded:
-    with cursor.connection.cursor(row_factory=kwargs_row(_row)) as typed:
+    with cursor.connection.cursor(row_factory=kwargs_row(_Row)) as typed:
         typed.execute(statement, params)
         rows = typed.fetchall()
     return Recorded(
         (row.job for row in rows if not row.busy),
         (row.job for row in rows if row.busy),
-        (row.result for row in rows if row.result is not None),
+        (FinishedResult(row.job, row.task_result) for row in rows if row.task_result is not None),
     )
 
 
@@ -243,7 +231,7 @@ class TaskResults(Protocol):
         ack, the error of a retry or dead letter; ``None`` for a plain job's outcome."""
         ...
 
-    def finished(self, results: Sequence[StoredTaskResult]) -> None:
+    def finished(self, results: Sequence[FinishedResult]) -> None:
         """Hear of the results an outcome made SUCCESSFUL or FAILED (committed)."""
         ...
 

@@ -52,7 +52,7 @@ from .claims import ClaimedJob
 from .conf import get_settings
 from .leases import Lease, Written
 from .models import StoredTaskResult, stored_task_result_from_json
-from .outcomes import Action, Outcome
+from .outcomes import Action, FinishedResult, Outcome
 
 #: The ``TASKS`` backend path of django-jobq's backend (:mod:`django_jobq.tasks_backend`).
 BACKEND = "django_jobq.tasks_backend.JobqBackend"
@@ -447,7 +447,14 @@ def fail_unrun(
 
 class TaskOutcomes:
     """The outcome recorder's hook for Django tasks (:class:`django_jobq.outcomes.TaskResults`):
-    the task part of a task's job's outcome, and the announcement of finished results."""
+    the task part of a task's job's outcome, and the announcement of finished results.
+
+    ``announce`` is handed the results each outcome finished, once committed, unread: by
+    default they are read and announced at once (:func:`announce_read`); the worker hands
+    them to its announcer thread (:mod:`django_jobq.worker.announcer`)."""
+
+    def __init__(self, announce: Callable[[Sequence[FinishedResult]], None] | None = None):
+        self._announce = announce or announce_read
 
     def part(self, outcome: Outcome) -> str | None:
         """The return value (JSON text, as the task runner returns it) of a task's ack, the
@@ -459,10 +466,36 @@ class TaskOutcomes:
             return str(outcome.returned)
         return _task_error(outcome)
 
-    def finished(self, results: Sequence[StoredTaskResult]) -> None:
+    def finished(self, results: Sequence[FinishedResult]) -> None:
         """Announce ``results`` (committed: the worker's connection is in autocommit, or the
         statement ran in a transaction that has committed)."""
-        announce_finished(results)
+        self._announce(results)
+
+
+def read_finished(results: Iterable[FinishedResult]) -> list[StoredTaskResult]:
+    """The results outcome statements finished, read from their JSON text. One Python cannot
+    read (a time of ``'infinity'``, JSON nested deeper than its recursion limit: written by
+    hand) is logged and left out: its outcome stands, only its ``task_finished`` is not
+    sent."""
+    read = []
+    for finished in results:
+        try:
+            read.append(stored_task_result_from_json(finished.json))
+        except (RecursionError, ValueError) as exc:
+            logger.warning(
+                "job %s: the task result its outcome finished cannot be read (%s: %s); its "
+                "task_finished signal is not sent",
+                finished.job,
+                type(exc).__name__,
+                text.first_line(str(exc))[:200],
+            )
+    return read
+
+
+def announce_read(results: Sequence[FinishedResult]) -> None:
+    """:func:`announce_finished` of the results :func:`read_finished` reads, on the
+    caller's thread."""
+    announce_finished(read_finished(results))
 
 
 def announce_finished(results: Iterable[StoredTaskResult]) -> None:

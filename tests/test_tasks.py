@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -41,6 +43,7 @@ from django_jobq.task_framework import (
 from django_jobq.task_results import TaskNotRun
 from django_jobq.tasks_backend import JobqBackend
 from django_jobq.worker import Worker
+from django_jobq.worker import worker as worker_module
 from django_jobq.worker.executor import execute
 from django_jobq.worker.held import HeldJob
 from django_jobq.worker.maintenance import Maintenance
@@ -257,6 +260,88 @@ def test_a_worker_runs_the_task_and_stores_its_return_value(signals):
     ]
 
 
+def test_a_slow_task_finished_receiver_holds_back_no_other_job():
+    # task_finished runs on the worker's announcer thread, not its main loop: while a
+    # receiver waits, the worker claims, runs and records other jobs (before, the main loop
+    # ran the receiver, and the task it waits for was never even claimed).
+    seen: dict[str, Any] = {}
+
+    def receive(sender, task_result, **kwargs):
+        if task_result.args != ["first"]:
+            return
+        later = tasks.record.enqueue("later")  # committed: the worker is told at once
+
+        def later_finished() -> bool:
+            later.refresh()
+            return later.is_finished
+
+        seen["later ran"] = _poll(later_finished, timeout=10)
+
+    task_finished.connect(receive)
+    worker = Worker(poll_interval=60, scheduler=False)
+    thread = threading.Thread(target=worker.run)
+    try:
+        tasks.record.enqueue("first")
+        thread.start()
+        wait_until(lambda: "later ran" in seen, what="the receiver of the first task's end")
+    finally:
+        task_finished.disconnect(receive)
+        worker.stop()
+        thread.join(30)
+    assert seen["later ran"]
+    assert sorted(Effect.objects.values_list("label", flat=True)) == ["first", "later"]
+
+
+def test_a_worker_sends_task_finished_for_every_task_before_it_returns(signals):
+    # Receivers that take a while (10 ms each): the worker that stops waits for them.
+    def take_a_while(sender, task_result, **kwargs):
+        time.sleep(0.01)  # the receiver's work, not a wait for anything
+
+    results = [tasks.record.enqueue(f"task {n}") for n in range(50)]
+    task_finished.connect(take_a_while)
+    try:
+        run_burst(concurrency=4)
+    finally:
+        task_finished.disconnect(take_a_while)
+
+    finished = [status for name, status in signals if name == "finished"]
+    assert finished == [TaskResultStatus.SUCCESSFUL] * len(results)
+
+
+def test_a_receiver_still_running_at_exit_is_left_and_logged(monkeypatch, caplog):
+    # A worker that stops waits for task_finished's receivers within its exit timeout, and
+    # no longer: it exits, and says how many tasks' ends it did not announce.
+    monkeypatch.setattr(worker_module, "EXIT_TIMEOUT", 0.2)
+    release = threading.Event()
+    entered = threading.Event()
+
+    def receive(sender, task_result, **kwargs):
+        entered.set()
+        release.wait(30)
+
+    task_finished.connect(receive)
+    try:
+        tasks.record.enqueue("one")
+        tasks.record.enqueue("two")
+        run_burst(batch_size=1)
+    finally:
+        task_finished.disconnect(receive)
+        release.set()
+    assert entered.is_set()
+    assert StoredTaskResult.objects.filter(status="SUCCESSFUL").count() == 2
+    assert re.search(r"task_finished not sent for [12] finished task", caplog.text)
+
+
+def _poll(predicate, *, timeout: float) -> bool:
+    """Whether ``predicate`` became true within ``timeout`` seconds (polled)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def test_one_ack_statement_records_a_tasks_job_with_its_result_and_a_plain_job(queue_cursor):
     # The outcome statements serve plain jobs and tasks' jobs alike: the task part (here its
     # return value) is NULL for a plain job, whose ack then writes no result.
@@ -272,8 +357,8 @@ def test_one_ack_statement_records_a_tasks_job_with_its_result_and_a_plain_job(q
     )
 
     assert acked == {task_job.id, plain_job.id} and not acked.busy
-    assert [stored.id for stored in acked.results] == [result.id]
-    assert acked.results[0].status == "SUCCESSFUL"
+    (finished,) = task_results.read_finished(acked.results)
+    assert (finished.id, finished.status) == (result.id, "SUCCESSFUL")
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL
     assert result.return_value == {"recorded": "together"}
@@ -312,7 +397,7 @@ def test_the_results_the_start_and_the_ack_return_are_the_rows_as_stored(
 
         acked = outcomes.ack(queue_cursor, [job.lease], return_values=[json.dumps(returned)])
 
-        (finished,) = acked.results
+        (finished,) = task_results.read_finished(acked.results)
         stored = StoredTaskResult.objects.get(pk=result.id)
         assert _columns(finished) == _columns(stored)
         assert (stored.kwargs, stored.return_value) == ({"label": label}, returned)
@@ -766,6 +851,7 @@ except ImportError:
 
 from django_jobq.outcomes import Action
 from django_jobq.worker import Worker
+from django_jobq.worker import worker as worker_module
 from django_jobq.worker.executor import execute
 from django_jobq.worker.held import HeldJob
 

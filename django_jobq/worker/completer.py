@@ -57,15 +57,22 @@ class Completer:
 
     Outcomes wait in :attr:`pending` until :meth:`flush` applies them; ``on_applied`` is
     called with each one applied (or found to need no statement, or given up on), and the
-    observer records each (metrics, rollups, signals).
+    observer records each (metrics, rollups, signals). ``announce`` is handed the task
+    results each write finished, once committed (by default read and announced at once;
+    see :class:`~django_jobq.task_results.TaskOutcomes`).
     """
 
-    def __init__(self, on_applied: Callable[[Outcome], None], observer: Observer) -> None:
+    def __init__(
+        self,
+        on_applied: Callable[[Outcome], None],
+        observer: Observer,
+        announce: Callable[[Sequence[outcomes.FinishedResult]], None] = task_results.announce_read,
+    ) -> None:
         self._on_applied = on_applied
         self._observer = observer
         self.pending: list[Outcome] = []
         self.outcome_counts = OutcomeCounts()
-        self._recorder = outcomes.Recorder(task_results.TaskOutcomes())
+        self._recorder = outcomes.Recorder(task_results.TaskOutcomes(announce))
         self._let_go: set[int] = set()  # id() of the pending outcomes done with in this flush
 
     def flush(self, cursor: psycopg.Cursor[Any]) -> None:

@@ -69,6 +69,7 @@ from .. import (
 from ..claim_positions import ClaimPositions
 from ..conf import MAX_ASYNC_CONCURRENCY, get_settings, statement_timeout
 from ..outcomes import Action, Outcome
+from .announcer import Announcer
 from .async_executor import AsyncExecutor
 from .completer import Completer, OutcomeCounts
 from .executor import ExecutorPool, refusal
@@ -350,7 +351,11 @@ class Worker:
         self._limited_far = False
         self._limited_full = False  # this turn's limited claim took all it asked for
         self._limited_held_elsewhere = False  # the last limited claim found a row held
-        self._completer = Completer(on_applied=self._applied, observer=self._observer)
+        # Reads the task results the outcomes finished and sends task_finished, off the loop.
+        self._announcer = Announcer(name=self.worker_id)
+        self._completer = Completer(
+            on_applied=self._applied, observer=self._observer, announce=self._announcer.announce
+        )
         self._maintenance = Maintenance()
         self._capacity = slots + self.batch_size
         self._refill_at = max(1, self.batch_size // 2)
@@ -1000,6 +1005,7 @@ class Worker:
         if self._listener is not None:
             self._listener.start()
         self._pool.start()
+        self._announcer.start()
         if self.serves_async:
             self._async.start()
         try:
@@ -1096,6 +1102,7 @@ class Worker:
         self._async.take_unstarted()
         self._pool.stop(wait=wait, timeout=max(0.0, exit_by - time.monotonic()))
         self._async.stop(wait=wait, timeout=max(0.0, exit_by - time.monotonic()))
+        self._announcer.stop(timeout=max(0.0, exit_by - time.monotonic()))
         if connection is not None:
             if self._observing:
                 self._observer.stop(connection.cursor())
