@@ -450,11 +450,11 @@ class TaskOutcomes:
     the task part of a task's job's outcome, and the announcement of finished results.
 
     ``announce`` is handed the results each outcome finished, once committed, unread: by
-    default they are read and announced at once (:func:`announce_read`); the worker hands
-    them to its announcer thread (:mod:`django_jobq.worker.announcer`)."""
+    default they are read and announced at once (:func:`read_and_announce`); the worker
+    hands them to its announcer thread (:mod:`django_jobq.worker.announcer`)."""
 
     def __init__(self, announce: Callable[[Sequence[FinishedResult]], None] | None = None):
-        self._announce = announce or announce_read
+        self._announce = announce or read_and_announce
 
     def part(self, outcome: Outcome) -> str | None:
         """The return value (JSON text, as the task runner returns it) of a task's ack, the
@@ -492,7 +492,7 @@ def read_finished(results: Iterable[FinishedResult]) -> list[StoredTaskResult]:
     return read
 
 
-def announce_read(results: Sequence[FinishedResult]) -> None:
+def read_and_announce(results: Sequence[FinishedResult]) -> None:
     """:func:`announce_finished` of the results :func:`read_finished` reads, on the
     caller's thread."""
     announce_finished(read_finished(results))

@@ -42,7 +42,7 @@ from django_jobq.task_framework import (
 )
 from django_jobq.task_results import TaskNotRun
 from django_jobq.tasks_backend import JobqBackend
-from django_jobq.worker import Worker
+from django_jobq.worker import Worker, announcer
 from django_jobq.worker import worker as worker_module
 from django_jobq.worker.executor import execute
 from django_jobq.worker.held import HeldJob
@@ -292,12 +292,13 @@ def test_a_slow_task_finished_receiver_holds_back_no_other_job():
     assert sorted(Effect.objects.values_list("label", flat=True)) == ["first", "later"]
 
 
-def test_a_worker_sends_task_finished_for_every_task_before_it_returns(signals):
-    # Receivers that take a while (10 ms each): the worker that stops waits for them.
+def test_a_burst_worker_sends_every_task_finished_before_it_returns(signals):
+    # 200 receivers of 15 ms each: 3 s of announcing, longer than the worker's exit timeout
+    # (2 s): the worker finishes once its announcer has sent them all, not at its exit.
     def take_a_while(sender, task_result, **kwargs):
-        time.sleep(0.01)  # the receiver's work, not a wait for anything
+        time.sleep(0.015)  # the receiver's work, not a wait for anything
 
-    results = [tasks.record.enqueue(f"task {n}") for n in range(50)]
+    results = [tasks.record.enqueue(f"task {n}") for n in range(200)]
     task_finished.connect(take_a_while)
     try:
         run_burst(concurrency=4)
@@ -308,28 +309,167 @@ def test_a_worker_sends_task_finished_for_every_task_before_it_returns(signals):
     assert finished == [TaskResultStatus.SUCCESSFUL] * len(results)
 
 
-def test_a_receiver_still_running_at_exit_is_left_and_logged(monkeypatch, caplog):
-    # A worker that stops waits for task_finished's receivers within its exit timeout, and
-    # no longer: it exits, and says how many tasks' ends it did not announce.
+def test_a_stopping_worker_sends_every_task_finished_before_it_exits():
+    # The first receiver works for 2.5 s once the worker is told to stop, longer than the
+    # worker's exit timeout (2 s): the stopping worker waits for its announcer as it waits
+    # for running jobs, within its shutdown timeout.
+    announced: list[str] = []
+    stopped = threading.Event()
+
+    def slow_first(sender, task_result, **kwargs):
+        if not announced:
+            stopped.wait(30)
+            time.sleep(2.5)  # the receiver's work, not a wait for anything
+        announced.append(task_result.id)
+
+    for n in range(20):
+        tasks.record.enqueue(f"task {n}")
+    task_finished.connect(slow_first)
+    worker = Worker(poll_interval=60, scheduler=False, concurrency=4, shutdown_timeout=30)
+    thread = threading.Thread(target=worker.run)
+    try:
+        thread.start()
+        wait_until(
+            lambda: StoredTaskResult.objects.filter(status="SUCCESSFUL").count() > 1,
+            what="tasks to finish",
+        )
+        worker.stop()  # SIGTERM's path
+        stopped.set()
+        thread.join(30)
+    finally:
+        stopped.set()
+        task_finished.disconnect(slow_first)
+    assert not thread.is_alive()
+    successful = StoredTaskResult.objects.filter(status="SUCCESSFUL")
+    assert sorted(announced) == sorted(successful.values_list("id", flat=True))
+    assert len(announced) > 1
+
+
+def test_task_finished_is_sent_in_the_order_the_outcomes_were_recorded():
+    order: list[str] = []
+
+    def hold_the_first(sender, task_result, **kwargs):
+        if not order:  # meanwhile ten more are recorded, then announced together
+            wait_until(
+                lambda: StoredTaskResult.objects.filter(status="SUCCESSFUL").count() > 10,
+                what="more tasks to finish",
+            )
+        order.append(task_result.args[0])
+
+    labels = [f"task {n:02}" for n in range(30)]
+    for label in labels:
+        tasks.record.enqueue(label)
+    task_finished.connect(hold_the_first)
+    try:
+        run_burst(concurrency=1, batch_size=1)  # run, and acked, in enqueue order
+    finally:
+        task_finished.disconnect(hold_the_first)
+    assert order == labels
+
+
+@pytest.mark.parametrize("raised", [ValueError, SystemExit, KeyboardInterrupt])
+def test_a_receiver_that_raises_stops_no_other_announcement(raised, signals, caplog):
+    def fail_once(sender, task_result, **kwargs):
+        if task_result.args == ["first"]:
+            raise raised("the receiver failed")
+
+    tasks.record.enqueue("first")
+    tasks.record.enqueue("second")
+    task_finished.connect(fail_once)
+    try:
+        run_burst(batch_size=1, concurrency=1)
+    finally:
+        task_finished.disconnect(fail_once)
+    assert [name for name, _ in signals].count("finished") == 2
+    assert "the receiver failed" in caplog.text
+
+
+def test_a_burst_worker_runs_the_tasks_its_receivers_enqueue():
+    def chain(sender, task_result, **kwargs):
+        if task_result.args == ["first"]:
+            tasks.record.enqueue("follow-up")
+
+    tasks.record.enqueue("first")
+    task_finished.connect(chain)
+    try:
+        run_burst()
+    finally:
+        task_finished.disconnect(chain)
+    assert sorted(Effect.objects.values_list("label", flat=True)) == ["first", "follow-up"]
+
+
+def test_receivers_far_behind_make_the_main_loop_wait(monkeypatch):
+    # More than MAX_WAITING results unannounced: the main loop waits for the announcer to
+    # take them (memory stays bounded), and neither claims nor acks meanwhile.
+    monkeypatch.setattr(announcer, "MAX_WAITING", 2)
+    release = threading.Event()
+
+    def block_first(sender, task_result, **kwargs):
+        if task_result.args == ["task 0"]:
+            release.wait(30)
+
+    for n in range(20):
+        tasks.record.enqueue(f"task {n}")
+    task_finished.connect(block_first)
+    worker = Worker(poll_interval=60, scheduler=False, concurrency=1, batch_size=1)
+    thread = threading.Thread(target=worker.run, name="the worker's main loop")
+    try:
+        thread.start()
+        wait_until(lambda: _waits_in(thread, "Announcer.announce"), what="the main loop to wait")
+        assert StoredTaskResult.objects.filter(status="SUCCESSFUL").count() <= 4
+        assert Effect.objects.count() < 20
+        release.set()
+        wait_until(
+            lambda: StoredTaskResult.objects.filter(status="SUCCESSFUL").count() == 20,
+            what="every task to finish",
+        )
+    finally:
+        release.set()
+        task_finished.disconnect(block_first)
+        worker.stop()
+        thread.join(30)
+
+
+def _waits_in(thread: threading.Thread, function: str) -> bool:
+    """Whether ``thread`` is inside ``function`` (a qualified name) now."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    while frame is not None:
+        if frame.f_code.co_qualname == function:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_a_receiver_still_running_at_the_shutdown_deadline_is_left_and_logged(monkeypatch, caplog):
+    # A stopping worker waits for task_finished's receivers until its shutdown deadline,
+    # and no longer: it exits, and says how many tasks' ends it did not announce.
     monkeypatch.setattr(worker_module, "EXIT_TIMEOUT", 0.2)
     release = threading.Event()
     entered = threading.Event()
 
-    def receive(sender, task_result, **kwargs):
+    def hang(sender, task_result, **kwargs):
         entered.set()
         release.wait(30)
 
-    task_finished.connect(receive)
+    tasks.record.enqueue("one")
+    tasks.record.enqueue("two")
+    task_finished.connect(hang)
+    worker = Worker(poll_interval=60, scheduler=False, batch_size=1, shutdown_timeout=0.5)
+    thread = threading.Thread(target=worker.run)
     try:
-        tasks.record.enqueue("one")
-        tasks.record.enqueue("two")
-        run_burst(batch_size=1)
+        thread.start()
+        wait_until(entered.is_set, what="the receiver to start")
+        wait_until(
+            lambda: StoredTaskResult.objects.filter(status="SUCCESSFUL").count() == 2,
+            what="both tasks to finish",
+        )
+        worker.stop()
+        thread.join(10)
+        assert not thread.is_alive()
     finally:
-        task_finished.disconnect(receive)
         release.set()
-    assert entered.is_set()
-    assert StoredTaskResult.objects.filter(status="SUCCESSFUL").count() == 2
-    assert re.search(r"task_finished not sent for [12] finished task", caplog.text)
+        task_finished.disconnect(hang)
+    assert re.search(r"task_finished not sent for 2 finished task\(s\): the receivers", caplog.text)
 
 
 def _poll(predicate, *, timeout: float) -> bool:
@@ -851,7 +991,6 @@ except ImportError:
 
 from django_jobq.outcomes import Action
 from django_jobq.worker import Worker
-from django_jobq.worker import worker as worker_module
 from django_jobq.worker.executor import execute
 from django_jobq.worker.held import HeldJob
 

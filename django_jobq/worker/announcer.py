@@ -3,17 +3,19 @@
 The statements that record outcomes return each task result they finished as JSON text
 (:class:`django_jobq.outcomes.FinishedResult`). Reading one (a model instance, then the
 framework's ``TaskResult``) and sending the signal is Python work for each task, and the
-receivers are the project's code: on the main loop, both held back the next claim (a
-quarter of its time in a burn-down of tasks, docs/performance.md), and a slow receiver
-stalled every job of the process. The main loop hands them here once committed, in the
-order it recorded them, and claims on.
+receivers are the project's code: on the main loop, both held back the next claim (18 % of
+the loop's time in a burn-down of tasks, docs/performance.md), and a slow receiver stalled
+every job of the process. The main loop hands them here once committed (and the results the
+maintenance sweep failed), in the order it recorded them, and claims on.
 
-Receivers run on this thread, one at a time, in that order. If :data:`MAX_WAITING`
-results wait for it (beside those it is announcing), the main loop waits until it takes them:
-memory stays bounded when receivers are slower than the jobs, and a receiver that never
-returns stalls the worker then, as it did on the main loop. A worker
-that stops waits for the results handed here to be announced, within its exit timeout;
-those still waiting after it are logged and not announced.
+Receivers run on this thread, one result at a time, in that order; an exception a receiver
+raises, even ``SystemExit``, is logged and the next result is announced. If
+:data:`MAX_WAITING` results wait for the thread (beside the ones it is announcing), the main
+loop waits until it takes them: memory stays bounded when receivers are slower than the
+jobs. A worker finishes only once the thread has announced everything (a burst worker then
+looks for jobs once more: a receiver may have enqueued some); a stopping worker waits for it
+until its shutdown deadline, like its running jobs. What is still unannounced when the
+worker exits is named in a warning, and never sent.
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from django.db import connections
 
 from .. import db, task_results
+from ..models import StoredTaskResult
 from ..outcomes import FinishedResult
 
 logger = logging.getLogger("django_jobq.worker")
@@ -35,14 +37,23 @@ logger = logging.getLogger("django_jobq.worker")
 #: before it hands it more (as many as a claim of the largest batch size takes).
 MAX_WAITING = 10_000
 
+#: A result to announce: as an outcome statement returned it (unread), or read already.
+Finished = FinishedResult | StoredTaskResult
+
 
 class Announcer:
-    """The thread that reads finished task results and sends ``task_finished`` for them."""
+    """The thread that sends ``task_finished`` for finished task results.
 
-    def __init__(self, *, name: str) -> None:
-        self._waiting: collections.deque[FinishedResult] = collections.deque()
+    ``on_idle`` is called (on the announcer's thread) each time it has announced every
+    result handed to it: the worker's wake-up, so that a worker waiting to finish goes on.
+    """
+
+    def __init__(self, *, name: str, on_idle: Callable[[], None]) -> None:
+        self._on_idle = on_idle
+        self._waiting: collections.deque[Finished] = collections.deque()
         self._changed = threading.Condition()
         self._stopping = False
+        self._abandoned = False  # stopped: announce nothing more
         self._handed = 0  # results handed to the thread
         self._done = 0  # of them, announced (or found unreadable), by the thread alone
         self._thread = threading.Thread(target=self._run, name=f"{name}-announcer", daemon=True)
@@ -50,32 +61,49 @@ class Announcer:
     def start(self) -> None:
         self._thread.start()
 
-    def announce(self, results: Sequence[FinishedResult]) -> None:
+    def announce(self, results: Sequence[Finished]) -> None:
         """Announce ``results`` (committed) on the announcer's thread; return at once, unless
-        :data:`MAX_WAITING` results wait already: then once the thread has taken them."""
+        :data:`MAX_WAITING` results wait already: then once the thread has taken them. If
+        the thread is not running (not started, or ended by a bug), announce them on the
+        caller's thread."""
         with self._changed:
             while len(self._waiting) >= MAX_WAITING and self._thread.is_alive():
                 self._changed.wait()
-            self._waiting.extend(results)
-            self._handed += len(results)
-            self._changed.notify_all()
+            if self._thread.is_alive():
+                self._waiting.extend(results)
+                self._handed += len(results)
+                self._changed.notify_all()
+                return
+        for finished in results:
+            _announce(finished)
+
+    def idle(self) -> bool:
+        """Whether every result handed to the thread has been announced (or the thread has
+        ended, and never will)."""
+        return self._done == self._handed or not self._thread.is_alive()
 
     def stop(self, *, timeout: float) -> None:
-        """Announce what waits, then end the thread; wait for that ``timeout`` seconds at
-        most. Results still waiting then are logged (with a warning) and not announced."""
-        deadline = time.monotonic() + timeout
+        """End the thread once it has announced what waits, waiting for that ``timeout``
+        seconds at most; what it has not announced by then is logged (a warning) and never
+        announced. Calling it again does nothing."""
         with self._changed:
+            if self._stopping:
+                return
             self._stopping = True
             self._changed.notify_all()
         if self._thread.is_alive():
-            self._thread.join(max(0.0, deadline - time.monotonic()))
-        left = self._handed - self._done
+            self._thread.join(timeout)
+        with self._changed:
+            self._abandoned = True
+            left = self._handed - self._done
         if left:
             logger.warning(
-                "%s: task_finished not sent for %s finished task(s): a receiver still ran "
-                "when the worker exited",
+                "%s: task_finished not sent for %s finished task(s): %s",
                 self._thread.name,
                 left,
+                "the receivers had not got to them when the worker exited"
+                if self._thread.is_alive()
+                else "the announcer thread had ended",
             )
 
     def _run(self) -> None:
@@ -86,15 +114,18 @@ class Announcer:
                 except Exception:  # announce all the same; a receiver meets the problem
                     logger.exception("announcer: closing unusable connections failed")
                 for finished in batch:
-                    try:
-                        task_results.announce_read([finished])
-                    except Exception:  # a bug here must not end the announcements
-                        logger.exception("job %s: announcing its task's end failed", finished.job)
+                    if self._abandoned:
+                        return
+                    _announce(finished)
                     self._done += 1
+                if self.idle():
+                    self._on_idle()
         finally:
+            with self._changed:
+                self._changed.notify_all()  # a main loop waiting for room: the thread ended
             connections.close_all()  # those the receivers opened on this thread
 
-    def _take(self) -> list[FinishedResult] | None:
+    def _take(self) -> list[Finished] | None:
         """The results waiting, taken (``None``: stopping and nothing waits)."""
         with self._changed:
             while not self._waiting:
@@ -105,3 +136,18 @@ class Announcer:
             self._waiting.clear()
             self._changed.notify_all()
             return batch
+
+
+def _announce(finished: Finished) -> None:
+    """Send ``task_finished`` for one result; whatever a receiver raises is logged."""
+    try:
+        if isinstance(finished, StoredTaskResult):
+            task_results.announce_finished([finished])
+        else:
+            task_results.read_and_announce([finished])
+    except BaseException:  # a receiver's SystemExit must not end the announcements
+        logger.exception("job %s: task_finished raised", _job_id(finished))
+
+
+def _job_id(finished: Finished) -> int | None:
+    return finished.job_id if isinstance(finished, StoredTaskResult) else finished.job

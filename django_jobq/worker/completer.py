@@ -66,7 +66,7 @@ class Completer:
         self,
         on_applied: Callable[[Outcome], None],
         observer: Observer,
-        announce: Callable[[Sequence[outcomes.FinishedResult]], None] = task_results.announce_read,
+        announce: Callable[[Sequence[outcomes.FinishedResult]], None] | None = None,
     ) -> None:
         self._on_applied = on_applied
         self._observer = observer

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,7 @@ from psycopg.rows import class_row, scalar_row
 from .. import sql, task_results, text
 from ..conf import get_settings
 from ..metrics import instruments
+from ..models import StoredTaskResult
 from ..stats import STALE_AFTER, WaitingKind, waiting_kinds
 from .registration import PRUNE_AFTER
 from .timers import Every
@@ -58,10 +59,18 @@ BATCHES_PER_ROUND = 10
 class Maintenance:
     """Call :meth:`run_if_due` from the worker's main loop; it returns at once if the
     previous round was less than :data:`INTERVAL` seconds ago. ``clock`` gives
-    ``time.monotonic()`` seconds (tests pass a simulated one)."""
+    ``time.monotonic()`` seconds (tests pass a simulated one). ``announce`` sends
+    ``task_finished`` for the results of tasks' jobs a sweep dead-lettered, once committed
+    (the worker's announcer thread; by default on the caller's thread)."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        announce: Callable[[Sequence[StoredTaskResult]], None] = task_results.announce_finished,
+    ) -> None:
         self._clock = clock
+        self._announce = announce
         self._rounds = Every(INTERVAL, clock=clock)
         self._sweeps = Every(INTERVAL, clock=clock)  # its interval follows the grace
         # (queue, kind) -> [first, last] clock times a sweep of this worker saw its jobs wait.
@@ -203,7 +212,7 @@ class Maintenance:
             )
             # A Django task's result fails with the dead letter, in the same transaction.
             failed = task_results.fail_unrun(cursor, letters, announce=False)
-        task_results.announce_finished(failed)  # task_finished, once committed
+        self._announce(failed)  # task_finished, once committed
         swept = Counter((letter.queue, letter.kind) for letter in letters)
         for (queue, kind), count in sorted(swept.items()):
             instruments.observe_dead_lettered(queue, kind, "unknown kind", count)

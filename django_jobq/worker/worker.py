@@ -352,11 +352,11 @@ class Worker:
         self._limited_full = False  # this turn's limited claim took all it asked for
         self._limited_held_elsewhere = False  # the last limited claim found a row held
         # Reads the task results the outcomes finished and sends task_finished, off the loop.
-        self._announcer = Announcer(name=self.worker_id)
+        self._announcer = Announcer(name=self.worker_id, on_idle=self._wakeup.set)
         self._completer = Completer(
             on_applied=self._applied, observer=self._observer, announce=self._announcer.announce
         )
-        self._maintenance = Maintenance()
+        self._maintenance = Maintenance(announce=self._announcer.announce)
         self._capacity = slots + self.batch_size
         self._refill_at = max(1, self.batch_size // 2)
         self._outstanding = 0  # claimed and not yet recorded (prefetched, running, reported)
@@ -628,6 +628,9 @@ class Worker:
         """The rest of a turn that is not stopping: maintenance, the statistics check
         (:mod:`.statistics`), the scheduler, the claim; returns what :meth:`_turn` does."""
         self._drained_until = 0.0
+        # Read before the claim: a task_finished receiver that enqueues a job and returns
+        # during the claim leaves the announcer idle, and the claim without that job.
+        announced_all = self._announcer.idle()
         self._maintenance.run_if_due(connection)
         # Before the claim: a backlog its statistics do not know is analysed before the
         # claim is planned (and the statement before the loop sleeps stays the due-time one).
@@ -707,6 +710,8 @@ class Worker:
             else:
                 return min(self._idle_timeout(cursor), self._positions.seconds_until_probe())
         if not jobs and self._outstanding == 0 and self.burst:
+            if not announced_all:
+                return math.inf  # its receivers may enqueue jobs: look again once they ran
             if self._limited_held_elsewhere:
                 return LIMITED_RETRY_INTERVAL  # its jobs may be claimable: not done yet
             if not self._any_running(cursor):
@@ -957,7 +962,7 @@ class Worker:
                 self._held.discard(held.job.lease)
             self._outstanding -= len(done)
             self._to_release = [held for held in self._to_release if held.job.id in released.busy]
-        if self._outstanding == 0 or self._shutdown_time_is_up():
+        if (self._outstanding == 0 and self._announcer.idle()) or self._shutdown_time_is_up():
             return None
         time_left = self._shutdown_time_left()
         return math.inf if time_left is None else time_left
@@ -1102,11 +1107,13 @@ class Worker:
         self._async.take_unstarted()
         self._pool.stop(wait=wait, timeout=max(0.0, exit_by - time.monotonic()))
         self._async.stop(wait=wait, timeout=max(0.0, exit_by - time.monotonic()))
-        self._announcer.stop(timeout=max(0.0, exit_by - time.monotonic()))
         if connection is not None:
             if self._observing:
                 self._observer.stop(connection.cursor())
             connection.close()
+        # Normally idle by now; after an error or the shutdown deadline, its receivers get
+        # what is left of the exit's time, after the worker's deregistration.
+        self._announcer.stop(timeout=max(0.0, exit_by - time.monotonic()))
         self._watchdog.stop()
 
     def _finish(self, elapsed: float) -> WorkerStats:
