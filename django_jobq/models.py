@@ -405,8 +405,9 @@ def stored_task_result_from_json(text: str) -> StoredTaskResult:
     columns = json.loads(text)
     if not isinstance(columns, dict):
         raise ValueError(f"a task result's row is not a JSON object: {text[:100]!r}")
+    names, fields = _stored_task_result_layout()
     values = []
-    for field, is_time in _stored_task_result_fields():
+    for field, is_time in fields:
         value = columns.get(field.attname, _MISSING)
         if value is _MISSING:  # a column an older schema lacks: the model's default
             value = field.get_default()
@@ -415,25 +416,24 @@ def stored_task_result_from_json(text: str) -> StoredTaskResult:
                 raise ValueError(f"a task result's {field.attname} is not a time: {value!r}")
             value = datetime.fromisoformat(value)
         values.append(value)
-    # Every field in order, as Django builds the rows a query reads: half the cost of
-    # keywords, paid twice for each task a worker runs.
-    return StoredTaskResult.from_db(None, _stored_task_result_names(), values)
+    # Every field in order, as Django builds the rows a query reads (``from_db``: a saved
+    # row, ``_state.adding`` false): half the cost of keywords, paid twice for each task a
+    # worker runs.
+    return StoredTaskResult.from_db(None, names, values)
 
 
 _MISSING = object()
 
 
 @functools.cache
-def _stored_task_result_names() -> tuple[str, ...]:
-    return tuple(field.attname for field in StoredTaskResult._meta.concrete_fields)
-
-
-@functools.cache
-def _stored_task_result_fields() -> tuple[tuple[models.Field[Any, Any], bool], ...]:
-    """The model's columns in order, each with whether it is a time."""
-    return tuple(
-        (field, isinstance(field, models.DateTimeField))
-        for field in StoredTaskResult._meta.concrete_fields
+def _stored_task_result_layout() -> tuple[
+    tuple[str, ...], tuple[tuple[models.Field[Any, Any], bool], ...]
+]:
+    """The model's column names in order, and each column with whether it is a time."""
+    fields = StoredTaskResult._meta.concrete_fields
+    return (
+        tuple(field.attname for field in fields),
+        tuple((field, isinstance(field, models.DateTimeField)) for field in fields),
     )
 
 
