@@ -9,10 +9,11 @@ every job of the process. The main loop hands them here once committed (and the 
 maintenance sweep failed), in the order it recorded them, and claims on.
 
 Receivers run on this thread, one result at a time, in that order; an exception a receiver
-raises, even ``SystemExit``, is logged and the next result is announced. If
-:data:`MAX_WAITING` results wait for the thread (beside the ones it is announcing), the main
-loop waits until it takes them: memory stays bounded when receivers are slower than the
-jobs. A worker finishes only once the thread has announced everything (a burst worker then
+raises, even ``SystemExit``, is logged and the next result is announced. While
+:data:`MAX_WAITING` results are unannounced the worker claims no job (:meth:`Announcer.behind`):
+memory stays bounded when receivers are slower than the jobs, and the main loop goes on
+recording outcomes, extending leases and heeding a stop. A worker finishes only once the
+thread has announced everything (a burst worker then
 looks for jobs once more: a receiver may have enqueued some); a stopping worker waits for it
 until its shutdown deadline, like its running jobs. What is still unannounced when the
 worker exits is named in a warning, and never sent.
@@ -33,8 +34,8 @@ from ..outcomes import FinishedResult
 
 logger = logging.getLogger("django_jobq.worker")
 
-#: Results waiting for the announcer's thread to take them at which the main loop waits
-#: before it hands it more (as many as a claim of the largest batch size takes).
+#: Unannounced results from which the worker claims no more jobs until the announcer has
+#: caught up below it (as many as a claim of the largest batch size takes).
 MAX_WAITING = 10_000
 
 #: A result to announce: as an outcome statement returned it (unread), or read already.
@@ -44,12 +45,13 @@ Finished = FinishedResult | StoredTaskResult
 class Announcer:
     """The thread that sends ``task_finished`` for finished task results.
 
-    ``on_idle`` is called (on the announcer's thread) each time it has announced every
-    result handed to it: the worker's wake-up, so that a worker waiting to finish goes on.
+    ``wake`` is called (on the announcer's thread) each time it has announced every result
+    handed to it, or caught up below :data:`MAX_WAITING`, and when the thread ends: the
+    worker's wake-up, so that a worker waiting to finish, or to claim, goes on.
     """
 
-    def __init__(self, *, name: str, on_idle: Callable[[], None]) -> None:
-        self._on_idle = on_idle
+    def __init__(self, *, name: str, wake: Callable[[], None]) -> None:
+        self._wake = wake
         self._waiting: collections.deque[Finished] = collections.deque()
         self._changed = threading.Condition()
         self._stopping = False
@@ -62,13 +64,10 @@ class Announcer:
         self._thread.start()
 
     def announce(self, results: Sequence[Finished]) -> None:
-        """Announce ``results`` (committed) on the announcer's thread; return at once, unless
-        :data:`MAX_WAITING` results wait already: then once the thread has taken them. If
-        the thread is not running (not started, or ended by a bug), announce them on the
+        """Announce ``results`` (committed) on the announcer's thread; return at once. If the
+        thread is not running (not started, or ended by a bug), announce them on the
         caller's thread."""
         with self._changed:
-            while len(self._waiting) >= MAX_WAITING and self._thread.is_alive():
-                self._changed.wait()
             if self._thread.is_alive():
                 self._waiting.extend(results)
                 self._handed += len(results)
@@ -81,6 +80,11 @@ class Announcer:
         """Whether every result handed to the thread has been announced (or the thread has
         ended, and never will)."""
         return self._done == self._handed or not self._thread.is_alive()
+
+    def behind(self) -> bool:
+        """Whether :data:`MAX_WAITING` results or more are unannounced (the thread
+        running): the worker should claim nothing until it is woken."""
+        return self._handed - self._done >= MAX_WAITING and self._thread.is_alive()
 
     def stop(self, *, timeout: float) -> None:
         """End the thread once it has announced what waits, waiting for that ``timeout``
@@ -116,14 +120,16 @@ class Announcer:
                 for finished in batch:
                     if self._abandoned:
                         return
+                    was_behind = self.behind()
                     _announce(finished)
                     self._done += 1
+                    if was_behind and not self.behind():
+                        self._wake()  # the worker may claim again
                 if self.idle():
-                    self._on_idle()
+                    self._wake()
         finally:
-            with self._changed:
-                self._changed.notify_all()  # a main loop waiting for room: the thread ended
             connections.close_all()  # those the receivers opened on this thread
+            self._wake()  # a worker waiting for it: it will announce nothing more
 
     def _take(self) -> list[Finished] | None:
         """The results waiting, taken (``None``: stopping and nothing waits)."""

@@ -352,7 +352,7 @@ class Worker:
         self._limited_full = False  # this turn's limited claim took all it asked for
         self._limited_held_elsewhere = False  # the last limited claim found a row held
         # Reads the task results the outcomes finished and sends task_finished, off the loop.
-        self._announcer = Announcer(name=self.worker_id, on_idle=self._wakeup.set)
+        self._announcer = Announcer(name=self.worker_id, wake=self._wakeup.set)
         self._completer = Completer(
             on_applied=self._applied, observer=self._observer, announce=self._announcer.announce
         )
@@ -583,6 +583,12 @@ class Worker:
         self._observer.tick(cursor)
         if self._stopping.is_set():
             return self._shutdown_turn(cursor)
+        if self._announcer.behind():
+            # task_finished's receivers are far behind: no claim until they catch up (the
+            # announcer wakes the loop); outcomes are recorded meanwhile, leases extended.
+            if claim_first:
+                self._flush(cursor)
+            return math.inf
         if not claim_first and self._claim_may_wait(taken):
             return max(0.0, self._drained_until - time.monotonic())
         timeout = self._claim_turn(connection, cursor)
@@ -628,9 +634,6 @@ class Worker:
         """The rest of a turn that is not stopping: maintenance, the statistics check
         (:mod:`.statistics`), the scheduler, the claim; returns what :meth:`_turn` does."""
         self._drained_until = 0.0
-        # Read before the claim: a task_finished receiver that enqueues a job and returns
-        # during the claim leaves the announcer idle, and the claim without that job.
-        announced_all = self._announcer.idle()
         self._maintenance.run_if_due(connection)
         # Before the claim: a backlog its statistics do not know is analysed before the
         # claim is planned (and the statement before the loop sleeps stays the due-time one).
@@ -641,6 +644,10 @@ class Worker:
             django_connection = connections[get_settings().DATABASE]
             with self._watchdog.guard("scheduler", lambda: django_connection.connection):
                 self._scheduler.run_if_due()
+        # Read after the sweep (it may hand results over) and before the claim: a receiver
+        # that enqueues a job and returns during the claim leaves the announcer idle, and
+        # the claim without that job.
+        announced_all = self._announcer.idle()
         flow = self._flow_state(cursor)
         flow.guard.checked = False
         # Limited jobs, for idle handler slots (and the prefetch, far from their limits):
