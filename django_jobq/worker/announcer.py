@@ -13,10 +13,10 @@ raises, even ``SystemExit``, is logged and the next result is announced. While
 :data:`MAX_WAITING` results are unannounced the worker claims no job (:meth:`Announcer.behind`):
 memory stays bounded when receivers are slower than the jobs, and the main loop goes on
 recording outcomes, extending leases and heeding a stop. A worker finishes only once the
-thread has announced everything (a burst worker then
-looks for jobs once more: a receiver may have enqueued some); a stopping worker waits for it
-until its shutdown deadline, like its running jobs. What is still unannounced when the
-worker exits is named in a warning, and never sent.
+thread has announced everything (a burst worker then looks for jobs once more: a receiver
+may have enqueued some); a stopping worker waits for it until its shutdown deadline, like
+its running jobs. What is still unannounced when the worker exits is counted in a warning,
+and never sent.
 """
 
 from __future__ import annotations
@@ -121,7 +121,10 @@ class Announcer:
                     if self._abandoned:
                         return
                     was_behind = self.behind()
-                    _announce(finished)
+                    try:
+                        _announce(finished)
+                    except BaseException:  # a receiver's SystemExit must not end the thread
+                        logger.exception("job %s: task_finished raised", _job_id(finished))
                     self._done += 1
                     if was_behind and not self.behind():
                         self._wake()  # the worker may claim again
@@ -145,14 +148,12 @@ class Announcer:
 
 
 def _announce(finished: Finished) -> None:
-    """Send ``task_finished`` for one result; whatever a receiver raises is logged."""
-    try:
-        if isinstance(finished, StoredTaskResult):
-            task_results.announce_finished([finished])
-        else:
-            task_results.read_and_announce([finished])
-    except BaseException:  # a receiver's SystemExit must not end the announcements
-        logger.exception("job %s: task_finished raised", _job_id(finished))
+    """Send ``task_finished`` for one result (a receiver's ``Exception`` is logged by
+    :func:`django_jobq.task_results.announce_finished`)."""
+    if isinstance(finished, StoredTaskResult):
+        task_results.announce_finished([finished])
+    else:
+        task_results.read_and_announce([finished])
 
 
 def _job_id(finished: Finished) -> int | None:
