@@ -494,7 +494,8 @@ def read_finished(results: Iterable[FinishedResult]) -> list[StoredTaskResult]:
 
 def read_and_announce(results: Sequence[FinishedResult]) -> None:
     """:func:`announce_finished` of the results :func:`read_finished` reads, on the
-    caller's thread."""
+    caller's thread. Never raises for a receiver's ``Exception`` or a row Python cannot
+    read (both are logged)."""
     announce_finished(read_finished(results))
 
 

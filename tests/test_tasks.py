@@ -275,7 +275,11 @@ def test_a_slow_task_finished_receiver_holds_back_no_other_job():
             later.refresh()
             return later.is_finished
 
-        seen["later ran"] = _poll(later_finished, timeout=10)
+        try:
+            wait_until(later_finished, timeout=10, what="the later task")
+            seen["later ran"] = True
+        except AssertionError:
+            seen["later ran"] = False
 
     task_finished.connect(receive)
     worker = Worker(poll_interval=60, scheduler=False)
@@ -425,7 +429,8 @@ def test_receivers_far_behind_stop_the_claims_not_the_worker(monkeypatch, caplog
         # Two unannounced: behind. At most what it held then runs (a prefetched job and a
         # running one, and one claim that a notification put before that turn's acks).
         # Absence has no event to wait for: a second of it.
-        assert not _poll(lambda: Effect.objects.count() > 5, timeout=1.0)
+        with pytest.raises(AssertionError, match="timed out"):
+            wait_until(lambda: Effect.objects.count() > 5, timeout=1.0)
         worker.stop()
         thread.join(10)
         assert not thread.is_alive()
@@ -469,16 +474,6 @@ def test_a_receiver_still_running_at_the_shutdown_deadline_is_left_and_logged(mo
         release.set()
         task_finished.disconnect(hang)
     assert re.search(r"task_finished not sent for 2 finished task\(s\): the receivers", caplog.text)
-
-
-def _poll(predicate, *, timeout: float) -> bool:
-    """Whether ``predicate`` became true within ``timeout`` seconds (polled)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def test_one_ack_statement_records_a_tasks_job_with_its_result_and_a_plain_job(queue_cursor):
