@@ -117,9 +117,11 @@ _ACKS = frozenset({Action.ACK, Action.ACKED_BY_HANDLER})
 BUSY_RETRY_DELAYS = (0.005, 0.2)
 #: psycopg's ``prepare_threshold`` of the main loop's connection once its statements may be
 #: prepared (see :meth:`Worker._prepares_statements`): each is prepared on its first run, so
-#: PostgreSQL plans the claim and the acks once per connection (a generic plan) instead of on
-#: every run; planning is most of a small claim's server time (docs/performance.md). The
-#: plans are made again once the job table has grown (:mod:`.plans`).
+#: PostgreSQL can run a plan it made before (a generic plan) instead of planning at every run;
+#: planning is most of a small claim's server time. It still plans again at times: after an
+#: ANALYZE of the table, and where a plan for the parameters looks cheaper (docs/performance.md,
+#: "Planning on the main loop"). The plans are made again once the job table has grown
+#: (:mod:`.plans`).
 PREPARE_THRESHOLD = 0
 #: Seconds the worker's threads and its deregistration may take, together, once the main
 #: loop is done (each is cut short by then: the threads are daemons, the statement is cut).
