@@ -61,6 +61,12 @@ class Announcer:
         self._thread = threading.Thread(target=self._run, name=f"{name}-announcer", daemon=True)
 
     def start(self) -> None:
+        """Start the thread (once; before that, :meth:`announce` sends on the caller's
+        thread).
+
+        Raises:
+            RuntimeError: it was started already.
+        """
         self._thread.start()
 
     def announce(self, results: Sequence[Finished]) -> None:
