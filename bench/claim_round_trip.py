@@ -30,7 +30,7 @@ import statistics
 import time
 from typing import Any
 
-from claims import code_version, configure_django, ensure_database, migrate
+from claims import code_version, prepare_database
 
 QUEUE = "bench"
 KIND = "bench.noop"
@@ -93,9 +93,7 @@ def main() -> None:
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--claims", type=int, default=2000)
     options = parser.parse_args()
-    ensure_database(options.database_url)
-    configure_django(options.database_url)
-    migrate()
+    prepare_database(options.database_url)
     from django_jobq import db
     from django_jobq.worker.worker import PREPARE_THRESHOLD
 

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from claims import code_version, configure_django, ensure_database, migrate
+from claims import code_version, prepare_database
 
 QUEUE = "bench"
 KIND = "bench.noop"
@@ -132,9 +132,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=10)
     parser.add_argument("--scenarios", nargs="*", default=list(SCENARIOS))
     options = parser.parse_args()
-    ensure_database(options.database_url)
-    configure_django(options.database_url)
-    migrate()
+    prepare_database(options.database_url)
     from django_jobq import claims, db
 
     takes_kinds = "kinds" in inspect.signature(claims.claim).parameters
