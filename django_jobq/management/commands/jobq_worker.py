@@ -120,7 +120,11 @@ class Command(BaseCommand):
             type=seconds(MAX_POLL_INTERVAL),
             default=None,
             metavar="SECONDS",
-            help="Sleep after finding no job (default JOBQ['POLL_INTERVAL'], 1 s).",
+            help=(
+                "Seconds to wait at most after a claim found nothing; a new job's "
+                "notification, a job or lease falling due, or a schedule tick wakes the "
+                "worker sooner (default JOBQ['POLL_INTERVAL'], 1 s)."
+            ),
         )
         parser.add_argument(
             "--shutdown-timeout",
