@@ -90,8 +90,12 @@ def report(name: str, walls: list[float], cpus: list[float], plans: tuple[int, i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--database-url", required=True)
-    parser.add_argument("--claims", type=int, default=2000)
+    parser.add_argument(
+        "--database-url", required=True, help="the database to create (if missing) and use"
+    )
+    parser.add_argument(
+        "--claims", type=int, default=2000, help="timed claims per session (default 2000)"
+    )
     options = parser.parse_args()
     prepare_database(options.database_url)
     from django_jobq import db

@@ -81,7 +81,7 @@ _jobq_make_venv() {
     fi
 
     if [[ ! -f "$stamp" || "$JOBQ_ROOT/pyproject.toml" -nt "$stamp" ]]; then
-        jobq_log "installing django-jobq with its dev group $* into $name"
+        jobq_log "installing django-jobq with its dev group${*:+ $*} into $name"
         "$dir/bin/python" -m pip install -q --upgrade 'pip>=25.1'
         "$dir/bin/python" -m pip install -q -e . --group dev "$@"
         touch "$stamp"
