@@ -16,8 +16,9 @@ results (:mod:`django_jobq.task_results`). :func:`ack_in_transaction` is the ack
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
 import psycopg
@@ -61,14 +62,32 @@ class Outcome:
     exception: BaseException | None = field(default=None, repr=False, compare=False)
 
 
+class ReturnValue(str):
+    """A task's return value as JSON text, from the runner that called the task, which holds
+    the rest of the result the ack finishes (the result its attempt started): given one, an
+    ack returns the time it finished the result, not the row (:class:`FinishedResult`), and
+    :meth:`announce` sends the finished result's ``task_finished``. A return value given as
+    a plain ``str`` has its row returned and read back. Subclassed by
+    :mod:`django_jobq.task_runner`."""
+
+    def announce(self, finished_at: datetime) -> None:
+        """Send ``task_finished`` for the result, SUCCESSFUL with this value since
+        ``finished_at`` (committed). Never raises for a receiver's exception (logged)."""
+        raise NotImplementedError
+
+
 class FinishedResult(NamedTuple):
     """A task result an outcome statement made SUCCESSFUL or FAILED, unread: its job's id and
-    the row as the statement returned it, JSON text (``row_to_json``). Reading it is a model
-    instance per result, Python work the worker leaves to its announcer thread
-    (:func:`django_jobq.task_results.read_finished`)."""
+    the row as the statement returned it, JSON text (``row_to_json``), or, for an ack whose
+    return value was a :class:`ReturnValue`, ``None`` with the time the ack finished the
+    result (``finished_at``, a timezone-aware ``datetime``) and that ``return_value``.
+    Reading the row is a model instance per result, Python work the worker leaves to its
+    announcer thread (:func:`django_jobq.task_results.read_and_announce`)."""
 
     job: int
-    json: str
+    json: str | None
+    finished_at: datetime | None = None
+    return_value: ReturnValue | None = None
 
 
 class Recorded(Written):
@@ -87,21 +106,36 @@ class Recorded(Written):
 
 class _Row(NamedTuple):
     """A row of an outcome statement: the job written (or busy) and the result it finished
-    (JSON text)."""
+    (JSON text; or only its finish time, see ``sql.outcomes.ACK_JOBS_WITH_RESULTS``)."""
 
     job: int
     busy: bool
     task_result: str | None = None
+    finished_at: datetime | None = None
 
 
-def _recorded(cursor: psycopg.Cursor[Any], statement: str, params: dict[str, Any]) -> Recorded:
+def _recorded(
+    cursor: psycopg.Cursor[Any],
+    statement: str,
+    params: dict[str, Any],
+    return_values: Mapping[int, ReturnValue] | None = None,
+) -> Recorded:
+    """Run an outcome statement; ``return_values``: the :class:`ReturnValue` s of its
+    acks, by job id, which its rows without the result's JSON finished."""
+    known = return_values or {}
     with cursor.connection.cursor(row_factory=kwargs_row(_Row)) as typed:
         typed.execute(statement, params)
         rows = typed.fetchall()
     return Recorded(
         (row.job for row in rows if not row.busy),
         (row.job for row in rows if row.busy),
-        (FinishedResult(row.job, row.task_result) for row in rows if row.task_result is not None),
+        (
+            FinishedResult(row.job, row.task_result)
+            if row.task_result is not None
+            else FinishedResult(row.job, None, row.finished_at, known[row.job])
+            for row in rows
+            if row.task_result is not None or row.finished_at is not None
+        ),
     )
 
 
@@ -123,6 +157,10 @@ def ack(
     with that value in the same statement (``sql.outcomes.ACK_JOBS_WITH_RESULTS``; a batch
     of plain jobs only runs ``sql.outcomes.ACK_JOBS``, which touches no result).
 
+    A return value that is a :class:`ReturnValue` gets its result back as its finish time
+    only (``FinishedResult.json`` is ``None``), unless the ack recreated the result (then as
+    a plain ``str``'s: the row as JSON text).
+
     Returns the ids whose lease was still held (acked); ``.busy``: those whose row another
     transaction had locked (not acked; ack them again later); ``.results``: the results
     made SUCCESSFUL.
@@ -136,7 +174,15 @@ def ack(
     if return_values is None or all(value is None for value in return_values):
         return _recorded(cursor, sql.outcomes.ACK_JOBS, params)
     params["return_values"] = list(return_values)
-    return _recorded(cursor, sql.outcomes.ACK_JOBS_WITH_RESULTS, params)
+    known: dict[int, ReturnValue] = {}
+    read_back: list[int] = []
+    for lease, value in zip(leases, return_values, strict=True):
+        if isinstance(value, ReturnValue):
+            known[lease.job_id] = value
+        elif value is not None:
+            read_back.append(lease.job_id)
+    params["read_back"] = read_back
+    return _recorded(cursor, sql.outcomes.ACK_JOBS_WITH_RESULTS, params, known)
 
 
 def retry(

@@ -39,6 +39,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
 import psycopg
@@ -273,8 +274,8 @@ def _runs_as_task(job: ClaimedJob) -> bool:
 
 def _keep_started(jobs: Sequence[ClaimedJob], rows: Sequence[tuple[int, str]]) -> None:
     """Keep for the task runner the results a start statement returned (``rows`` of job id
-    and result as JSON text) of the claimed ``jobs`` that will run as tasks, unread: reading
-    them (a model instance each) is the runner's work, on its handler thread."""
+    and the started columns as JSON text) of the claimed ``jobs`` that will run as tasks,
+    unread: reading them is the runner's work, on its handler thread."""
     returned = dict(rows)
     now = time.monotonic()
     for job in jobs:
@@ -285,9 +286,55 @@ def _keep_started(jobs: Sequence[ClaimedJob], rows: Sequence[tuple[int, str]]) -
         _started[job.lease] = (task_result, surely_held_until)
 
 
-def take_started(lease: Lease) -> tuple[StoredTaskResult, bool] | None:
-    """The result :func:`start_claimed` marked RUNNING for ``lease``, forgotten here, and
-    whether the lease surely still holds: taken within a third of the job's visibility
+class StartedResult(NamedTuple):
+    """What a start returned of a task's result (``sql.tasks.START_TASK_ATTEMPTS``): the
+    columns its job does not hold. Times are timezone-aware ``datetime`` s (or ``None``);
+    ``errors`` and ``worker_ids`` are lists as stored, ``return_value`` any JSON value. The
+    task's path, backend and arguments are in the job's payload."""
+
+    id: str
+    status: str
+    enqueued_at: datetime | None
+    started_at: datetime | None
+    last_attempted_at: datetime | None
+    run_after: datetime | None
+    queue: str
+    priority: int
+    errors: list[Any]
+    worker_ids: list[Any]
+    return_value: Any
+
+
+def _started_from_json(text: str) -> StartedResult:
+    """A :class:`StartedResult` from the JSON array a start returned.
+
+    Raises:
+        ValueError: the text is not the array a start returns, or a time is not one
+            Python holds (``'infinity'``: written by hand); ``RecursionError``: JSON nested
+            deeper than Python's recursion limit.
+    """
+    columns = json.loads(text)
+    if not isinstance(columns, list) or len(columns) != len(StartedResult._fields):
+        raise ValueError(f"not a started task result: {text[:100]!r}")
+    for index in _STARTED_TIMES:
+        value = columns[index]
+        if value is not None:
+            if not isinstance(value, str):
+                raise ValueError(f"a task result's time is not a time: {value!r}")
+            columns[index] = datetime.fromisoformat(value)
+    return StartedResult(*columns)
+
+
+#: The positions of :class:`StartedResult`'s times.
+_STARTED_TIMES = tuple(
+    StartedResult._fields.index(name)
+    for name in ("enqueued_at", "started_at", "last_attempted_at", "run_after")
+)
+
+
+def take_started(lease: Lease) -> tuple[StartedResult, bool] | None:
+    """The result :func:`start_claimed` marked RUNNING for ``lease`` (its columns the job
+    does not hold), forgotten here, and whether the lease surely still holds: taken within a third of the job's visibility
     timeout of the claim, before its deadline could pass. After that (the job waited long in
     the prefetch, or the process was stopped) another worker may have reclaimed it, and the
     runner must check the lease before calling the task. ``None`` if it started none (the
@@ -298,9 +345,10 @@ def take_started(lease: Lease) -> tuple[StoredTaskResult, bool] | None:
     taken = _started.pop(lease, None)
     if taken is None:
         return None
-    task_result, surely_held_until = taken
-    result = _readable(task_result)
-    if result is None:
+    started, surely_held_until = taken
+    try:
+        result = _started_from_json(started)
+    except (RecursionError, ValueError):
         return None
     return result, time.monotonic() < surely_held_until
 
@@ -330,10 +378,10 @@ def release(cursor: psycopg.Cursor[Any], released: Sequence[Lease]) -> Written:
     return written
 
 
-def start_attempt(job_id: int, attempt: int) -> StoredTaskResult | None:
+def start_attempt(job_id: int, attempt: int) -> StartedResult | None:
     """Mark the result of a task's job RUNNING for attempt ``attempt`` (appending the
-    worker's id), on Django's connection to the queue database; return the result. For an
-    attempt no worker's claim started (:func:`start_claimed`): a test's ``run_jobs``.
+    worker's id), on Django's connection to the queue database; return the result's columns
+    the job does not hold. For an attempt no worker's claim started (:func:`start_claimed`): a test's ``run_jobs``.
 
     Its commit does not wait for the disk, as :func:`start_claimed`'s. Outside a transaction
     it is one round trip.
@@ -348,7 +396,7 @@ def start_attempt(job_id: int, attempt: int) -> StoredTaskResult | None:
     with connections[alias].cursor() as cursor:
         cursor.execute(sql.tasks.START_TASK_ATTEMPTS, {"ids": [job_id], "attempts": [attempt]})
         rows = cursor.fetchall()
-    return stored_task_result_from_json(rows[0][1]) if rows else None
+    return _started_from_json(rows[0][1]) if rows else None
 
 
 def is_task_outcome(outcome: Outcome) -> bool:
@@ -463,7 +511,9 @@ class TaskOutcomes:
         if not is_task_outcome(outcome):
             return None
         if outcome.action is Action.ACK:
-            return str(outcome.returned)
+            # As returned: a ReturnValue (the runner's) spares the ack returning the row.
+            returned = outcome.returned
+            return returned if isinstance(returned, str) else str(returned)
         return _task_error(outcome)
 
     def finished(self, results: Sequence[FinishedResult]) -> None:
@@ -473,12 +523,15 @@ class TaskOutcomes:
 
 
 def read_finished(results: Iterable[FinishedResult]) -> list[StoredTaskResult]:
-    """The results outcome statements finished, read from their JSON text. One Python cannot
-    read (a time of ``'infinity'``, JSON nested deeper than its recursion limit: written by
-    hand) is logged and left out: its outcome stands, only its ``task_finished`` is not
-    sent."""
+    """The results outcome statements finished, read from their JSON text (those returned
+    without it, see :class:`~django_jobq.outcomes.FinishedResult`, are left out). One Python
+    cannot read (a time of ``'infinity'``, JSON nested deeper than its recursion limit:
+    written by hand) is logged and left out: its outcome stands, only its ``task_finished``
+    is not sent."""
     read = []
     for finished in results:
+        if finished.json is None:
+            continue
         try:
             read.append(stored_task_result_from_json(finished.json))
         except (RecursionError, ValueError) as exc:
@@ -493,10 +546,20 @@ def read_finished(results: Iterable[FinishedResult]) -> list[StoredTaskResult]:
 
 
 def read_and_announce(results: Sequence[FinishedResult]) -> None:
-    """:func:`announce_finished` of the results :func:`read_finished` reads, on the
-    caller's thread. Never raises for a receiver's ``Exception`` or a row Python cannot
-    read (both are logged)."""
-    announce_finished(read_finished(results))
+    """Send ``task_finished`` for the results outcome statements finished, in order, on the
+    caller's thread: :func:`announce_finished` of those :func:`read_finished` reads, and,
+    for an ack's result returned without its row, through its return value
+    (:meth:`django_jobq.outcomes.ReturnValue.announce`). Never raises for a receiver's
+    ``Exception`` or a row Python cannot read (both are logged)."""
+    for finished in results:
+        value, finished_at = finished.return_value, finished.finished_at
+        if finished.json is not None or value is None or finished_at is None:
+            announce_finished(read_finished([finished]))
+            continue
+        try:
+            value.announce(finished_at)
+        except Exception:
+            logger.exception("job %s: announcing its task's end failed", finished.job)
 
 
 def announce_finished(results: Iterable[StoredTaskResult]) -> None:

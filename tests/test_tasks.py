@@ -33,6 +33,7 @@ from django_jobq.outcomes import Action
 from django_jobq.task_framework import (
     InvalidTask,
     InvalidTaskBackend,
+    TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
     task_backends,
@@ -504,7 +505,8 @@ def test_one_ack_statement_records_a_tasks_job_with_its_result_and_a_plain_job(q
 def test_the_results_the_start_and_the_ack_return_are_the_rows_as_stored(
     queue_cursor, added_column
 ):
-    # Both statements return each result as JSON text (row_to_json), from which the worker
+    # Both statements return each result as JSON text (the start: the columns the job does
+    # not hold; the ack: the row, when given a bare return value), from which the worker
     # builds what the runner and task_finished get: field for field, the row the ORM reads,
     # whatever JSON it holds; also once a later migration added a column named like the
     # statements' alias (a rolling deploy: old workers, new schema).
@@ -527,7 +529,10 @@ def test_the_results_the_start_and_the_ack_return_are_the_rows_as_stored(
         assert claimed.start_error is None
         taken = task_results.take_started(job.lease)
         assert taken is not None
-        assert _columns(taken[0]) == _columns(StoredTaskResult.objects.get(pk=result.id))
+        running = StoredTaskResult.objects.get(pk=result.id)
+        assert taken[0]._asdict() == {
+            name: getattr(running, name) for name in task_results.StartedResult._fields
+        }
 
         acked = outcomes.ack(queue_cursor, [job.lease], return_values=[json.dumps(returned)])
 
@@ -539,6 +544,91 @@ def test_the_results_the_start_and_the_ack_return_are_the_rows_as_stored(
         if added_column:
             with connection.cursor() as cursor:
                 cursor.execute(f"ALTER TABLE jobq_task_result DROP COLUMN {added_column}")
+
+
+@pytest.mark.parametrize(
+    ("enqueue_task", "returned"),
+    [
+        (lambda: tasks.flaky.enqueue("again", failures=2), 3),
+        (
+            lambda: tasks.record.enqueue('é "quoted" \\ back\u2028slash 😀'),
+            {"recorded": 'é "quoted" \\ back\u2028slash 😀'},
+        ),
+    ],
+    ids=["after-two-retries", "text"],
+)
+def test_task_finished_gets_the_result_as_stored_without_reading_it_back(enqueue_task, returned):
+    # The ack returns only when it finished a result the worker started (see the next
+    # test); the worker makes task_finished's result from the one its attempt started.
+    # Field for field, it is what get_result reads afterwards: errors and worker ids of the
+    # failed attempts included.
+    announced = []
+
+    def receive(sender, task_result, **kwargs):
+        announced.append(task_result)
+
+    task_finished.connect(receive)
+    try:
+        result = run_until_finished(enqueue_task())
+    finally:
+        task_finished.disconnect(receive)
+
+    (finished,) = [each for each in announced if each.status == TaskResultStatus.SUCCESSFUL]
+    stored = result.task.get_result(result.id)
+    assert _fields(finished) == _fields(stored)
+    assert finished.return_value == stored.return_value == returned
+    assert finished.task.module_path == stored.task.module_path
+
+
+def _fields(result: "TaskResult[..., Any]") -> dict[str, Any]:
+    names = ["id", "status", "enqueued_at", "started_at", "finished_at", "last_attempted_at"]
+    names += ["args", "kwargs", "backend", "errors", "worker_ids"]
+    return {name: getattr(result, name) for name in names}
+
+
+class _Announced(outcomes.ReturnValue):
+    """A return value that notes when it is announced (as the task runner's announces)."""
+
+    finished_at: datetime | None = None
+
+    def announce(self, finished_at: datetime) -> None:
+        self.finished_at = finished_at
+
+
+def test_the_ack_returns_a_results_row_only_where_the_worker_holds_no_copy(queue_cursor):
+    # A task runner's return value (a ReturnValue) holds the result its attempt started:
+    # the ack then returns only the time it finished it, and the announcement is made from
+    # that. A result the ack recreated (pruned meanwhile), or a return value given as bare
+    # text, comes back as its row.
+    held, recreated, bare = (tasks.record.enqueue(label) for label in ("held", "gone", "bare"))
+    task_kinds = [kind for kind in registry.claimable_kinds() if task_results.handler(kind)]
+    claimed = task_results.claim_and_start(
+        queue_cursor, task_kinds=task_kinds, worker_id="w", limit=3
+    )
+    by_result = {job.payload["result_id"]: job for job in claimed.jobs}
+    StoredTaskResult.objects.filter(pk=recreated.id).delete()
+    held_value, recreated_value = _Announced('"held"'), _Announced('"gone"')
+    values = [held_value, recreated_value, '"bare"']
+
+    acked = outcomes.ack(
+        queue_cursor,
+        [by_result[result.id].lease for result in (held, recreated, bare)],
+        return_values=values,
+    )
+
+    finished = {each.job: each for each in acked.results}
+    held_job, recreated_job, bare_job = (by_result[r.id].id for r in (held, recreated, bare))
+    stored = StoredTaskResult.objects.get(pk=held.id)
+    assert finished[held_job].json is None
+    assert finished[held_job].finished_at == stored.finished_at
+    assert finished[held_job].return_value is held_value
+    for job_id, result in ((recreated_job, recreated), (bare_job, bare)):
+        assert finished[job_id].json is not None
+        (read,) = task_results.read_finished([finished[job_id]])
+        assert _columns(read) == _columns(StoredTaskResult.objects.get(pk=result.id))
+    task_results.read_and_announce(acked.results)
+    assert held_value.finished_at == stored.finished_at
+    assert recreated_value.finished_at is None  # announced from its row instead
 
 
 def _columns(result: StoredTaskResult) -> dict[str, Any]:
@@ -1119,15 +1209,16 @@ def test_a_task_that_waited_past_its_lease_in_the_prefetch_is_not_called(queue_c
     [
         pytest.param("run_after = 'infinity'", "'infinity'", id="a time of infinity"),
         pytest.param(
-            "kwargs = jsonb_build_object('deep', (repeat('[', 3000) || repeat(']', 3000))::jsonb)",
+            "errors = jsonb_build_array((repeat('[', 3000) || repeat(']', 3000))::jsonb)",
             "RecursionError",
             id="JSON nested 3,000 deep",
         ),
     ],
 )
 def test_a_result_python_cannot_read_fails_that_task_alone(change, error, caplog):
-    """A result row holding what Python cannot (written by hand): the statements that start
-    the task and record its outcome return the result as JSON text, read row by row, so the
+    """A result row holding what Python cannot (written by hand) in a column the worker
+    reads: the statements that start the task and record its outcome return the result as
+    JSON text, read row by row, so the
     worker stays up, only that task's attempts fail (its runner's start meets the value),
     and its dead letter is recorded. Before, the start of the claim's tasks raised out of
     the worker's main loop (JSON too deep: the process exited, and so did every restart),
@@ -1152,6 +1243,34 @@ def test_a_result_python_cannot_read_fails_that_task_alone(change, error, caplog
     dead = DeadLetter.objects.get()
     assert dead.attempts == 2 and error in dead.last_error
     assert "cannot be read" in caplog.text  # its task_finished is not sent, and says so
+
+
+def test_a_task_runs_with_its_jobs_arguments_whatever_its_result_row_holds():
+    # The start returns only the result's columns its job does not hold: the arguments the
+    # task gets, and those its started result shows, are the job's. A result's copy that no
+    # longer matches them (written by hand, here beyond what Python can read) is not read.
+    result = tasks.record.enqueue(label="from the job")
+    deep = "jsonb_build_object('deep', (repeat('[', 3000) || repeat(']', 3000))::jsonb)"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE jobq_task_result SET kwargs = {deep} WHERE id = %s",  # noqa: S608 (the test's own)
+            [result.id],
+        )
+    started = []
+
+    def receive(sender, task_result, **kwargs):
+        started.append(task_result.kwargs)
+
+    task_started.connect(receive)
+    try:
+        run_burst()
+    finally:
+        task_started.disconnect(receive)
+
+    assert started == [{"label": "from the job"}]
+    assert list(Effect.objects.values_list("label", flat=True)) == ["from the job"]
+    status = StoredTaskResult.objects.values_list("status", flat=True).get(pk=result.id)
+    assert status == "SUCCESSFUL"
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,10 @@ RESULT(S)`` that also writes the result, from the task's part (``%(return_values
 Each statement returns one row per job written or busy: ``job`` (its id), ``busy``, and for
 ``ACK_JOBS_WITH_RESULTS`` and ``DEAD_LETTER_JOB_WITH_RESULT`` ``task_result``: the row of
 ``jobq_task_result`` the statement finished, as JSON text (``row_to_json``, see
-``sql.tasks.START_TASK_ATTEMPTS``; NULL for a plain job or a busy one). Text, decoded by the
-worker row by row: a value Python cannot hold (a time of ``'infinity'`` written by hand)
-never keeps the outcome from being recorded.
+``sql.tasks.START_TASK_ATTEMPTS``; NULL for a plain job or a busy one, and for a result the
+ack finished that the worker holds already: ``ACK_JOBS_WITH_RESULTS`` then returns its
+``finished_at``). Text, decoded by the worker row by row: a value Python cannot hold (a
+time of ``'infinity'`` written by hand) never keeps the outcome from being recorded.
 """
 
 from __future__ import annotations
@@ -52,10 +53,18 @@ SELECT id, true FROM busy"""
 #: its return value (``%(return_values)s``, zipped with the ids: JSON text for a task's job,
 #: NULL for a plain job), so that a result is successful exactly when its job is gone; the
 #: ``ON CONFLICT`` recreates a result that is missing (pruned while its job sat in the dead
-#: letters). Returns each job's result as JSON text after it: the tasks' jobs from
-#: ``stored``, the others from ``acked`` (``NOT IN``, a hashed subplan). Not a join of the
-#: two: both are CTEs, estimated at one row, and the planner joins them by a nested loop that
-#: reads ``stored`` whole for every acked job (7 of the 12.8 ms of an ack of 255 tasks).
+#: letters). Returns, for each task's job, the time it finished the result
+#: (``finished_at``), and the result as JSON text (``task_result``) only where the worker
+#: cannot make it from what it holds: a result this statement recreated (its ``started_at``
+#: is NULL: no start wrote it) or one of ``%(read_back)s`` (job ids: return values given as
+#: bare text, see ``outcomes.ReturnValue``). Any other result is the one its attempt's
+#: start returned, which no statement but this attempt's has written since (each is fenced
+#: by the job's lease), made SUCCESSFUL with the return value at ``finished_at``: not
+#: writing it out again spared 3 to 8 microseconds of the ack's server time per task, and
+#: the worker reading it back (docs/performance.md). The tasks' jobs come from ``stored``,
+#: the others from ``acked`` (``NOT IN``, a hashed subplan). Not a join of the two: both are
+#: CTEs, estimated at one row, and the planner joins them by a nested loop that reads
+#: ``stored`` whole for every acked job (7 of the 12.8 ms of an ack of 255 tasks).
 _WITH_RESULTS = """, stored AS (
     INSERT INTO jobq_task_result AS result (id, task_path, backend, queue, priority, args,
                                             kwargs, job_id, enqueued_at, status, finished_at,
@@ -73,13 +82,16 @@ _WITH_RESULTS = """, stored AS (
         job_id = EXCLUDED.job_id,
         finished_at = EXCLUDED.finished_at,
         return_value = EXCLUDED.return_value
-    RETURNING result.job_id, row_to_json(result.*)::text AS task_result
+    RETURNING result.job_id, result.finished_at,
+              CASE WHEN result.started_at IS NULL OR result.job_id = ANY(%(read_back)s::bigint[])
+                   THEN row_to_json(result.*)::text
+              END AS task_result
 )
-SELECT job_id AS job, false AS busy, task_result FROM stored
+SELECT job_id AS job, false AS busy, finished_at, task_result FROM stored
 UNION ALL
-SELECT id, false, NULL FROM acked WHERE id NOT IN (SELECT job_id FROM stored)
+SELECT id, false, NULL, NULL FROM acked WHERE id NOT IN (SELECT job_id FROM stored)
 UNION ALL
-SELECT busy.id, true, NULL FROM busy"""
+SELECT busy.id, true, NULL, NULL FROM busy"""
 #: The acks of a batch none of whose jobs is a task's: it touches no result, so it takes
 #: no lock on ``jobq_task_result`` (a ``CREATE INDEX`` there delays no plain job's ack).
 ACK_JOBS = _ACK_JOBS_TEMPLATE.format(fenced=FENCED, results=_JOBS_ONLY)

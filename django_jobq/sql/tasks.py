@@ -35,17 +35,24 @@ INSERT_TASK_JOBS = INSERT_JOBS_TEMPLATE.format(
 #: worker id the claim wrote on the job; ``%(ids)s`` and ``%(attempts)s`` are zipped leases
 #: (the worker starts a whole claim's tasks in one statement, right after the claim; a test's
 #: ``run_jobs`` one task at a time). Fenced: a lease the attempt no longer holds gets no row
-#: (and no write). Returns each result's job id and the result as JSON text
-#: (``row_to_json``), decoded by the worker row by row: a value Python cannot hold (JSON
-#: nested deeper than its recursion limit, a time of ``'infinity'``, written by hand) fails
-#: that task's start only. ``row_to_json`` writes the row's text at once, where
+#: (and no write). Returns each result's job id and, as ``started``, the columns of the
+#: result its job does not hold, as a JSON array: its id and status, ``enqueued_at``,
+#: ``started_at``, ``last_attempted_at``, ``run_after``, ``queue``, ``priority``,
+#: ``errors``, ``worker_ids`` and ``return_value`` (``task_results.STARTED_COLUMNS``). The
+#: rest (task path, backend, arguments) the worker has in the job's payload: not returning
+#: them, nor the worker reading them again, halved what a task's start cost the worker
+#: (docs/performance.md). JSON text, decoded by the worker row by row: a value Python
+#: cannot hold (JSON nested deeper than its recursion limit, a time of ``'infinity'``,
+#: written by hand) fails that task's start only. The statements that return a whole result
+#: (the acks', dead letters' and ``FAIL_UNRUN_TASK_RESULTS``) return it as
+#: ``row_to_json(result.*)::text``, which writes the row's text at once, where
 #: ``to_jsonb(...)::text`` builds a ``jsonb`` value first and then prints it: the same object
 #: at 1.6 to 2.5 times the cost (``EXPLAIN ANALYZE`` of 256 tasks, 15 runs a round: an ack's
-#: medians 6.2 and 7.0 ms against 7.8 and 8.1, 5.1 returning neither; this start's fastest
-#: runs 5.1 to 5.7 ms against 6.6 to 7.1, 3.9 to 4.8 returning neither). Every statement
-#: that returns a result as JSON uses it, as ``row_to_json(result.*)``: the whole row even
-#: if a later migration adds a column named ``result`` (a bare ``result`` would then name
-#: that column, and every task's start and outcome would fail).
+#: medians 6.2 and 7.0 ms against 7.8 and 8.1, 5.1 returning neither; this start, when it
+#: returned the row, had fastest runs of 5.1 to 5.7 ms against 6.6 to 7.1, 3.9 to 4.8
+#: returning neither). ``result.*``: the whole row even if a later migration adds a column
+#: named ``result`` (a bare ``result`` would then name that column, and every task's
+#: outcome would fail).
 #: ``commit_mode`` lets the transaction commit without waiting for its WAL to reach the disk
 #: (``set_config(..., true)``: this transaction only, the whole statement when autocommit):
 #: visible at once, lost only if the database server crashes within a fraction of a second.
@@ -73,7 +80,11 @@ SET status = 'RUNNING',
     last_attempted_at = EXCLUDED.last_attempted_at,
     finished_at = NULL,
     worker_ids = result.worker_ids || EXCLUDED.worker_ids
-RETURNING result.job_id, row_to_json(result.*)::text AS task_result
+RETURNING result.job_id,
+          json_build_array(result.id, result.status, result.enqueued_at, result.started_at,
+                           result.last_attempted_at, result.run_after, result.queue,
+                           result.priority, result.errors, result.worker_ids,
+                           result.return_value)::text AS started
 """
 START_TASK_ATTEMPTS = _START_TASK_ATTEMPTS_TEMPLATE.format(
     leases="",

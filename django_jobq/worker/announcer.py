@@ -1,8 +1,9 @@
 """Sends Django's ``task_finished`` for the worker, on a thread of its own.
 
-The statements that record outcomes return each task result they finished as JSON text
-(:class:`django_jobq.outcomes.FinishedResult`). Reading one (a model instance, then the
-framework's ``TaskResult``) and sending the signal is Python work for each task, and the
+The statements that record outcomes return each task result they finished
+(:class:`django_jobq.outcomes.FinishedResult`): as JSON text, or, for an ack's result the
+worker holds already, as the time it finished. Making the framework's ``TaskResult`` of it
+and sending the signal is Python work for each task, and the
 receivers are the project's code: on the main loop, both held back the next claim (18 % of
 the loop's time in a burn-down of tasks, docs/performance.md), and a slow receiver stalled
 every job of the process. The main loop hands them here once committed (and the results the

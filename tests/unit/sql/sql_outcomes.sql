@@ -52,13 +52,16 @@ WITH locked AS MATERIALIZED (
         job_id = EXCLUDED.job_id,
         finished_at = EXCLUDED.finished_at,
         return_value = EXCLUDED.return_value
-    RETURNING result.job_id, row_to_json(result.*)::text AS task_result
+    RETURNING result.job_id, result.finished_at,
+              CASE WHEN result.started_at IS NULL OR result.job_id = ANY(%(read_back)s::bigint[])
+                   THEN row_to_json(result.*)::text
+              END AS task_result
 )
-SELECT job_id AS job, false AS busy, task_result FROM stored
+SELECT job_id AS job, false AS busy, finished_at, task_result FROM stored
 UNION ALL
-SELECT id, false, NULL FROM acked WHERE id NOT IN (SELECT job_id FROM stored)
+SELECT id, false, NULL, NULL FROM acked WHERE id NOT IN (SELECT job_id FROM stored)
 UNION ALL
-SELECT busy.id, true, NULL FROM busy
+SELECT busy.id, true, NULL, NULL FROM busy
 
 -- name: ACK_JOB_IN_TRANSACTION
 DELETE FROM jobq_job AS job

@@ -66,7 +66,11 @@ SET status = 'RUNNING',
     last_attempted_at = EXCLUDED.last_attempted_at,
     finished_at = NULL,
     worker_ids = result.worker_ids || EXCLUDED.worker_ids
-RETURNING result.job_id, row_to_json(result.*)::text AS task_result
+RETURNING result.job_id,
+          json_build_array(result.id, result.status, result.enqueued_at, result.started_at,
+                           result.last_attempted_at, result.run_after, result.queue,
+                           result.priority, result.errors, result.worker_ids,
+                           result.return_value)::text AS started
 
 -- name: START_NOTED_TASK_ATTEMPTS
 WITH noted AS (
@@ -118,7 +122,11 @@ SET status = 'RUNNING',
     last_attempted_at = EXCLUDED.last_attempted_at,
     finished_at = NULL,
     worker_ids = result.worker_ids || EXCLUDED.worker_ids
-RETURNING result.job_id, row_to_json(result.*)::text AS task_result
+RETURNING result.job_id,
+          json_build_array(result.id, result.status, result.enqueued_at, result.started_at,
+                           result.last_attempted_at, result.run_after, result.queue,
+                           result.priority, result.errors, result.worker_ids,
+                           result.return_value)::text AS started
 
 -- name: SET_START_LOCK_TIMEOUT
 SELECT set_config('lock_timeout', '10ms', true)
