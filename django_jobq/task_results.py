@@ -333,15 +333,15 @@ _STARTED_TIMES = tuple(
 
 
 def take_started(lease: Lease) -> tuple[StartedResult, bool] | None:
-    """The result :func:`start_claimed` marked RUNNING for ``lease`` (its columns the job
-    does not hold), forgotten here, and whether the lease surely still holds: taken within a third of the job's visibility
-    timeout of the claim, before its deadline could pass. After that (the job waited long in
-    the prefetch, or the process was stopped) another worker may have reclaimed it, and the
-    runner must check the lease before calling the task. ``None`` if it started none (the
-    job was not claimed by a worker of this process), or if the result holds a value Python
-    cannot read (JSON nested deeper than its recursion limit, a time of ``'infinity'``:
-    written by hand): its runner then starts the task again, meets the value, and that
-    attempt fails with it (:func:`start_attempt`)."""
+    """The result :func:`start_claimed` marked RUNNING for ``lease`` (its columns the job does not
+    hold), forgotten here, and whether the lease surely still holds: taken within a third of the
+    job's visibility timeout of the claim, before its deadline could pass. After that (the job
+    waited long in the prefetch, or the process was stopped) another worker may have reclaimed it,
+    and the runner must check the lease before calling the task. ``None`` if it started none (the
+    job was not claimed by a worker of this process), or if the result holds a value Python cannot
+    read (JSON nested deeper than its recursion limit, a time of ``'infinity'``: written by hand):
+    its runner then starts the task again, meets the value, and that attempt fails with it
+    (:func:`start_attempt`)."""
     taken = _started.pop(lease, None)
     if taken is None:
         return None
@@ -379,9 +379,10 @@ def release(cursor: psycopg.Cursor[Any], released: Sequence[Lease]) -> Written:
 
 
 def start_attempt(job_id: int, attempt: int) -> StartedResult | None:
-    """Mark the result of a task's job RUNNING for attempt ``attempt`` (appending the
-    worker's id), on Django's connection to the queue database; return the result's columns
-    the job does not hold. For an attempt no worker's claim started (:func:`start_claimed`): a test's ``run_jobs``.
+    """Mark the result of a task's job RUNNING for attempt ``attempt`` (appending the worker's
+    id), on Django's connection to the queue database; return the result's columns the job
+    does not hold. For an attempt no worker's claim started (:func:`start_claimed`): a test's
+    ``run_jobs``.
 
     Its commit does not wait for the disk, as :func:`start_claimed`'s. Outside a transaction
     it is one round trip.

@@ -57,14 +57,16 @@ SELECT id, true FROM busy"""
 #: (``finished_at``), and the result as JSON text (``task_result``) only where the worker
 #: cannot make it from what it holds: a result this statement recreated (its ``started_at``
 #: is NULL: no start wrote it) or one of ``%(read_back)s`` (job ids: return values given as
-#: bare text, see ``outcomes.ReturnValue``). Any other result is the one its attempt's
-#: start returned, which no statement but this attempt's has written since (each is fenced
-#: by the job's lease), made SUCCESSFUL with the return value at ``finished_at``: not
-#: writing it out again spared 3 to 8 microseconds of the ack's server time per task, and
-#: the worker reading it back (docs/performance.md). The tasks' jobs come from ``stored``,
-#: the others from ``acked`` (``NOT IN``, a hashed subplan). Not a join of the two: both are
-#: CTEs, estimated at one row, and the planner joins them by a nested loop that reads
-#: ``stored`` whole for every acked job (7 of the 12.8 ms of an ack of 255 tasks).
+#: bare text, see ``outcomes.ReturnValue``). Any other result is the one its attempt's start
+#: returned, which no statement but this attempt's has written since (each is fenced by the
+#: job's lease), made SUCCESSFUL with the return value at ``finished_at``: not writing it
+#: out again took 4 to 6 microseconds off the ack's server time per task (22.5 and 21.4
+#: against 26.6 and 27.2, ``pg_stat_statements``), and reading it back off the worker
+#: (docs/performance.md, "What a ``@task``'s result costs"). The tasks' jobs come from
+#: ``stored``, the others from ``acked`` (``NOT IN``, a hashed subplan). Not a join of the
+#: two: both are CTEs, estimated at one row, and the planner joins them by a nested loop
+#: that reads ``stored`` whole for every acked job (7 of the 12.8 ms of an ack of 255
+#: tasks).
 _WITH_RESULTS = """, stored AS (
     INSERT INTO jobq_task_result AS result (id, task_path, backend, queue, priority, args,
                                             kwargs, job_id, enqueued_at, status, finished_at,

@@ -33,26 +33,27 @@ INSERT_TASK_JOBS = INSERT_JOBS_TEMPLATE.format(
 
 #: Attempts of tasks start: each result becomes RUNNING, records the start and appends the
 #: worker id the claim wrote on the job; ``%(ids)s`` and ``%(attempts)s`` are zipped leases
-#: (the worker starts a whole claim's tasks in one statement, right after the claim; a test's
-#: ``run_jobs`` one task at a time). Fenced: a lease the attempt no longer holds gets no row
-#: (and no write). Returns each result's job id and, as ``started``, the columns of the
-#: result its job does not hold, as a JSON array: its id and status, ``enqueued_at``,
+#: (the worker starts a whole claim's tasks in one statement, right after the claim; a
+#: test's ``run_jobs`` one task at a time). Fenced: a lease the attempt no longer holds gets
+#: no row (and no write). Returns each result's job id and, as ``started``, the columns of
+#: the result its job does not hold, as a JSON array: its id and status, ``enqueued_at``,
 #: ``started_at``, ``last_attempted_at``, ``run_after``, ``queue``, ``priority``,
-#: ``errors``, ``worker_ids`` and ``return_value`` (``task_results.STARTED_COLUMNS``). The
+#: ``errors``, ``worker_ids`` and ``return_value`` (``task_results.StartedResult``). The
 #: rest (task path, backend, arguments) the worker has in the job's payload: not returning
-#: them, nor the worker reading them again, halved what a task's start cost the worker
-#: (docs/performance.md). JSON text, decoded by the worker row by row: a value Python
-#: cannot hold (JSON nested deeper than its recursion limit, a time of ``'infinity'``,
-#: written by hand) fails that task's start only. The statements that return a whole result
-#: (the acks', dead letters' and ``FAIL_UNRUN_TASK_RESULTS``) return it as
-#: ``row_to_json(result.*)::text``, which writes the row's text at once, where
-#: ``to_jsonb(...)::text`` builds a ``jsonb`` value first and then prints it: the same object
-#: at 1.6 to 2.5 times the cost (``EXPLAIN ANALYZE`` of 256 tasks, 15 runs a round: an ack's
-#: medians 6.2 and 7.0 ms against 7.8 and 8.1, 5.1 returning neither; this start, when it
-#: returned the row, had fastest runs of 5.1 to 5.7 ms against 6.6 to 7.1, 3.9 to 4.8
-#: returning neither). ``result.*``: the whole row even if a later migration adds a column
-#: named ``result`` (a bare ``result`` would then name that column, and every task's
-#: outcome would fail).
+#: them took 2 microseconds off the start's server time per task, and making the started
+#: result of the rest costs the worker 8.4 microseconds where reading the whole row cost
+#: 14.3 (docs/performance.md, "What a ``@task``'s result costs"). JSON text, decoded by the
+#: worker row by row: a value Python cannot hold (JSON nested deeper than its recursion
+#: limit, a time of ``'infinity'``, written by hand) fails that task's start only. The
+#: statements that return a whole result (the acks', dead letters' and
+#: ``FAIL_UNRUN_TASK_RESULTS``) return it as ``row_to_json(result.*)::text``, which writes
+#: the row's text at once, where ``to_jsonb(...)::text`` builds a ``jsonb`` value first and
+#: then prints it: the same object at 1.6 to 2.5 times the cost (``EXPLAIN ANALYZE`` of 256
+#: tasks, 15 runs a round: an ack's medians 6.2 and 7.0 ms against 7.8 and 8.1, 5.1
+#: returning neither; this start, when it returned the row, had fastest runs of 5.1 to 5.7
+#: ms against 6.6 to 7.1, 3.9 to 4.8 returning neither). ``result.*``: the whole row even if
+#: a later migration adds a column named ``result`` (a bare ``result`` would then name that
+#: column, and every task's outcome would fail).
 #: ``commit_mode`` lets the transaction commit without waiting for its WAL to reach the disk
 #: (``set_config(..., true)``: this transaction only, the whole statement when autocommit):
 #: visible at once, lost only if the database server crashes within a fraction of a second.
