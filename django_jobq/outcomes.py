@@ -132,7 +132,7 @@ def _recorded(
         (
             FinishedResult(row.job, row.task_result)
             if row.task_result is not None
-            else FinishedResult(row.job, None, row.finished_at, known[row.job])
+            else FinishedResult(row.job, None, row.finished_at, known.get(row.job))
             for row in rows
             if row.task_result is not None or row.finished_at is not None
         ),

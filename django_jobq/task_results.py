@@ -288,7 +288,8 @@ def _keep_started(jobs: Sequence[ClaimedJob], rows: Sequence[tuple[int, str]]) -
 
 class StartedResult(NamedTuple):
     """What a start returned of a task's result (``sql.tasks.START_TASK_ATTEMPTS``): the
-    columns its job does not hold. Times are timezone-aware ``datetime`` s (or ``None``);
+    columns its job does not hold, in the statement's order. Times are timezone-aware
+    ``datetime`` s at the session's UTC offset (or ``None``);
     ``errors`` and ``worker_ids`` are lists as stored, ``return_value`` any JSON value. The
     task's path, backend and arguments are in the job's payload."""
 
@@ -333,15 +334,16 @@ _STARTED_TIMES = tuple(
 
 
 def take_started(lease: Lease) -> tuple[StartedResult, bool] | None:
-    """The result :func:`start_claimed` marked RUNNING for ``lease`` (its columns the job does not
-    hold), forgotten here, and whether the lease surely still holds: taken within a third of the
-    job's visibility timeout of the claim, before its deadline could pass. After that (the job
-    waited long in the prefetch, or the process was stopped) another worker may have reclaimed it,
-    and the runner must check the lease before calling the task. ``None`` if it started none (the
-    job was not claimed by a worker of this process), or if the result holds a value Python cannot
-    read (JSON nested deeper than its recursion limit, a time of ``'infinity'``: written by hand):
-    its runner then starts the task again, meets the value, and that attempt fails with it
-    (:func:`start_attempt`)."""
+    """The result :func:`start_claimed` marked RUNNING for ``lease`` (its columns the
+    job does not hold), forgotten here, and whether the lease surely still holds: taken
+    within a third of the job's visibility timeout of the claim, before its deadline
+    could pass. After that (the job waited long in the prefetch, or the process was
+    stopped) another worker may have reclaimed it, and the runner must check the lease
+    before calling the task. ``None`` if it started none (the job was not claimed by a
+    worker of this process), or if the result holds a value Python cannot read (JSON
+    nested deeper than its recursion limit, a time of ``'infinity'``: written by hand):
+    its runner then starts the task again, meets the value, and that attempt fails with
+    it (:func:`start_attempt`)."""
     taken = _started.pop(lease, None)
     if taken is None:
         return None
@@ -554,13 +556,19 @@ def read_and_announce(results: Sequence[FinishedResult]) -> None:
     ``Exception`` or a row Python cannot read (both are logged)."""
     for finished in results:
         value, finished_at = finished.return_value, finished.finished_at
-        if finished.json is not None or value is None or finished_at is None:
+        if finished.json is not None:
             announce_finished(read_finished([finished]))
-            continue
-        try:
-            value.announce(finished_at)
-        except Exception:
-            logger.exception("job %s: announcing its task's end failed", finished.job)
+        elif value is None or finished_at is None:  # a statement's bug: say so, go on
+            logger.warning(
+                "job %s: its task's result came back with neither its row nor the return "
+                "value that would make it; its task_finished signal is not sent",
+                finished.job,
+            )
+        else:
+            try:
+                value.announce(finished_at)
+            except Exception:
+                logger.exception("job %s: announcing its task's end failed", finished.job)
 
 
 def announce_finished(results: Iterable[StoredTaskResult]) -> None:

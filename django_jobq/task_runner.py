@@ -10,6 +10,7 @@ Imports Django's Tasks framework (:mod:`django_jobq.task_framework`).
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import json
 import logging
 from datetime import datetime
@@ -87,7 +88,7 @@ class TaskRunner(task_results.TaskJobHandler):
                 started = None
         if started is None or context.lease_lost:
             raise LeaseLost(f"job {context.job_id} attempt {context.attempt}: lease lost")
-        # The arguments as the task gets them, as Django's own backends pass them.
+        # The job's arguments, which the task gets (the framework copies them, normalised).
         result = self._result(started, backend=backend, args=args, kwargs=kwargs, finished_at=None)
         _send(task_started, result, self.backend)
         if self.task.takes_context:
@@ -175,14 +176,30 @@ class _Returned(ReturnValue):
         """Send ``task_finished`` for the started result made SUCCESSFUL at ``finished_at``
         with this return value: the row the ack wrote (no other statement writes a result
         while its attempt holds the job, see ``sql.outcomes.ACK_JOBS_WITH_RESULTS``). The
-        return value is read from this JSON text, as the ORM reads it from the ``jsonb``
-        column but for the form of numbers: ``jsonb`` keeps a number's digits, not its type,
-        and returns ``1e+16`` as the integer ``10000000000000000``."""
+        return value is read from this JSON text as the ORM reads it back from the
+        ``jsonb`` column (:func:`_jsonb_number`)."""
         finished = _copy(self.started)
         object.__setattr__(finished, "status", TaskResultStatus.SUCCESSFUL)
         object.__setattr__(finished, "finished_at", finished_at)
-        object.__setattr__(finished, "_return_value", json.loads(self))
+        value = json.loads(self, parse_float=_jsonb_number)
+        object.__setattr__(finished, "_return_value", value)
         _send(task_finished, finished, self.runner.backend)
+
+    def __reduce__(self) -> tuple[type[str], tuple[str]]:
+        """Copied or pickled (a test keeping ``run_jobs``' results), it is the plain JSON
+        text: the started result and its runner stay with the worker."""
+        return str, (str(self),)
+
+
+def _jsonb_number(token: str) -> float | int:
+    """A JSON number with a fraction or an exponent as ``jsonb`` gives it back: ``jsonb``
+    keeps the number's decimal digits and prints it without an exponent, so one with no
+    digits after the point once its exponent is applied comes back as an integer (``1e+16``,
+    as Python writes every float of 1e16 or more, as ``10000000000000000``), any other as a
+    float (``1.0``, ``1e-07``)."""
+    number = decimal.Decimal(token)
+    exponent = number.as_tuple().exponent
+    return int(number) if isinstance(exponent, int) and exponent >= 0 else float(token)
 
 
 def _copy(result: TaskResult[..., Any]) -> TaskResult[..., Any]:

@@ -546,6 +546,10 @@ def test_the_results_the_start_and_the_ack_return_are_the_rows_as_stored(
                 cursor.execute(f"ALTER TABLE jobq_task_result DROP COLUMN {added_column}")
 
 
+#: Numbers that ``jsonb`` gives back as Python wrote them.
+NUMBERS = [0.1, 1e-7, 1.0, -2.5, 12345678901234567890, {"n": 1.5e15}]
+
+
 @pytest.mark.parametrize(
     ("enqueue_task", "returned"),
     [
@@ -554,8 +558,13 @@ def test_the_results_the_start_and_the_ack_return_are_the_rows_as_stored(
             lambda: tasks.record.enqueue('é "quoted" \\ back\u2028slash 😀'),
             {"recorded": 'é "quoted" \\ back\u2028slash 😀'},
         ),
+        (lambda: tasks.echo.enqueue(1e300), 10**300),  # jsonb prints it without its exponent
+        (
+            lambda: tasks.echo.enqueue([0.1, 1e-7, 1.0, {"n": 12345678901234567890}]),
+            [0.1, 1e-7, 1.0, {"n": 12345678901234567890}],
+        ),
     ],
-    ids=["after-two-retries", "text"],
+    ids=["after-two-retries", "text", "a float of 1e16 or more", "a float"],
 )
 def test_task_finished_gets_the_result_as_stored_without_reading_it_back(enqueue_task, returned):
     # The ack returns only when it finished a result the worker started (see the next
@@ -578,6 +587,14 @@ def test_task_finished_gets_the_result_as_stored_without_reading_it_back(enqueue
     assert _fields(finished) == _fields(stored)
     assert finished.return_value == stored.return_value == returned
     assert finished.task.module_path == stored.task.module_path
+
+
+def test_the_starts_columns_are_the_started_results_fields_in_order():
+    # The start returns its columns as a JSON array, read by position into StartedResult.
+    returned = re.search(r"json_build_array\((.*?)\)::text", sql.tasks.START_TASK_ATTEMPTS, re.S)
+    assert returned is not None
+    columns = [name.strip().removeprefix("result.") for name in returned[1].split(",")]
+    assert columns == list(task_results.StartedResult._fields)
 
 
 def _fields(result: "TaskResult[..., Any]") -> dict[str, Any]:

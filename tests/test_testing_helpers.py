@@ -10,6 +10,7 @@ marker. The sample modules a user would write are testproject/shop/tests/.
 from __future__ import annotations
 
 import asyncio
+import copy
 import importlib.metadata
 import os
 import re
@@ -381,6 +382,9 @@ def test_a_task_runs_and_its_result_is_readable_with_get_result():
         task_finished.disconnect(hear)
 
     assert [(r.kind, r.returned) for r in ran] == [("tests.testapp.tasks.add", "5")]
+    # A test may keep or copy what ran: a task's return value copies as its JSON text.
+    copied = copy.deepcopy(ran)[0].returned
+    assert (type(copied), copied) == (str, "5")
     fetched = tasks.add.get_result(result.id)
     assert fetched.status.name == "SUCCESSFUL"
     assert fetched.return_value == 5

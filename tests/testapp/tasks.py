@@ -36,6 +36,12 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+@task
+def echo(value: Any) -> Any:
+    """Return ``value`` as given (a JSON value)."""
+    return value
+
+
 @task(queue_name="tasks", priority=-100)
 def record(label: str) -> dict[str, str]:
     Effect.objects.create(label=label)
