@@ -227,12 +227,11 @@ def send_front(
     params["flow_digest"] = None if flow is None else flow.digest
     params["claim_note"] = note
     scan = FROM_THE_START if positions is None else positions.params()
-    front_cursor = db.LongStatementCursor(cursor.connection, row_factory=kwargs_row(_front_row))
+    front_cursor = _claim_cursor(cursor.connection, _front_row)
     front_cursor.execute_named(statements.front, {**params, **scan, **_limits(limit)})
 
     def read() -> FrontClaim:
-        with front_cursor:
-            rows = front_cursor.fetchall()
+        rows = front_cursor.fetchall()
         _saw_job_table_size(cursor, rows)
         front = _take_front(rows, limit, positions, flow)
         return front._replace(jobs=_in_claim_order(front.jobs))
@@ -315,16 +314,26 @@ def _execute_with_lane_retry(
     transaction is aborted)."""
     for attempt in range(2):
         try:
-            with db.LongStatementCursor(
-                cursor.connection, row_factory=kwargs_row(row)
-            ) as claim_cursor:
-                claim_cursor.execute_named(statement, params)
-                return claim_cursor.fetchall()
+            claim_cursor = _claim_cursor(cursor.connection, row)
+            claim_cursor.execute_named(statement, params)
+            return claim_cursor.fetchall()
         except psycopg.errors.UniqueViolation as exc:
             aborted = cursor.connection.info.transaction_status == TransactionStatus.INERROR
             if attempt or aborted or exc.diag.constraint_name != LANE_CONSTRAINT:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _claim_cursor(
+    connection: psycopg.Connection[Any], row: Callable[..., R]
+) -> db.LongStatementCursor[R]:
+    """A cursor for a claim statement whose rows ``row`` makes: a worker's connection keeps
+    one (:meth:`django_jobq.db.WatchedConnection.claim_cursor`), any other gets a new one."""
+    if isinstance(connection, db.WatchedConnection):
+        kept = connection.claim_cursor()
+        kept.row_factory = kwargs_row(row)
+        return kept
+    return db.LongStatementCursor(connection, row_factory=kwargs_row(row))
 
 
 #: The unique index that keeps a lane to one running job (``models.Job``).
