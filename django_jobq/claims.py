@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from psycopg.rows import class_row, kwargs_row
+from psycopg.rows import args_row, class_row
 
 from . import db, sql
 from .claim_positions import FROM_THE_START, ClaimPositions, Probe
@@ -327,13 +327,14 @@ def _execute_with_lane_retry(
 def _claim_cursor(
     connection: psycopg.Connection[Any], row: Callable[..., R]
 ) -> db.LongStatementCursor[R]:
-    """A cursor for a claim statement whose rows ``row`` makes: a worker's connection keeps
+    """A cursor for a claim statement whose rows ``row`` makes from the columns in order (a
+    test ties its parameters to the statements' column names): a worker's connection keeps
     one (:meth:`django_jobq.db.WatchedConnection.claim_cursor`), any other gets a new one."""
     if isinstance(connection, db.WatchedConnection):
         kept = connection.claim_cursor()
-        kept.row_factory = kwargs_row(row)
+        kept.row_factory = args_row(row)
         return kept
-    return db.LongStatementCursor(connection, row_factory=kwargs_row(row))
+    return db.LongStatementCursor(connection, row_factory=args_row(row))
 
 
 #: The unique index that keeps a lane to one running job (``models.Job``).
@@ -448,7 +449,6 @@ _JSON_TYPES = {list: "an array", str: "a string", bool: "a boolean", type(None):
 
 
 def _claimed_job(
-    *,
     id: int,
     queue: str,
     kind: str,
@@ -519,7 +519,6 @@ class _FrontRow(NamedTuple):
 
 
 def _front_row(
-    *,
     front_full: bool,
     front_unserved: bool,
     claimed_at: datetime,
@@ -528,7 +527,7 @@ def _front_row(
     position_ids: list[int] | None,
     flow_digest: str,
     job_table_size: int,
-    **job: Any,
+    *job: Any,
 ) -> _FrontRow:
     front = _Front(
         front_full,
@@ -540,7 +539,7 @@ def _front_row(
         flow_digest,
         job_table_size,
     )
-    return _FrontRow(front, _claimed_job(**job) if job["id"] is not None else None)
+    return _FrontRow(front, _claimed_job(*job) if job[0] is not None else None)
 
 
 @dataclass(frozen=True)

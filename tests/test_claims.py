@@ -1,5 +1,6 @@
 """Claims: one statement, SKIP LOCKED, claim order, and never more than the limit."""
 
+import inspect
 import threading
 from datetime import timedelta
 from typing import Any, cast
@@ -191,6 +192,36 @@ WALK_STATEMENTS = [
     (sql.claims.CLAIM_JOBS_WALK_QUEUES, {"queues": ["rare", "idle"]}),
     (sql.claims.CLAIM_JOBS_WALK_ANY_QUEUE, {}),
 ]
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [claims._ANY_QUEUE, claims._ONE_QUEUE, claims._QUEUES, claims._QUEUES_BUT],
+    ids=["any queue", "one queue", "queues", "queues but"],
+)
+def test_claim_rows_are_read_by_position_into_parameters_of_the_same_names(connect, mode):
+    # The claims read their rows by column position (psycopg's args_row): every column of
+    # each statement lands in the parameter of its name.
+    front_names = list(inspect.signature(claims._front_row).parameters)[:-1]
+    job_names = list(inspect.signature(claims._claimed_job).parameters)
+    params = {
+        "worker_id": "w",
+        "kinds": ["k"],
+        "flow_digest": None,
+        "claim_note": None,
+        "queue": "q",
+        "queues": ["q"],
+        "excluded_queues": ["x"],
+        "limit": 1,
+        "front": 2,
+        **FROM_THE_START,
+    }
+    conn = connect()
+    for statement, names in ((mode.front, front_names + job_names), (mode.walk, job_names)):
+        with conn.transaction(force_rollback=True):
+            cursor = db.LongStatementCursor(conn)
+            cursor.execute_named(statement, params)
+            assert [column.name for column in cursor.description or ()] == names
 
 
 def insert_rows(select):
