@@ -328,13 +328,13 @@ def _claim_cursor(
     connection: psycopg.Connection[Any], row: Callable[..., R]
 ) -> db.LongStatementCursor[R]:
     """A cursor for a claim statement whose rows ``row`` makes from the columns in order (a
-    test ties its parameters to the statements' column names): a worker's connection keeps
-    one (:meth:`django_jobq.db.WatchedConnection.claim_cursor`), any other gets a new one."""
-    if isinstance(connection, db.WatchedConnection):
-        kept = connection.claim_cursor()
-        kept.row_factory = args_row(row)
-        return kept
-    return db.LongStatementCursor(connection, row_factory=args_row(row))
+    test ties its parameters to the statements' column names); a worker's connection keeps
+    it (:func:`django_jobq.db.kept_cursor`)."""
+    cursor: db.LongStatementCursor[Any] = db.kept_cursor(
+        connection, "claims", db.LongStatementCursor
+    )
+    cursor.row_factory = args_row(row)
+    return cursor
 
 
 #: The unique index that keeps a lane to one running job (``models.Job``).

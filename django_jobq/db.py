@@ -68,12 +68,11 @@ class WatchedConnection(psycopg.Connection[Any]):
     #: claim yet). Written by :mod:`django_jobq.claims`, read by the worker's
     #: :mod:`~django_jobq.worker.plans`: this connection's prepared statements' plans.
     _job_table_sizes: tuple[int, int] | None = None
-    #: The cursor :meth:`claim_cursor` keeps (``None``: none made yet).
-    _claim_cursor: LongStatementCursor[Any] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._cut_lock = threading.Lock()  # the socket is not closed while being cut
+        self._kept_cursors: dict[str, psycopg.Cursor[Any]] = {}  # see kept_cursor()
 
     def saw_job_table_size(self, size: int) -> None:
         """Record the size of ``jobq_job`` (bytes) a claim on this connection read."""
@@ -85,17 +84,6 @@ class WatchedConnection(psycopg.Connection[Any]):
         connection read since the last call; ``None`` if none did."""
         seen, self._job_table_sizes = self._job_table_sizes, None
         return seen
-
-    def claim_cursor(self) -> LongStatementCursor[Any]:
-        """This connection's cursor for the claim statements (:mod:`django_jobq.claims`),
-        made once and kept: psycopg looks up how to send each parameter and read each column
-        (its dumpers and loaders) once per cursor, and a cursor made for each claim looked
-        them up at every claim (0.06 ms of the claimer's CPU a claim, docs/performance.md,
-        "The claim's round trip"). One statement's rows at a time: they are read before the
-        next claim statement is sent on it."""
-        if self._claim_cursor is None:
-            self._claim_cursor = LongStatementCursor(self)
-        return self._claim_cursor
 
     def wait(self, *args: Any, **kwargs: Any) -> Any:
         self.in_flight_since = time.monotonic()
@@ -116,6 +104,28 @@ class WatchedConnection(psycopg.Connection[Any]):
     def close(self) -> None:
         with self._cut_lock:
             super().close()
+
+
+C = TypeVar("C", bound=psycopg.Cursor[Any])
+
+
+def kept_cursor(connection: psycopg.Connection[Any], purpose: str, cursor_class: type[C]) -> C:
+    """A cursor of ``cursor_class`` for the statements of ``purpose`` (``"claims"``,
+    ``"outcomes"``, the worker's ``"loop"``): a :class:`WatchedConnection` (a worker's) makes
+    it once and keeps it, any other connection gets a new one. psycopg looks up how to send
+    each parameter and read each column (its dumpers and loaders) once per cursor: a cursor
+    made for each claim looked them up at every claim, 0.06 ms of the claimer's CPU
+    (docs/performance.md, "The claim's round trip"). One statement's rows at a time: each
+    user reads them before it sends the next statement on the cursor, and sets the
+    cursor's ``row_factory`` when it wants other rows than tuples."""
+    if not isinstance(connection, WatchedConnection):
+        return cursor_class(connection)
+    kept = connection._kept_cursors.get(purpose)
+    if kept is None:
+        kept = connection._kept_cursors[purpose] = cursor_class(connection)
+    if not isinstance(kept, cursor_class):
+        raise TypeError(f"the kept {purpose!r} cursor is a {type(kept).__name__}")
+    return kept
 
 
 def shut_down(connection: psycopg.Connection[Any]) -> bool:

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, Protocol
 import psycopg
 from psycopg.rows import kwargs_row
 
-from . import sql, text
+from . import db, sql, text
 from .claims import ClaimedJob
 from .db import Cursor
 from .leases import Lease, LeaseBusy, Written, lease_arrays
@@ -123,9 +123,10 @@ def _recorded(
     """Run an outcome statement; ``return_values``: the :class:`ReturnValue` s of its
     acks, by job id, which its rows without the result's JSON finished."""
     known = return_values or {}
-    with cursor.connection.cursor(row_factory=kwargs_row(_Row)) as typed:
-        typed.execute(statement, params)
-        rows = typed.fetchall()
+    typed: psycopg.Cursor[Any] = db.kept_cursor(cursor.connection, "outcomes", psycopg.Cursor)
+    typed.row_factory = kwargs_row(_Row)
+    typed.execute(statement, params)
+    rows = typed.fetchall()
     return Recorded(
         (row.job for row in rows if not row.busy),
         (row.job for row in rows if row.busy),

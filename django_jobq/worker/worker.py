@@ -570,7 +570,7 @@ class Worker:
         """
         if connection.prepare_threshold is None and self._prepares_statements():
             connection.prepare_threshold = PREPARE_THRESHOLD
-        cursor = connection.cursor()
+        cursor: psycopg.Cursor[Any] = db.kept_cursor(connection, "loop", psycopg.Cursor)
         taken = self._take_outcomes()
         self._completer.pending.extend(taken)
         if self._listener is not None:
