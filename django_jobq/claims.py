@@ -227,11 +227,14 @@ def send_front(
     params["flow_digest"] = None if flow is None else flow.digest
     params["claim_note"] = note
     scan = FROM_THE_START if positions is None else positions.params()
-    front_cursor = _claim_cursor(cursor.connection, _front_row)
+    # A cursor of its own, not the kept one: a pipeline may send other claim statements
+    # before this one's rows are read.
+    front_cursor = db.LongStatementCursor(cursor.connection, row_factory=args_row(_front_row))
     front_cursor.execute_named(statements.front, {**params, **scan, **_limits(limit)})
 
     def read() -> FrontClaim:
-        rows = front_cursor.fetchall()
+        with front_cursor:
+            rows = front_cursor.fetchall()
         _saw_job_table_size(cursor, rows)
         front = _take_front(rows, limit, positions, flow)
         return front._replace(jobs=_in_claim_order(front.jobs))
@@ -314,7 +317,10 @@ def _execute_with_lane_retry(
     transaction is aborted)."""
     for attempt in range(2):
         try:
-            claim_cursor = _claim_cursor(cursor.connection, row)
+            # Kept by a worker's connection; its rows are made from the columns in order (a
+            # test ties the functions' parameters to the statements' column names).
+            claim_cursor = db.kept_cursor(cursor.connection, "claims", db.LongStatementCursor)
+            claim_cursor.row_factory = args_row(row)
             claim_cursor.execute_named(statement, params)
             return claim_cursor.fetchall()
         except psycopg.errors.UniqueViolation as exc:
@@ -322,19 +328,6 @@ def _execute_with_lane_retry(
             if attempt or aborted or exc.diag.constraint_name != LANE_CONSTRAINT:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _claim_cursor(
-    connection: psycopg.Connection[Any], row: Callable[..., R]
-) -> db.LongStatementCursor[R]:
-    """A cursor for a claim statement whose rows ``row`` makes from the columns in order (a
-    test ties its parameters to the statements' column names); a worker's connection keeps
-    it (:func:`django_jobq.db.kept_cursor`)."""
-    cursor: db.LongStatementCursor[Any] = db.kept_cursor(
-        connection, "claims", db.LongStatementCursor
-    )
-    cursor.row_factory = args_row(row)
-    return cursor
 
 
 #: The unique index that keeps a lane to one running job (``models.Job``).

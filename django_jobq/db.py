@@ -24,9 +24,9 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import psycopg
 from django.db import close_old_connections, connections
@@ -72,7 +72,8 @@ class WatchedConnection(psycopg.Connection[Any]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._cut_lock = threading.Lock()  # the socket is not closed while being cut
-        self._kept_cursors: dict[str, psycopg.Cursor[Any]] = {}  # see kept_cursor()
+        # kept_cursor()'s cursors by purpose, each with the function that made it.
+        self._kept_cursors: dict[str, tuple[Callable[..., Any], psycopg.Cursor[Any]]] = {}
 
     def saw_job_table_size(self, size: int) -> None:
         """Record the size of ``jobq_job`` (bytes) a claim on this connection read."""
@@ -109,23 +110,35 @@ class WatchedConnection(psycopg.Connection[Any]):
 C = TypeVar("C", bound=psycopg.Cursor[Any])
 
 
-def kept_cursor(connection: psycopg.Connection[Any], purpose: str, cursor_class: type[C]) -> C:
-    """A cursor of ``cursor_class`` for the statements of ``purpose`` (``"claims"``,
-    ``"outcomes"``, the worker's ``"loop"``): a :class:`WatchedConnection` (a worker's) makes
-    it once and keeps it, any other connection gets a new one. psycopg looks up how to send
-    each parameter and read each column (its dumpers and loaders) once per cursor: a cursor
-    made for each claim looked them up at every claim, 0.06 ms of the claimer's CPU
-    (docs/performance.md, "The claim's round trip"). One statement's rows at a time: each
-    user reads them before it sends the next statement on the cursor, and sets the
-    cursor's ``row_factory`` when it wants other rows than tuples."""
+def kept_cursor(
+    connection: psycopg.Connection[Any],
+    purpose: str,
+    make: Callable[[psycopg.Connection[Any]], C],
+) -> C:
+    """The cursor ``make(connection)`` makes, for the statements of ``purpose``
+    (``"claims"``, ``"outcomes"``, the worker's ``"loop"``): a :class:`WatchedConnection` (a
+    worker's, used by one thread) makes it once and keeps it, any other connection gets a
+    new one. psycopg looks up how to send each parameter and read each column (its dumpers
+    and loaders) once per cursor: a cursor made for each claim looked them up at every
+    claim, 0.06 ms of the claimer's CPU (docs/performance.md, "The claim's round trip").
+
+    A kept cursor holds one statement's rows at a time: each user reads them before it
+    sends the next statement on it (so never two of its statements in one pipeline), sets
+    its ``row_factory`` when it wants other rows than tuples, and never closes it. It holds
+    the last rows read until its next statement (a claim's: the payloads its jobs hold
+    anyway while they run).
+
+    Raises:
+        TypeError: ``purpose`` was kept with another ``make``.
+    """
     if not isinstance(connection, WatchedConnection):
-        return cursor_class(connection)
+        return make(connection)
     kept = connection._kept_cursors.get(purpose)
     if kept is None:
-        kept = connection._kept_cursors[purpose] = cursor_class(connection)
-    if not isinstance(kept, cursor_class):
-        raise TypeError(f"the kept {purpose!r} cursor is a {type(kept).__name__}")
-    return kept
+        kept = connection._kept_cursors[purpose] = (make, make(connection))
+    elif kept[0] is not make:
+        raise TypeError(f"the kept {purpose!r} cursor was made by {kept[0]!r}, not {make!r}")
+    return cast(C, kept[1])
 
 
 def shut_down(connection: psycopg.Connection[Any]) -> bool:

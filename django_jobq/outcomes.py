@@ -123,7 +123,7 @@ def _recorded(
     """Run an outcome statement; ``return_values``: the :class:`ReturnValue` s of its
     acks, by job id, which its rows without the result's JSON finished."""
     known = return_values or {}
-    typed: psycopg.Cursor[Any] = db.kept_cursor(cursor.connection, "outcomes", psycopg.Cursor)
+    typed = db.kept_cursor(cursor.connection, "outcomes", psycopg.Connection.cursor)
     typed.row_factory = kwargs_row(_Row)
     typed.execute(statement, params)
     rows = typed.fetchall()

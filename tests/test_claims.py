@@ -224,6 +224,22 @@ def test_claim_rows_are_read_by_position_into_parameters_of_the_same_names(conne
             assert [column.name for column in cursor.description or ()] == names
 
 
+def test_two_fronts_sent_in_one_pipeline_each_read_their_own_rows(connect):
+    # send_front's result is read after the pipeline syncs: a second claim statement sent
+    # meanwhile must not take its cursor.
+    enqueue_labels(4)
+    conn = connect()
+    with conn.pipeline():
+        read_first = claims.send_front(conn.cursor(), worker_id="first", limit=1)
+        read_second = claims.send_front(conn.cursor(), worker_id="second", limit=3)
+    first, second = read_first().jobs, read_second().jobs
+    assert (len(first), len(second)) == (1, 3)
+    assert {job.id for job in first}.isdisjoint(job.id for job in second)
+    running = dict(Job.objects.values_list("id", "worker_id"))
+    assert {running[job.id] for job in first} == {"first"}
+    assert {running[job.id] for job in second} == {"second"}
+
+
 def insert_rows(select):
     """Insert jobq_job rows from a SELECT of (queue, kind, run_at, status), then ANALYZE."""
     with connection.cursor() as cursor:

@@ -253,3 +253,25 @@ def test_a_long_statement_cursor_sends_what_psycopgs_cursor_sends(connect):
     assert prepared == (1,)
     with db.LongStatementCursor(conn) as cursor, pytest.raises(KeyError):
         cursor.execute_named(statement, {"a": 1})
+
+
+def test_a_workers_connection_keeps_one_cursor_per_purpose(connect):
+    conn = connect()
+    assert isinstance(conn, db.WatchedConnection)
+    loop = db.kept_cursor(conn, "loop", psycopg.Connection.cursor)
+    assert db.kept_cursor(conn, "loop", psycopg.Connection.cursor) is loop
+    assert db.kept_cursor(conn, "outcomes", psycopg.Connection.cursor) is not loop
+    claims_cursor = db.kept_cursor(conn, "claims", db.LongStatementCursor)
+    assert isinstance(claims_cursor, db.LongStatementCursor)
+    with pytest.raises(TypeError, match="'claims' cursor was made by"):
+        db.kept_cursor(conn, "claims", psycopg.Connection.cursor)
+    assert not connect().closed  # another connection keeps its own
+    assert db.kept_cursor(connect(), "loop", psycopg.Connection.cursor) is not loop
+
+
+def test_any_other_connection_gets_a_new_cursor_each_time():
+    with connection.cursor() as django_cursor:
+        plain = django_cursor.connection  # the psycopg connection Django wraps
+        first = db.kept_cursor(plain, "outcomes", psycopg.Connection.cursor)
+        assert db.kept_cursor(plain, "outcomes", psycopg.Connection.cursor) is not first
+        assert type(first) is type(plain.cursor())  # Django's own cursor class

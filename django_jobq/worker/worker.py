@@ -570,7 +570,7 @@ class Worker:
         """
         if connection.prepare_threshold is None and self._prepares_statements():
             connection.prepare_threshold = PREPARE_THRESHOLD
-        cursor: psycopg.Cursor[Any] = db.kept_cursor(connection, "loop", psycopg.Cursor)
+        cursor = db.kept_cursor(connection, "loop", psycopg.Connection.cursor)
         taken = self._take_outcomes()
         self._completer.pending.extend(taken)
         if self._listener is not None:
@@ -818,7 +818,6 @@ class Worker:
             return None
         if crash_points.reach is not None:
             crash_points.reach("after_claim")
-        self._observer.claimed(jobs)
         try:
             if claimed is not None and claimed.start_error is not None:
                 raise claimed.start_error  # the start sent with the claim failed: as below
@@ -850,6 +849,7 @@ class Worker:
                 self._rated.pop(job.id, None)  # its logged start counts, on the safe side
                 self._report(refused)
         self._pool.let_start()
+        self._observer.claimed(jobs)  # once a thread took the job: off its pickup
         self._outstanding += len(jobs)
         self._claimed += len(jobs)
         return start_failed
