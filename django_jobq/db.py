@@ -120,7 +120,7 @@ def kept_cursor(
     worker's, used by one thread) makes it once and keeps it, any other connection gets a
     new one. psycopg looks up how to send each parameter and read each column (its dumpers
     and loaders) once per cursor: a cursor made for each claim looked them up at every
-    claim, 0.06 ms of the claimer's CPU (docs/performance.md, "The claim's round trip").
+    claim, 0.06 ms of the claimer's CPU (docs/performance.md, "The claim's client side").
 
     A kept cursor holds one statement's rows at a time: each user reads them before it
     sends the next statement on it (so never two of its statements in one pipeline), sets
