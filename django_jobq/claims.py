@@ -457,8 +457,8 @@ def _claimed_job(
     pickup_latency: float,
     poison: str | None,
     trace_context: str | None,
-    ordering_key: str | None = None,
-    abort_requested: bool = False,
+    ordering_key: str | None,
+    abort_requested: bool,
 ) -> ClaimedJob:
     """One row of ``sql.claims.CLAIM_JOBS_WALK_*`` (or the job columns of a row of
     ``sql.claims.CLAIM_JOBS_*``) as a job, its payload decoded; never raises for the row's

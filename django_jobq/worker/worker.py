@@ -849,7 +849,7 @@ class Worker:
                 self._rated.pop(job.id, None)  # its logged start counts, on the safe side
                 self._report(refused)
         self._pool.let_start()
-        self._observer.claimed(jobs)  # once a thread took the job: off its pickup
+        self._observer.claimed(jobs)  # after let_start: off a lone job's pickup
         self._outstanding += len(jobs)
         self._claimed += len(jobs)
         return start_failed
